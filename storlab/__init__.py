@@ -1,0 +1,3 @@
+"""storlab: a storage lab for databases."""
+
+__version__ = "0.1.0"

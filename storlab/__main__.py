@@ -1,0 +1,3 @@
+from storlab.cli import main
+
+main()
