@@ -349,6 +349,8 @@ def workspace(engine: str, placements: dict[str, Path], keep: bool, stop_signal:
     """One owned directory on each placement plus a short socket directory (socket paths are limited
     to 107 bytes); on every way out the server is stopped and, unless `keep`, everything removed."""
     user = server_user()
+    for name, path in placements.items():
+        check_reachable(f"placement {name}", path, user)
     iid = new_instance_id(engine)
     manifest = Manifest(iid, engine, owner_pid=os.getpid())
     manifest.save()

@@ -96,7 +96,9 @@ class PostgresInstance:
         self.wait_sampling = wait_sampling
 
     def connect(self) -> psycopg.Connection:
-        return psycopg.connect(host=str(self.socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True)
+        conn = psycopg.connect(host=str(self.socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True)
+        conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
+        return conn
 
     @property
     def dsn(self) -> str:

@@ -1,0 +1,29 @@
+# The two commands of the README. Both install what they need first: Debian packages, then a
+# virtual environment with the pinned Python dependencies.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv
+QUICKSTART_PLACEMENTS := /var/tmp/storlab/quickstart /dev/shm
+
+.PHONY: demo test system-packages venv
+
+demo: system-packages venv
+	mkdir -p /var/tmp/storlab/quickstart
+	-$(BIN)/storlab check $(QUICKSTART_PLACEMENTS)
+	$(BIN)/storlab run examples/quickstart.toml
+	$(BIN)/storlab report results/quickstart
+
+test: system-packages venv
+	$(BIN)/pytest -q
+
+system-packages:
+	@scripts/install-system-packages $(DEB_PACKAGES)
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@

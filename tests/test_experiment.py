@@ -1,0 +1,93 @@
+import pytest
+
+from storlab import experiment
+from storlab.errors import UserError
+
+GOOD = """
+name = "quick"
+engine = "postgres"
+repetitions = 2
+
+[placements]
+disk = "./lab/disk"
+ram = "tmpfs"
+
+[layout]
+data_files = [1, 2, 4]
+data_on = "disk"
+log_on = ["disk", "ram"]
+
+[workload]
+kind = "random-insert"
+connections = 4
+rows_per_connection = 1000
+batch = 100
+"""
+
+
+def error_of(write_experiment, body, name="quick.toml") -> str:
+    with pytest.raises(UserError) as caught:
+        experiment.load(write_experiment(body, name))
+    return str(caught.value)
+
+
+def test_good_file_has_factors_in_file_order(write_experiment):
+    exp = experiment.load(write_experiment(GOOD))
+    assert exp.factors == {"layout.data_files": [1, 2, 4], "layout.log_on": ["disk", "ram"]}
+    assert exp.placement_path("ram") == experiment.TMPFS_ROOT
+    assert exp.placement_path("disk") == exp.path.parent / "lab" / "disk"
+
+
+def test_word_for_a_number_names_file_line_key_and_value(write_experiment):
+    message = error_of(write_experiment, GOOD.replace("data_files = [1, 2, 4]", 'data_files = "four"'))
+    assert message == 'quick.toml:11: layout.data_files: expected a positive integer or a list of them, got "four"'
+
+
+def test_bad_value_inside_a_list(write_experiment):
+    message = error_of(write_experiment, GOOD.replace("[1, 2, 4]", "[1, 0, 4]"))
+    assert message == "quick.toml:11: layout.data_files: expected a positive integer or a list of them, got 0"
+
+
+def test_unknown_placement(write_experiment):
+    message = error_of(write_experiment, GOOD.replace('log_on = ["disk", "ram"]', 'log_on = "fast"'))
+    assert message == 'quick.toml:13: layout.log_on: unknown placement "fast" (declared: disk, ram)'
+
+
+def test_unknown_key_and_missing_key(write_experiment):
+    assert error_of(write_experiment, GOOD.replace("batch = 100", "batch = 100\nbatchh = 3")) == (
+        "quick.toml:20: workload.batchh: unknown key"
+    )
+    assert error_of(write_experiment, GOOD.replace('engine = "postgres"\n', "")) == "quick.toml: engine: missing"
+
+
+def test_key_an_engine_cannot_honour(write_experiment):
+    message = error_of(write_experiment, GOOD.replace('data_on = "disk"', 'data_on = "disk"\npage_size = "16k"'))
+    assert message == "quick.toml:13: layout.page_size: not supported by engine postgres"
+
+
+def test_wrong_engine_and_bad_toml(write_experiment):
+    assert error_of(write_experiment, GOOD.replace('"postgres"', '"oracle"')) == (
+        'quick.toml:3: engine: expected one of postgres, mariadb or a list of them, got "oracle"'
+    )
+    assert error_of(write_experiment, GOOD + "\n[layout\n").startswith("quick.toml: not valid TOML:")
+
+
+def test_missing_file():
+    with pytest.raises(UserError, match="no such experiment file"):
+        experiment.load("/nonexistent/x.toml")
+
+
+def test_ratio_placement_and_exclude(write_experiment):
+    body = GOOD.replace('data_on = "disk"', 'data_on = [{ disk = 7, ram = 1 }, "disk"]')
+    body = body.replace("repetitions = 2", 'repetitions = 2\nexclude = [{ data_files = 1, log_on = "ram" }]')
+    exp = experiment.load(write_experiment(body))
+    assert exp.factors["layout.data_on"] == [{"disk": 7, "ram": 1}, "disk"]
+    message = error_of(write_experiment, GOOD.replace("repetitions = 2", "repetitions = 2\nexclude = [{ files = 1 }]"))
+    assert message.startswith('quick.toml:5: exclude: "files" is not a factor')
+
+
+def test_identity_ignores_repetitions(write_experiment):
+    a = experiment.load(write_experiment(GOOD, "a.toml"))
+    b = experiment.load(write_experiment(GOOD.replace("repetitions = 2", "repetitions = 5"), "b.toml"))
+    c = experiment.load(write_experiment(GOOD.replace("batch = 100", "batch = 200"), "c.toml"))
+    assert a.identity() == b.identity() != c.identity()

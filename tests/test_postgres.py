@@ -1,0 +1,111 @@
+"""Against real PostgreSQL instances that storlab provisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storlab import instances
+from storlab.engines import postgres, provision
+from storlab.engines.base import spec_for
+from storlab.errors import RunFailed
+from storlab.workloads import Driver, prepare
+from tests.conftest import storlab_processes
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def two_placements(lab_root, lab_dir):
+    fast = lab_root / "fast"
+    fast.mkdir()
+    return {"disk": lab_dir, "fast": fast}
+
+
+def test_layout_puts_files_where_declared(two_placements):
+    spec = spec_for({"data_files": 4, "data_on": {"disk": 1, "fast": 1}, "log_on": "fast"}, {}, two_placements)
+    with provision("postgres", spec, keep=False, connections=4) as inst:
+        prepare(inst, "random-insert")
+        with inst.connect() as conn:
+            rows = conn.execute(
+                "SELECT c.relname, t.spcname, pg_relation_filepath(c.oid) FROM pg_class c "
+                "JOIN pg_tablespace t ON t.oid = c.reltablespace WHERE c.relname LIKE 'lab_insert_%'"
+            ).fetchall()
+            locations = dict(conn.execute(
+                "SELECT spcname, pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname LIKE 'ts_%'"
+            ).fetchall())
+            data_directory = conn.execute("SHOW data_directory").fetchone()[0]
+        assert len(rows) == 8  # 4 partitions and their 4 indexes
+        assert sorted(name for name, _, _ in rows if not name.endswith("_idx")) == [f"lab_insert_{i}" for i in range(4)]
+        assert {space for _, space, _ in rows} == {"ts_disk", "ts_fast"}
+        for name, space, relpath in rows:
+            file = Path(data_directory) / relpath
+            assert file.resolve().is_relative_to(two_placements[space.removeprefix("ts_")]), (name, file.resolve())
+            assert file.exists()
+        assert Path(locations["ts_disk"]).is_relative_to(two_placements["disk"])
+        wal = Path(data_directory, "pg_wal").resolve()
+        assert wal.is_relative_to(two_placements["fast"]) and any(wal.iterdir())
+        assert Path(data_directory).is_relative_to(two_placements["disk"])
+    assert storlab_processes() == []
+    assert not list(two_placements["disk"].glob("storlab-*")) and not list(two_placements["fast"].glob("storlab-*"))
+    assert instances.Manifest.all() == []
+
+
+def test_server_runs_unprivileged_and_stops_on_error(lab_dir):
+    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    with pytest.raises(ZeroDivisionError):
+        with provision("postgres", spec, keep=False, connections=2) as inst:
+            pids = storlab_processes()
+            assert pids
+            owner = Path(f"/proc/{pids[0]}").stat().st_uid
+            assert owner != 0
+            1 / 0
+    assert storlab_processes() == []
+    assert not list(lab_dir.glob("storlab-*"))
+
+
+def test_random_insert_records_rows_latency_and_waits(lab_dir):
+    spec = spec_for({"data_files": 2, "data_on": "disk"}, {}, {"disk": lab_dir})
+    with provision("postgres", spec, keep=False, connections=4) as inst:
+        prepare(inst, "random-insert")
+        for probe in (inst.wait_probe(), postgres.ActivityProbe(inst)):
+            with Driver(inst, connections=4, rows_per_connection=5000, batch=1000) as driver:
+                probe.start(driver.open())
+                drive = driver.run()
+                capture = probe.stop()
+            assert drive.rows == 20_000 and drive.transactions == 20
+            assert 0 < drive.latency_ms(50) <= drive.latency_ms(99)
+            assert drive.elapsed_s >= max(drive.latencies_s)
+            names = {w.wait_type for w in capture.waits}
+            assert "CPU" in names
+            assert not any(n.startswith(("Activity:", "Client:ClientRead")) for n in names)
+        assert inst.wait_probe().source == "pg_wait_sampling"
+        with inst.connect() as conn:
+            assert conn.execute("SELECT count(*), count(DISTINCT c1) FROM lab_insert").fetchone() == (40_000, 40_000)
+
+
+def test_keep_leaves_directories_and_clean_removes_them(lab_dir):
+    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    with provision("postgres", spec, keep=True, connections=2):
+        pass
+    kept = list(lab_dir.glob("storlab-*"))
+    assert len(kept) == 1 and (kept[0] / "pgdata" / "PG_VERSION").exists()
+    assert storlab_processes() == []
+    cleaned = instances.clean(only_orphans=False)
+    assert [c.refused for c in cleaned] == [[]]
+    assert not kept[0].exists()
+
+
+def test_never_removes_a_directory_it_did_not_make(lab_dir):
+    foreign = lab_dir / "storlab-po00000000"
+    foreign.mkdir()
+    (foreign / "precious").write_text("x")
+    assert instances.remove_owned_dir(foreign, "po00000000") is False
+    assert (foreign / "precious").exists()
+    manifest = instances.Manifest("po00000000", "postgres", owner_pid=1, dirs=[str(foreign)])
+    manifest.save()
+    assert instances.clean(only_orphans=False)[0].refused == [str(foreign)]
+    assert (foreign / "precious").exists()
+    with pytest.raises(RunFailed, match="will not reuse"):
+        instances.make_owned_dir(foreign, manifest, instances.server_user())

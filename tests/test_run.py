@@ -1,0 +1,144 @@
+"""`storlab run` end to end on real PostgreSQL: the answer, resume, refusal, and nothing left behind."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from storlab import instances
+from tests.conftest import storlab_processes
+
+pytestmark = pytest.mark.engine
+
+TINY = """
+name = "tiny"
+engine = "postgres"
+repetitions = {reps}
+
+[placements]
+disk = "{disk}"
+ram = "tmpfs"
+
+[layout]
+data_files = [1, 4]
+data_on = "disk"
+log_on = "ram"
+
+[workload]
+kind = "random-insert"
+connections = 4
+rows_per_connection = {rows}
+batch = 500
+"""
+
+
+def storlab(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def runs_in(folder: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(folder / "storlab.sqlite") as db:
+        return sorted(db.execute("SELECT cell_id, repetition FROM runs").fetchall())
+
+
+@pytest.fixture
+def tiny(write_experiment, lab_dir):
+    def make(reps: int = 2, rows: int = 2000, name: str = "tiny.toml") -> Path:
+        return write_experiment(TINY.format(reps=reps, disk=lab_dir, rows=rows), name)
+
+    return make
+
+
+def test_run_show_waits_report_and_resume(tiny, tmp_path):
+    out = tmp_path / "results"
+    done = storlab("run", str(tiny()), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "best: data_files=" in done.stdout
+    assert len(runs_in(out)) == 4
+
+    shown = storlab("show", str(out))
+    assert shown.returncode == 0 and "± " in shown.stdout and "rows/s" in shown.stdout
+
+    waits = storlab("waits", str(out))
+    assert waits.returncode == 0 and "source pg_wait_sampling" in waits.stdout and "Wait_S" in waits.stdout
+    assert "WaitCount" in waits.stdout and "—" in waits.stdout  # sampling gives time, not counts
+
+    report = storlab("report", str(out))
+    assert report.returncode == 0, report.stderr
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") >= 2 and "data_files" in html and "Wait statistics" in html
+
+    # Raising repetitions runs only the new ones.
+    again = storlab("run", str(tiny(reps=3, name="tiny3.toml")), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert len(runs_in(out)) == 6 and len(set(runs_in(out))) == 6
+    assert storlab_processes() == []
+
+
+def test_changed_experiment_is_refused(tiny, tmp_path):
+    out = tmp_path / "results"
+    assert storlab("run", str(tiny(reps=1)), "--out", str(out)).returncode == 0
+    changed = storlab("run", str(tiny(reps=1, rows=3000, name="other.toml")), "--out", str(out))
+    assert changed.returncode == 2
+    assert changed.stderr.strip().count("\n") == 0
+    assert "holds results of a different experiment (workload.rows_per_connection: 2000 -> 3000)" in changed.stderr
+    assert len(runs_in(out)) == 2
+
+
+def test_dry_run_and_bad_input(tiny, tmp_path, write_experiment):
+    dry = storlab("run", str(tiny()), "--dry-run", "--out", str(tmp_path / "r"))
+    assert dry.returncode == 0
+    assert "2 cells x 2 repetitions" in dry.stdout and "4 runs to do" in dry.stdout
+    assert not (tmp_path / "r").exists()
+    bad = storlab("run", str(write_experiment('name = "x"\nengine = "postgres"\n', "bad.toml")))
+    assert bad.returncode == 2 and "bad.toml" in bad.stderr and "Traceback" not in bad.stderr
+    missing = storlab("show", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "no storlab results here" in missing.stderr
+
+
+def _wait_for_runs(out: Path, count: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "storlab.sqlite").exists():
+            try:
+                if len(runs_in(out)) >= count:
+                    return
+            except sqlite3.OperationalError:
+                pass
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.2)
+    raise AssertionError("runs did not appear in time")
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, how):
+    out = tmp_path / "results"
+    experiment = tiny(reps=3, rows=6000)
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(experiment), "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_runs(out, 1, proc)
+    time.sleep(0.7)  # most likely inside the next run's workload
+    proc.send_signal(how)
+    code = proc.wait(timeout=60)
+    if how == signal.SIGINT:
+        assert code == 130
+        assert "interrupted" in proc.stderr.read()
+    deadline = time.monotonic() + 10
+    while storlab_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert storlab_processes() == []
+    before = runs_in(out)
+    assert 1 <= len(before) < 6
+
+    finished = storlab("run", str(experiment), "--out", str(out))
+    assert finished.returncode == 0, finished.stderr
+    after = runs_in(out)
+    assert len(after) == 6 and len(set(after)) == 6 and set(before) <= set(after)
+    assert storlab_processes() == []
+    assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []

@@ -1,0 +1,67 @@
+import math
+
+import pytest
+
+from storlab.engines.base import Wait
+from storlab.probes import Sampler, sched_delta, sched_time
+from storlab.stats import compare, summarize
+from storlab.waits import delta, is_benign, mean_per_run, top_share
+
+
+def test_top_share_keeps_the_row_that_crosses_95():
+    waits = [Wait("a", 60), Wait("b", 30), Wait("c", 6), Wait("d", 3), Wait("e", 1)]
+    rows = top_share(waits)
+    assert [r.wait_type for r in rows] == ["a", "b", "c"]  # 60, 90, then 96 crosses 95: kept
+    assert rows[2].percentage == pytest.approx(6.0)
+
+
+def test_top_share_exactly_95_stops_there_and_counts_give_averages():
+    rows = top_share([Wait("a", 95, wait_count=10), Wait("b", 5)])
+    assert [r.wait_type for r in rows] == ["a"]
+    assert rows[0].avg_wait_s == pytest.approx(9.5)
+    assert top_share([]) == []
+
+
+def test_delta_benign_and_mean():
+    assert delta({"x": 5, "y": 2}, {"x": 9, "y": 2, "z": 1}) == {"x": 4, "z": 1}
+    benign = frozenset({"Client:ClientRead", "Activity:*"})
+    assert is_benign("Activity:WalWriterMain", benign) and is_benign("Client:ClientRead", benign)
+    assert not is_benign("IO:DataFileRead", benign)
+    mean = {w.wait_type: w for w in mean_per_run([[Wait("a", 2, 4)], [Wait("a", 4, None), Wait("b", 2)]])}
+    assert mean["a"].wait_s == 3 and mean["a"].wait_count is None and mean["b"].wait_s == 1
+
+
+def test_summary_confidence_interval():
+    s = summarize([10.0, 12.0, 11.0, 13.0, 9.0])
+    assert s.mean == 11 and s.median == 11
+    # t(0.975, 4) = 2.776; stdev = 1.5811
+    assert s.half_width == pytest.approx(2.776 * 1.5811 / math.sqrt(5), rel=1e-3)
+    assert s.cv == pytest.approx(1.5811 / 11, rel=1e-3)
+    assert summarize([1, 1, 1, 1, 50]).outliers == (4,)
+
+
+def test_comparison_says_not_significant_when_noise_is_larger():
+    noisy = compare([10, 14, 8, 12], [11, 9, 15, 10])
+    assert not noisy.significant and noisy.describe() == "not significant"
+    clear = compare([10.0, 10.1, 9.9], [12.0, 12.1, 11.9])
+    assert clear.significant and clear.describe() == "worse" and clear.change_percent == pytest.approx(20, rel=1e-2)
+    assert compare([10], [12]).describe() == "not enough runs to tell"
+
+
+def test_sampler_weights_each_sample_by_the_time_it_covers():
+    ticks = iter([0.0, 0.05, 0.10, 0.25])
+    stops = iter([False, False, False, True])
+    weights = []
+    sampler = Sampler(0.05, weights.append, clock=lambda: next(ticks), wait=lambda _: next(stops))
+    sampler.loop()
+    assert weights == pytest.approx([0.05, 0.05, 0.15])
+
+
+def test_sched_time_reads_proc_schedstat(tmp_path):
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "schedstat").write_text("2000000000 500000000 10\n")
+    before = sched_time([7], proc=tmp_path)
+    (tmp_path / "7" / "schedstat").write_text("3500000000 600000000 12\n")
+    d = sched_delta(before, sched_time([7], proc=tmp_path))
+    assert d.cpu_s == pytest.approx(1.5) and d.runqueue_s == pytest.approx(0.1)
+    assert sched_time([999], proc=tmp_path) is None
