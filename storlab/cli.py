@@ -142,3 +142,15 @@ def clean() -> None:
             click.echo(f"{item.instance_id}: left {path} (it has no storlab marker for this instance)")
     if not cleaned:
         click.echo("nothing to clean")
+
+
+@main.command()
+@click.argument("folder", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+def export(folder: str, fmt: str) -> None:
+    """Write FOLDER/runs.csv or runs.json: one row per run, factors as columns."""
+    from storlab import export as exporter
+    from storlab.store import Store
+
+    with Store.open(Path(folder), create=False) as store:
+        click.echo(f"wrote {exporter.write(store, fmt)}")

@@ -86,10 +86,10 @@ class TimelinePoint:
 
 @dataclass
 class DeviceTimeline:
-    """Per-second IOPS, MB/s and CPU % for the devices behind the placements, on the run's time axis."""
+    """IOPS, MB/s and CPU % every half second for the devices behind the placements, on the run's time axis."""
 
     devices: dict[str, str]  # placement name -> kernel device name
-    period_s: float = 1.0
+    period_s: float = 0.5
     points: list[TimelinePoint] = field(default_factory=list)
     _sampler: Sampler | None = None
     _t0: float = 0.0

@@ -74,6 +74,11 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 2 and "data_files" in html and "Wait statistics" in html
 
+    exported = storlab("export", str(out), "--format", "csv")
+    assert exported.returncode == 0
+    lines = (out / "runs.csv").read_text().splitlines()
+    assert len(lines) == 5 and lines[0].startswith("cell,data_files,repetition,elapsed_s")
+
     # Raising repetitions runs only the new ones.
     again = storlab("run", str(tiny(reps=3, name="tiny3.toml")), "--out", str(out))
     assert again.returncode == 0, again.stderr
