@@ -147,3 +147,12 @@ def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, 
     assert len(after) == 6 and len(set(after)) == 6 and set(before) <= set(after)
     assert storlab_processes() == []
     assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+
+
+def test_unreachable_placement_is_named_before_any_run(write_experiment, tmp_path):
+    private = tmp_path / "private" / "disk"  # pytest's tmp dirs are mode 0700, closed to other users
+    body = TINY.format(reps=1, disk=private, rows=1000)
+    result = storlab("run", str(write_experiment(body)), "--out", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "placements.disk" in result.stderr and "not reachable by the servers' OS user storlab" in result.stderr
+    assert not (tmp_path / "r").exists()
