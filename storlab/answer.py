@@ -55,10 +55,23 @@ def show(results: Results, console: Console) -> None:
                 f"  {factor:.2f}x faster than the slowest cell ({worst.result.cell.label}); "
                 + _significance_line(others)
             )
+    if results.facts:
+        console.print(facts_line(results.facts))
     for note in results.facts_notes:
         console.print(f"[yellow]warning:[/] {note}")
     for cell_id, rep, message in results.failures:
         console.print(f"[red]failed run:[/] cell {cell_id} repetition {rep}: {message}")
+
+
+def facts_line(facts: dict) -> str:
+    """The machine the runs were measured on, in one line."""
+    cpu = facts.get("cpu", {})
+    governor = cpu.get("governor") or ("unknown (virtualized)" if cpu.get("virtualized") else "unknown")
+    places = "; ".join(
+        f"{path}: {d.get('device') or '?'} {d.get('filesystem') or ''}".rstrip()
+        for path, d in facts.get("paths", {}).items()
+    )
+    return f"machine: {cpu.get('model') or '?'}, {cpu.get('cores')} cores, governor {governor}; {places}"
 
 
 def _significance_line(others) -> str:
