@@ -47,6 +47,64 @@ def _console() -> Console:
 # -- device and machine commands (storlab check, storlab io) ---------------------------------
 
 
+def _placement_path(text: str) -> Path:
+    """A directory, or the placement word "tmpfs" (the RAM disk an experiment's placement names)."""
+    from storlab.experiment import TMPFS, TMPFS_ROOT
+
+    path = TMPFS_ROOT if text == TMPFS else Path(text)
+    if not path.exists():
+        raise UserError(f"{text}: no such file or directory")
+    return path
+
+
+@main.command("check")
+@click.argument("targets", nargs=-1, metavar="[PLACEMENT_OR_PATH]...")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check_command(targets: tuple[str, ...], as_json: bool) -> None:
+    """Is this machine fit to benchmark? CPU power saving, memory, and the device behind each path.
+    Exit 0 when fit, 2 when a warning would distort results."""
+    import json
+
+    from storlab import system
+
+    report = system.check([_placement_path(t) for t in targets])
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        console = _console()
+        for line in system.render(report):
+            console.print(line, markup=False)
+    if not report.fit:
+        click.get_current_context().exit(2)
+
+
+@main.command("io")
+@click.argument("target", metavar="PLACEMENT_OR_PATH")
+@click.option("--preset", default="sqlio", show_default=True, help="The job matrix (sqlio: seed 004's).")
+@click.option("--size", default="256M", show_default=True, help="Test file size.")
+@click.option("--duration", default="10s", show_default=True, help="Time per job.")
+@click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
+@click.option("--out", type=click.Path(file_okay=False), help="Results folder (default results/io-<path>).")
+def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: str | None) -> None:
+    """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
+    from storlab import iobench, system
+    from storlab.store import Store
+
+    jobs = iobench.preset(preset, buffered)
+    size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
+    path = _placement_path(target)
+    console = _console()
+    facts = system.collect_facts([path])
+    results = iobench.run(path, jobs, size_bytes, seconds, console)
+    folder = Path(out) if out else iobench.default_folder(path)
+    with Store.open(folder) as store:
+        store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
+    console.print(iobench.table(results))
+    for line in iobench.flag_lines(results):
+        console.print(line, markup=False)
+    console.print(f"results: {folder}")
+
+
 # -- experiment commands ---------------------------------------------------------------------
 
 
