@@ -70,19 +70,21 @@ def test_random_insert_records_rows_latency_and_waits(lab_dir):
     with provision("postgres", spec, keep=False, connections=4) as inst:
         prepare(inst, "random-insert")
         for probe in (inst.wait_probe(), postgres.ActivityProbe(inst)):
-            with Driver(inst, connections=4, rows_per_connection=5000, batch=1000) as driver:
+            with Driver(inst, connections=4, rows_per_connection=20_000, batch=1000) as driver:
                 probe.start(driver.open())
                 drive = driver.run()
                 capture = probe.stop()
-            assert drive.rows == 20_000 and drive.transactions == 20
+            assert drive.rows == 80_000 and drive.transactions == 80
             assert 0 < drive.latency_ms(50) <= drive.latency_ms(99)
             assert drive.elapsed_s >= max(drive.latencies_s)
             names = {w.wait_type for w in capture.waits}
-            assert "CPU" in names
+            assert names  # sampled or profiled, a run of 80 transactions leaves waits or CPU time
+            if capture.source == "pg_wait_sampling":
+                assert "CPU" in names  # from the sessions' schedstat, always there
             assert not any(n.startswith(("Activity:", "Client:ClientRead")) for n in names)
         assert inst.wait_probe().source == "pg_wait_sampling"
         with inst.connect() as conn:
-            assert conn.execute("SELECT count(*), count(DISTINCT c1) FROM lab_insert").fetchone() == (40_000, 40_000)
+            assert conn.execute("SELECT count(*), count(DISTINCT c1) FROM lab_insert").fetchone() == (160_000, 160_000)
 
 
 def test_keep_leaves_directories_and_clean_removes_them(lab_dir):

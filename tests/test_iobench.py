@@ -1,0 +1,174 @@
+"""storlab io: fio's JSON recorded here, the flags, fio as an owned child, and real fio runs compared
+with the same jobs run by hand."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from storlab import iobench
+from storlab.cli import main
+from storlab.errors import RunFailed, UserError
+from storlab.store import Store
+
+DATA = Path(__file__).parent / "data"
+needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+
+
+def recorded(name: str, iodepth: int = 2) -> iobench.Measured:
+    return iobench.measured(iobench.parse_json((DATA / name).read_text()), iodepth)
+
+
+# -- fast: parsing and flags ---------------------------------------------------------------------
+
+
+def test_sqlio_preset_is_the_seeds_matrix():
+    jobs = iobench.preset("sqlio")
+
+    assert [(j.name, j.rw, j.block_size, j.iodepth, j.direct) for j in jobs] == [
+        ("8k-randread", "randread", 8192, 2, True), ("8k-randwrite", "randwrite", 8192, 2, True),
+        ("8k-read", "read", 8192, 2, True), ("8k-write", "write", 8192, 2, True),
+        ("64k-randread", "randread", 65536, 2, True), ("64k-randwrite", "randwrite", 65536, 2, True),
+        ("64k-read", "read", 65536, 2, True), ("64k-write", "write", 65536, 2, True),
+    ]
+
+
+def test_sizes_and_durations():
+    assert [iobench.parse_size(s) for s in ("256M", "1g", "64KiB", "4096")] == [256 * 2**20, 2**30, 65536, 4096]
+    assert [iobench.parse_duration(s) for s in ("10s", "2m", "5")] == [10, 120, 5]
+    for bad in ("12Q", "", "0", "-1M"):
+        with pytest.raises(UserError, match="--size"):
+            iobench.parse_size(bad)
+    with pytest.raises(UserError, match="--duration: '1.5x'"):
+        iobench.parse_duration("1.5x")
+
+
+def test_text_before_the_json_is_skipped():
+    """Recorded: fio with psync prints a note before its JSON."""
+    text = (DATA / "fio-psync-depth2.out").read_text()
+    assert text.startswith("note: both iodepth >= 1 and synchronous I/O engine")
+
+    assert iobench.parse_json(text)["fio version"] == "fio-3.33"
+    with pytest.raises(RunFailed, match="fio printed no JSON: fio: file not found"):
+        iobench.parse_json("fio: file not found\n")
+
+
+def test_measured_from_recorded_json():
+    m = recorded("fio-libaio-8k-randread.json")
+
+    assert m.iops == pytest.approx(7710.28971)
+    assert m.mb_s == pytest.approx(7710.28971 * 8192 / 2**20, rel=1e-3)
+    assert m.lat_ms == {"50": 0.116224, "99": 2.023424, "99.9": 5.537792}
+    assert m.depth_share == pytest.approx(0.99987043)
+
+
+def test_percentiles_are_weighted_by_io_count():
+    """70 % reads, 30 % writes: 5067 read IOs at p50 122368 ns, 2255 writes at 158720 ns."""
+    m = recorded("fio-libaio-8k-randrw70.json")
+
+    assert m.iops == pytest.approx(5061.938062 + 2252.747253)
+    assert m.lat_ms["50"] == pytest.approx((5067 * 0.122368 + 2255 * 0.158720) / (5067 + 2255))
+
+
+def test_flags():
+    job = iobench.Job("8k-randread", "randread", 8192, 2)
+    buffered = iobench.Job("8k-randread", "randread", 8192, 2, direct=False)
+    deep = recorded("fio-libaio-8k-randread.json")
+    shallow = recorded("fio-psync-depth2.out")
+
+    assert iobench.flags(job, deep, "ext4", 2**28, 2**34) == []
+    assert iobench.flags(job, deep, "tmpfs", 2**28, 2**34) == [
+        "memory speed: the file is on tmpfs (direct IO is accepted there since Linux 6.6): this measures memory, not a device"]
+    assert iobench.flags(buffered, deep, "ext4", 2**28, 2**34) == [
+        "page cache: buffered IO on a 256 MiB file, smaller than memory (16.0 GiB): this measures the cache, not the device"]
+    assert iobench.flags(buffered, deep, "ext4", 2**35, 2**34) == []
+    assert iobench.flags(job, shallow, "ext4", 2**28, 2**34) == [
+        "queue depth 2 reached only 0% of the time (fio's iodepth distribution): this measures a shallower queue"]
+
+
+def test_row_has_exactly_the_store_columns():
+    result = iobench.IoResult("/x", "8k-read", "read", 8192, 2, 100.0, 0.8, 0.1, 0.2, 0.3, ["f"])
+
+    assert result.as_row() == {"target": "/x", "job": "8k-read", "rw": "read", "block_size": 8192, "iodepth": 2,
+                               "iops": 100.0, "mb_s": 0.8, "lat_p50_ms": 0.1, "lat_p99_ms": 0.2,
+                               "lat_p999_ms": 0.3, "flags": ["f"]}
+
+
+def test_default_folder_is_named_after_the_path():
+    assert iobench.default_folder(Path("/var/tmp/my disk")) == Path("results/io-var-tmp-my-disk")
+    assert iobench.default_folder(Path("/")) == Path("results/io-root")
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    runner = CliRunner()
+    for args, message in ((["io", "/no/such/place"], "storlab: /no/such/place: no such file or directory\n"),
+                          (["io", str(tmp_path), "--size", "12Q"],
+                           "storlab: --size: '12Q' is not a size (a number with K, M, G or T, as 256M)\n"),
+                          (["io", str(tmp_path), "--preset", "tpc"], "storlab: --preset: unknown preset 'tpc' (known: sqlio)\n")):
+        result = CliRunner().invoke(main, args)
+        assert (result.exit_code, result.output) == (2, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- fio as a child process ----------------------------------------------------------------------
+
+
+@needs_fio
+def test_ctrl_c_ends_fio(tmp_path):
+    def interrupt(_):
+        raise KeyboardInterrupt
+
+    command = ["fio", "--name=long", f"--filename={tmp_path / 'f'}", "--size=8M", "--rw=randread",
+               "--runtime=60", "--time_based", "--output-format=json"]
+    with pytest.raises(KeyboardInterrupt):
+        iobench.run_fio(command, 120, interrupt)
+
+    assert psutil.Process().children(recursive=True) == []
+
+
+@needs_fio
+def test_fio_failure_is_a_lab_failure(tmp_path):
+    with pytest.raises(RunFailed, match="fio failed"):
+        iobench.run_fio(["fio", "--name=x", "--filename=/proc/version", "--size=8M", "--rw=write",
+                         "--output-format=json"], 30)
+
+
+# -- real fio ------------------------------------------------------------------------------------
+
+@pytest.mark.fio
+@needs_fio
+def test_io_command_on_disk_shows_stores_and_cleans_up(tmp_path):
+    target = tmp_path / "disk"
+    target.mkdir()
+    (target / "keep.txt").write_text("not storlab's")
+    out = tmp_path / "results"
+
+    result = CliRunner().invoke(main, ["io", str(target), "--size", "16M", "--duration", "1s", "--out", str(out)])
+
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if line.startswith("job"))
+    assert header.split() == ["job", "IOPS", "MB/s", "p50", "ms", "p99", "ms", "p99.9", "ms"]
+    assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
+    with Store.open(out, create=False) as store:
+        rows = store.io_jobs()
+    assert [r["job"] for r in rows] == [j.name for j in iobench.preset("sqlio")]
+    assert all(r["iops"] > 0 and r["target"] == str(target) for r in rows)
+
+
+@pytest.mark.fio
+@needs_fio
+def test_io_on_tmpfs_is_flagged_as_memory_speed(tmp_path):
+    out = tmp_path / "results"
+
+    result = CliRunner().invoke(main, ["io", "tmpfs", "--size", "16M", "--duration", "1s", "--out", str(out)])
+
+    assert result.exit_code == 0, result.output
+    assert "* memory speed: the file is on tmpfs" in result.output
+    with Store.open(out, create=False) as store:
+        rows = store.io_jobs()
+    assert rows and all(any(f.startswith("memory speed") for f in r["flags"]) for r in rows)
+    assert not any(p.name.startswith("storlab-io-") for p in Path("/dev/shm").iterdir())
