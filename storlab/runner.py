@@ -140,10 +140,13 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console) -> R
 
                 try:
                     started_at, drive, capture, version, timeline = run_cell(experiment, cell, paths, keep, on_progress)
-                except RunFailed as exc:
-                    store.record_failure(cell.id, rep, str(exc))
-                    outcome.failed.append(f"{cell.label} #{rep}: {exc}")
-                    progress.console.print(f"[red]failed:[/] {cell.label} #{rep}: {exc}")
+                except Exception as exc:  # a server or driver error fails this run, not the matrix
+                    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    if not isinstance(exc, RunFailed):
+                        message = f"{type(exc).__name__}: {message}"
+                    store.record_failure(cell.id, rep, message)
+                    outcome.failed.append(f"{cell.label} #{rep}: {message}")
+                    progress.console.print(f"[red]failed:[/] {cell.label} #{rep}: {message}")
                 else:
                     store.record_run(cell.id, rep, started_at, drive, capture, version, facts_id, timeline)
                     outcome.finished += 1

@@ -147,13 +147,16 @@ class Store:
             folder.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, isolation_level=None, timeout=30)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            store = cls(db, folder)
-            store._migrate()
+            # Only opening is the user's problem (a file that is not a store); an error while
+            # recording is the lab's and must surface as itself.
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                store = cls(db, folder)
+                store._migrate()
+            except sqlite3.DatabaseError as exc:
+                raise UserError(f"{path}: not a readable storlab store ({exc})") from None
             yield store
-        except sqlite3.DatabaseError as exc:
-            raise UserError(f"{path}: not a readable storlab store ({exc})") from None
         finally:
             db.close()
 
