@@ -1,10 +1,13 @@
-"""How much does storlab's driver cost compared with pgbench on the same load?
+"""Does storlab's load cost the server more than a C client running the same statements?
 
-Provisions one throwaway PostgreSQL, then alternates storlab's driver and pgbench running the same
-random-insert transaction (same connections, rows, batch), emptying the table before each so both start
-from the same state. Prints each round and storlab's throughput as a ratio of pgbench's (median).
+For each engine and batch size, one throwaway instance with the random-insert workload prepared, then
+rounds that alternate storlab's load (a procedure looping in the server) and a C client sending the
+same INSERT from 16 connections: pgbench (-M prepared) on PostgreSQL, mariadb-slap on MariaDB (it ships
+with the server's client package, needs no script language, and sends each statement as one round
+trip, as pgbench does). The table is emptied and checkpointed before each. Prints each round and
+storlab's throughput as a ratio of the C client's (median over the rounds; round 0 is a warm-up).
 
-    .venv/bin/python benchmarks/driver_overhead.py [--rounds 5] [--connections 16] [--rows 40000]
+    .venv/bin/python benchmarks/driver_overhead.py [--engines postgres,mariadb] [--batches 10,1000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -16,67 +19,102 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from storlab.engines import postgres, provision
-from storlab.engines.base import spec_for
-from storlab.workloads import Driver, prepare
+from storlab.engines import mariadb, postgres, provision
+from storlab.layout import spec_for
+from storlab.workloads import kind
+from storlab.workloads.random_insert import RANDOM_UUID
 
-RESET = ["TRUNCATE lab_insert", "CHECKPOINT"]
+ROWS_PER_CONNECTION = {10: 4_000, 1000: 40_000}
+RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCATE TABLE lab_insert"]}
 
 
 def storlab_rows_per_s(instance, connections: int, rows: int, batch: int) -> float:
-    with Driver(instance, connections, rows, batch) as driver:
-        driver.open()
-        return driver.run().rows_per_s
+    params = {"connections": connections, "rows_per_connection": rows, "batch": batch}
+    load = kind("random-insert").load(instance, params, {})
+    try:
+        load.open()
+        return load.run().figures["rows_per_s"]
+    finally:
+        load.close()
 
 
-def pgbench_rows_per_s(instance, script: Path, connections: int, rows: int, batch: int) -> float:
-    out = subprocess.run(
-        [str(postgres.bin_dir() / "pgbench"), "-n", "-M", "prepared", "-f", str(script), "-c", str(connections),
-         "-j", str(connections), "-t", str(rows // batch), "-h", str(instance.socket_dir), "-p", str(postgres.PORT),
-         "-U", postgres.SUPERUSER, postgres.DATABASE],
-        capture_output=True, text=True, check=True,
-    ).stdout
+def pgbench_rows_per_s(instance, connections: int, rows: int, batch: int) -> float:
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write(f"INSERT INTO lab_insert SELECT FROM generate_series(1, {batch});\n")
+        script.flush()
+        out = subprocess.run(
+            [str(postgres.bin_dir() / "pgbench"), "-n", "-M", "prepared", "-f", script.name, "-c", str(connections),
+             "-j", str(connections), "-t", str(rows // batch), "-h", str(instance.socket_dir), "-p", str(postgres.PORT),
+             "-U", postgres.SUPERUSER, postgres.DATABASE],
+            capture_output=True, text=True, check=True,
+        ).stdout
     tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
     return tps * batch
 
 
+def slap_rows_per_s(instance, connections: int, rows: int, batch: int) -> float:
+    query = f"INSERT INTO lab_insert (c1) SELECT {RANDOM_UUID} FROM seq_1_to_{batch}"
+    out = subprocess.run(
+        ["mariadb-slap", "--no-defaults", f"--socket={instance.socket}", f"--user={mariadb.WORKLOAD_USER}",
+         f"--create-schema={mariadb.DATABASE}", "--no-drop", f"--concurrency={connections}", "--iterations=1",
+         f"--number-of-queries={connections * (rows // batch)}", f"--query={query}"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    seconds = float(re.search(r"Average number of seconds to run all queries: ([\d.]+)", out).group(1))
+    with instance.connect() as conn:
+        inserted = conn.execute("SELECT count(*) FROM lab_insert").fetchone()[0]
+    return inserted / seconds
+
+
+C_CLIENT = {"postgres": ("pgbench", pgbench_rows_per_s), "mariadb": ("mariadb-slap", slap_rows_per_s)}
+
+
+def measure(engine: str, batch: int, rounds: int, connections: int, lab: Path) -> list[float]:
+    rows = ROWS_PER_CONNECTION.get(batch, 100 * batch)
+    client, client_rows_per_s = C_CLIENT[engine]
+    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab})
+    ratios = []
+    with provision(engine, spec, keep=False, connections=connections) as instance:
+        kind("random-insert").prepare(instance, {"connections": connections, "rows_per_connection": rows, "batch": batch}, {})
+        for round_no in range(rounds + 1):
+            results = {}
+            order = ("storlab", client) if round_no % 2 else (client, "storlab")
+            for who in order:
+                with instance.connect() as conn:
+                    for statement in RESET[engine]:
+                        conn.execute(statement)
+                if who == "storlab":
+                    results[who] = storlab_rows_per_s(instance, connections, rows, batch)
+                else:
+                    results[who] = client_rows_per_s(instance, connections, rows, batch)
+            if round_no == 0:
+                continue  # warm-up for both: first runs pay for cold caches and file creation
+            ratios.append(results["storlab"] / results[client])
+            print(f"  {engine} batch {batch} round {round_no}: storlab {results['storlab']:,.0f} rows/s, "
+                  f"{client} {results[client]:,.0f} rows/s, ratio {ratios[-1]:.3f}", flush=True)
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", default="postgres,mariadb")
+    parser.add_argument("--batches", default="10,1000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rows", type=int, default=40_000, help="rows per connection")
-    parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
 
     lab = Path("/var/tmp/storlab/benchmarks")
     lab.mkdir(parents=True, exist_ok=True)
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {"shared_buffers": "256MB"}, {"disk": lab})
-    with provision("postgres", spec, keep=False, connections=args.connections) as instance, \
-            tempfile.TemporaryDirectory() as tmp:
-        prepare(instance, "random-insert")
-        script = Path(tmp) / "insert.sql"
-        # The same statement the driver sends, with the batch as a literal.
-        script.write_text(postgres.RANDOM_INSERT.replace("%s", str(args.batch)) + ";\n")
-        ratios = []
-        for round_no in range(0, args.rounds + 1):
-            results = {}
-            order = ("storlab", "pgbench") if round_no % 2 else ("pgbench", "storlab")
-            for who in order:
-                with instance.connect() as conn:
-                    for statement in RESET:
-                        conn.execute(statement)
-                if who == "storlab":
-                    results[who] = storlab_rows_per_s(instance, args.connections, args.rows, args.batch)
-                else:
-                    results[who] = pgbench_rows_per_s(instance, script, args.connections, args.rows, args.batch)
-            if round_no == 0:
-                continue  # warm-up for both: first runs pay for cold caches and file creation
-            ratios.append(results["storlab"] / results["pgbench"])
-            print(f"round {round_no}: storlab {results['storlab']:,.0f} rows/s, pgbench {results['pgbench']:,.0f} rows/s, "
-                  f"ratio {ratios[-1]:.3f}")
-        print(f"storlab / pgbench throughput: median {statistics.median(ratios):.3f} "
-              f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds, "
-              f"{args.connections} connections x {args.rows} rows, batch {args.batch}")
+    lab.chmod(0o755)
+    summary = []
+    for engine in args.engines.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            ratios = measure(engine, batch, args.rounds, args.connections, lab)
+            summary.append(f"{engine:8} batch {batch:>5}: storlab / {C_CLIENT[engine][0]} throughput median "
+                           f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}) over "
+                           f"{args.rounds} rounds, {args.connections} connections x "
+                           f"{ROWS_PER_CONNECTION.get(batch, 100 * batch)} rows")
+    print("\n".join(summary))
 
 
 if __name__ == "__main__":

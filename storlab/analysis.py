@@ -1,5 +1,6 @@
-"""From the store to the answer: per-cell statistics, the ranking, wait tables, and the runs that were
-recorded on different machine facts (kept apart, never averaged in silently)."""
+"""From the store to the answer: per-cell statistics of every figure the workload reports, the
+ranking by its headline figure, wait tables, and the runs that were recorded on different machine
+facts (kept apart, never averaged in silently)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,39 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from storlab import system
-from storlab.engines.base import Wait
-from storlab.stats import Comparison, Summary, compare, summarize
+from storlab import racing, settle, system, waiting_tasks
+from storlab.experiment import HOST_FACTOR
+from storlab.stats import CellVerdict, Summary, Verdicts, against_best, summarize
 from storlab.store import CellRecord, RunRecord, Store
-from storlab.waits import WaitRow, mean_per_run, top_share
+from storlab.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
+from storlab.workloads import KINDS, Figure
+from storlab.workloads.kind import ELAPSED
 
 
 @dataclass
 class CellResult:
     cell: CellRecord
     runs: list[RunRecord]
-    elapsed: Summary | None
-    rows_per_s: Summary | None
+    figures: dict[str, Summary]  # every figure its runs all reported
     waits: list[Wait]
     wait_source: str
     extras: dict[str, float]
+    headline_name: str = ELAPSED.name
+    tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
+
+    @property
+    def headline(self) -> Summary | None:
+        return self.figures.get(self.headline_name)
+
+    def values(self, name: str | None = None) -> list[float]:
+        """One figure's value in each run (the headline by default)."""
+        name = name or self.headline_name
+        return [r.figures[name] for r in self.runs if name in r.figures]
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts that measured its runs."""
+        return sorted({r.host for r in self.runs if r.host})
 
     @property
     def top(self) -> list[WaitRow]:
@@ -38,40 +56,63 @@ class CellResult:
 @dataclass
 class Ranked:
     result: CellResult
-    slower_percent: float  # mean elapsed relative to the best cell
-    versus_best: Comparison | None
+    distance_percent: float  # how much worse than the best cell, in % of the best's mean
+    versus_best: CellVerdict | None  # None for the best cell itself
 
 
 @dataclass
 class Results:
     experiment: dict[str, Any]
     cells: list[CellResult]
+    figures: tuple[Figure, ...]  # the workload's, the headline first
+    note: str | None = None  # how the workload runs, where a reader could assume otherwise
     set_aside: list[RunRecord] = field(default_factory=list)
     facts_notes: list[str] = field(default_factory=list)
     failures: list[tuple[str, int, str]] = field(default_factory=list)
     facts: dict | None = None
+    race: racing.RaceState | None = None  # replayed from the runs, when the experiment raced
+    conditions: str | None = None  # what every run started from, in one line
+    # The machines the kept runs were measured on: (host, or the hosts that share its facts, or None
+    # when runs name no host; its facts). One per host when the host is a factor.
+    machines: list[tuple[str | None, dict]] = field(default_factory=list)
+
+    @property
+    def pooled_hosts(self) -> bool:
+        """Runs of one cell measured on several hosts (no `hosts` in the experiment, identical facts)."""
+        return HOST_FACTOR not in self.experiment.get("factors", {}) and \
+            len({h for c in self.cells for h in c.hosts}) > 1
+
+    @property
+    def headline(self) -> Figure:
+        return self.figures[0]
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.headline.better != "higher"
 
     @property
     def measured(self) -> list[CellResult]:
-        return [c for c in self.cells if c.elapsed is not None]
+        return [c for c in self.cells if c.headline is not None]
 
     def cell(self, ident: str) -> CellResult | None:
         """By id, or by a unique prefix of the id."""
         matches = [c for c in self.cells if c.cell.id.startswith(ident)]
         return matches[0] if len(matches) == 1 else None
 
+    def verdicts(self) -> Verdicts:
+        """Every measured cell against the best, corrected for the number of comparisons."""
+        return against_best({c.cell.id: c.values() for c in self.measured}, self.lower_is_better)
+
     def ranking(self) -> list[Ranked]:
-        cells = sorted(self.measured, key=lambda c: c.elapsed.mean)
-        if not cells:
+        if not self.measured:
             return []
+        verdicts = self.verdicts()
+        sign = 1 if self.lower_is_better else -1
+        cells = sorted(self.measured, key=lambda c: (sign * c.headline.mean, c.cell.id != verdicts.reference))
         best = cells[0]
-        best_values = [r.elapsed_s for r in best.runs]
         return [
-            Ranked(
-                c,
-                100.0 * (c.elapsed.mean - best.elapsed.mean) / best.elapsed.mean,
-                None if c is best else compare(best_values, [r.elapsed_s for r in c.runs]),
-            )
+            Ranked(c, sign * 100.0 * (c.headline.mean - best.headline.mean) / best.headline.mean,
+                   verdicts.cells.get(c.cell.id))
             for c in cells
         ]
 
@@ -81,37 +122,80 @@ def _mean_extras(runs: list[RunRecord]) -> dict[str, float]:
     return {k: sum(r.wait_extras.get(k, 0.0) for r in runs) / len(runs) for k in sorted(keys)}
 
 
-def load(store: Store) -> Results:
-    experiment = store.experiment() or {}
-    all_runs = store.runs()
-    facts = store.facts()
-    # Runs are comparable only on the same machine facts: keep the largest group, set the others aside.
-    groups = Counter(r.facts_id for r in all_runs)
+def _figures_of(experiment: dict[str, Any], units: dict[str, str]) -> tuple[tuple[Figure, ...], str | None]:
+    """The workload kind's figures; for a kind this storlab does not know, elapsed first and the rest as recorded."""
+    kind = KINDS.get(experiment.get("identity", {}).get("workload", {}).get("kind", ""))
+    if kind is not None:
+        return kind.figures, kind.note
+    others = tuple(Figure(name, unit, name) for name, unit in sorted(units.items()) if name != ELAPSED.name)
+    return (ELAPSED, *others), None
+
+
+def _summaries(runs: list[RunRecord]) -> dict[str, Summary]:
+    names = set.intersection(*(set(r.figures) for r in runs)) if runs else set()
+    return {name: summarize([r.figures[name] for r in runs]) for name in names}
+
+
+def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tuple[int | None, list[str]]:
+    """Runs are comparable only on the same machine facts: the largest group's facts, and a note for
+    each other group (set aside)."""
+    groups = Counter(r.facts_id for r in runs)
     kept_facts = groups.most_common(1)[0][0] if groups else None
     notes = []
     for fid in groups:
         if fid != kept_facts:
             diffs = system.differences(facts[kept_facts]["comparable"], facts[fid]["comparable"])
-            notes.append(f"{groups[fid]} runs recorded on other machine facts are set aside: " + "; ".join(diffs))
-    kept = [r for r in all_runs if r.facts_id == kept_facts]
-    set_aside = [r for r in all_runs if r.facts_id != kept_facts]
+            notes.append(f"{'host ' + who + ': ' if who else ''}{groups[fid]} runs recorded on other machine "
+                         "facts are set aside: " + "; ".join(diffs))
+    return kept_facts, notes
+
+
+def load(store: Store) -> Results:
+    experiment = store.experiment() or {}
+    figures, note = _figures_of(experiment, store.units())
+    all_runs = store.runs()
+    facts = store.facts()
+    records = store.cells()
+    # Each host of a `hosts` experiment is its own machine: its runs are held against its own facts.
+    host_of = {c.id: c.factors.get(HOST_FACTOR) for c in records}
+    by_host: dict[str | None, list[RunRecord]] = {}
+    for r in all_runs:
+        by_host.setdefault(host_of.get(r.cell_id), []).append(r)
+    kept, notes, machines = [], [], []
+    for host, runs in by_host.items():
+        kept_facts, said = _kept(runs, facts, host)
+        notes += said
+        mine = [r for r in runs if r.facts_id == kept_facts]
+        kept += mine
+        names = ", ".join(sorted({r.host for r in mine if r.host})) or None
+        machines.append((host or names, facts[kept_facts]["body"]))
+    kept_ids = {r.id for r in kept}
+    set_aside = [r for r in all_runs if r.id not in kept_ids]
     cells = []
-    for cell in store.cells():
+    for cell in records:
         runs = [r for r in kept if r.cell_id == cell.id]
         cells.append(
             CellResult(
                 cell=cell,
                 runs=runs,
-                elapsed=summarize([r.elapsed_s for r in runs]) if runs else None,
-                rows_per_s=summarize([r.rows_per_s for r in runs]) if runs else None,
+                figures=_summaries(runs),
                 waits=mean_per_run([store.waits(r.id) for r in runs]),
                 wait_source=", ".join(sorted({r.wait_source for r in runs})) or "—",
                 extras=_mean_extras(runs),
+                headline_name=figures[0].name,
+                tasks=waiting_tasks.mean_per_run([store.waiting_tasks(r.id) for r in runs]),
             )
         )
+    failures = store.failures()
+    race = None
+    if experiment.get("race") and cells:
+        values = racing.rounds_from([c.cell.id for c in cells], kept, failures, figures[0].name)
+        race = racing.race(values, racing.RaceSettings(**experiment["race"]))
     return Results(
-        experiment=experiment, cells=cells, set_aside=set_aside, facts_notes=notes,
-        failures=store.failures(), facts=facts.get(kept_facts, {}).get("body") if kept_facts else None,
+        experiment=experiment, cells=cells, figures=figures, note=note, set_aside=set_aside,
+        facts_notes=notes, failures=failures,
+        facts=machines[0][1] if machines else None, machines=sorted(machines, key=lambda m: m[0] or ""),
+        race=race, conditions=settle.describe([r.conditions for r in kept]),
     )
 
 
@@ -119,3 +203,14 @@ def fmt_seconds(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def fmt_figure(value: float | None, unit: str) -> str:
+    """A figure as a table shows it: seconds as fmt_seconds, rates and counts with separators."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if unit == "s":
+        return fmt_seconds(value)
+    if unit == "ms":
+        return f"{value:.1f}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"

@@ -6,72 +6,133 @@ import math
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from storlab.analysis import CellResult, Results, fmt_seconds
+from storlab import waiting_tasks
+from storlab.analysis import CellResult, Ranked, Results, fmt_figure
 from storlab.errors import UserError
-from storlab.stats import compare
+from storlab.stats import NOISY_CV, against_baseline, describe_outliers, noise_warning
 
 
-def _ci(result: CellResult) -> str:
-    s = result.elapsed
+def _plain(*cells) -> list[Text]:
+    """Table cells as literal text: labels, wait names and messages are data, never rich markup."""
+    return [Text(str(c)) for c in cells]
+
+
+def _ci(result: CellResult, unit: str = "s") -> str:
+    s = result.headline
     if s is None:
         return "—"
     if s.n < 2:
-        return f"{fmt_seconds(s.mean)} (1 run)"
-    return f"{fmt_seconds(s.mean)} ± {fmt_seconds(s.half_width)}"
+        return f"{fmt_figure(s.mean, unit)} (1 run)"
+    return f"{fmt_figure(s.mean, unit)} ± {fmt_figure(s.half_width, unit)}"
+
+
+def _versus(ranked: Ranked) -> str:
+    if ranked.versus_best is None:
+        return "best"
+    return f"{ranked.distance_percent:+.1f} % ({ranked.versus_best.verdict})"
+
+
+def _cv(result: CellResult) -> str:
+    s = result.headline
+    if s.n < 2:
+        return "—"
+    return f"{100 * s.cv:.1f} %" + (" !" if s.cv > NOISY_CV else "")
 
 
 def show(results: Results, console: Console) -> None:
     exp = results.experiment
-    console.print(f"[bold]{exp.get('name', '?')}[/] on {exp.get('engine', '?')}: elapsed seconds, mean ± 95 % CI")
-    ranking = results.ranking()
+    head = results.headline
+    console.print(Text.assemble((str(exp.get("name", "?")), "bold"),
+                                f" on {exp.get('engine', '?')}: {head.label}, mean ± 95 % CI"))
+    others = [f for f in results.figures[1:] if f.shown]
     table = Table(show_edge=False)
-    for col, justify in [("#", "right"), ("cell", "left"), ("factors", "left"), ("elapsed s", "right"),
-                         ("CV", "right"), ("rows/s", "right"), ("p99 txn ms", "right"), ("runs", "right"),
-                         ("vs best", "right"), ("top wait", "left")]:
+    columns = [("#", "right"), ("cell", "left"), ("factors", "left"), (head.label, "right"), ("CV", "right")]
+    columns += [(f.label, "right") for f in others]
+    columns += [("runs", "right"), ("vs best", "right"), ("top wait", "left")]
+    pooled = results.pooled_hosts
+    if pooled:
+        columns.append(("hosts", "left"))
+    for col, justify in columns:
         table.add_column(col, justify=justify)
+    ranking = results.ranking()
     for place, ranked in enumerate(ranking, 1):
         c = ranked.result
-        versus = "best" if ranked.versus_best is None else (
-            f"+{ranked.slower_percent:.1f} % ({ranked.versus_best.describe()})"
-        )
-        p99 = sum(r.latency_p99_ms for r in c.runs) / len(c.runs)
-        table.add_row(
-            str(place), c.cell.id, c.cell.label, _ci(c), f"{100 * c.elapsed.cv:.1f} %" if c.elapsed.n > 1 else "—",
-            f"{c.rows_per_s.mean:,.0f}", f"{p99:.1f}", str(len(c.runs)), versus, c.top_wait,
-        )
+        table.add_row(*_plain(
+            place, c.cell.id, c.cell.label, _ci(c, head.unit), _cv(c),
+            *[fmt_figure(c.figures[f.name].mean if f.name in c.figures else None, f.unit) for f in others],
+            len(c.runs), _versus(ranked), c.top_wait, *([", ".join(c.hosts)] if pooled else []),
+        ))
     for c in results.cells:
-        if c.elapsed is None:
-            table.add_row("", c.cell.id, c.cell.label, "—", "—", "—", "—", "0", "not run", "—")
+        if c.headline is None:
+            table.add_row(*_plain("", c.cell.id, c.cell.label, "—", "—", *["—" for _ in others], "0", "not run", "—",
+                                  *(["—"] if pooled else [])))
     console.print(table)
     if ranking:
         best = ranking[0].result
-        console.print(f"best: [bold]{best.cell.label}[/] ({best.cell.id}), {_ci(best)} s")
-        others = [r for r in ranking[1:] if r.versus_best is not None]
-        if others:
-            worst = others[-1]
-            factor = worst.result.elapsed.mean / best.elapsed.mean
-            console.print(
-                f"  {factor:.2f}x faster than the slowest cell ({worst.result.cell.label}); "
-                + _significance_line(others)
-            )
-    if results.facts:
-        console.print(facts_line(results.facts))
+        console.print(Text.assemble("best: ", (best.cell.label, "bold"),
+                                    f" ({best.cell.id}), {_ci(best, head.unit)} {head.unit}"))
+        rest = [r for r in ranking[1:] if r.versus_best is not None]
+        if rest:
+            worst = rest[-1]
+            factor = worst.result.headline.mean / best.headline.mean
+            factor = factor if results.lower_is_better else 1 / factor
+            console.print(Text(f"  {factor:.2f}x better than the worst cell ({worst.result.cell.label}); "
+                               + _significance_line(rest)))
+            console.print(Text(f"  verdicts: {results.verdicts().correction}"))
+    for line in race_lines(results):
+        console.print(Text(line))
+    for line in noise_lines(results):
+        console.print(Text.assemble(("noise: ", "yellow"), line))
+    if results.conditions:
+        console.print(Text(results.conditions))
+    if results.note:
+        console.print(Text(results.note))
+    for host, facts in results.machines:
+        console.print(Text(facts_line(facts, host)))
     for note in results.facts_notes:
-        console.print(f"[yellow]warning:[/] {note}")
+        console.print(Text.assemble(("warning: ", "yellow"), note))
     for cell_id, rep, message in results.failures:
-        console.print(f"[red]failed run:[/] cell {cell_id} repetition {rep}: {message}")
+        console.print(Text.assemble(("failed run: ", "red"), f"cell {cell_id} repetition {rep}: {message}"))
 
 
-def facts_line(facts: dict) -> str:
-    """The machine the runs were measured on, in one line."""
+def race_lines(results: Results) -> list[str]:
+    """Which cells a race dropped, after which round and on what evidence; why it stopped."""
+    race = results.race
+    if race is None:
+        return []
+    labels = {c.cell.id: c.cell.label for c in results.cells}
+    lines = [f"race: {len(race.drops)} of {len(labels)} cells dropped after {race.rounds} rounds"]
+    lines += [f"  dropped {labels.get(d.cell, d.cell)} ({d.cell}) {d.evidence}" for d in race.drops]
+    lines.append(f"  {race.finished}" if race.finished else f"  still racing: next is round {race.next_round}")
+    return lines
+
+
+def noise_lines(results: Results) -> list[str]:
+    """Each noisy cell's warning and each cell's outliers (kept in the figures, never dropped)."""
+    lines = []
+    for c in results.measured:
+        warning = noise_warning(c.headline.cv, c.headline.n) if c.headline.n > 1 else None
+        if warning:
+            lines.append(f"{c.cell.label} ({c.cell.id}): {warning}")
+        outliers = describe_outliers(c.values(), [r.repetition for r in c.runs], results.headline.unit)
+        if outliers:
+            lines.append(f"{c.cell.label} ({c.cell.id}): {outliers}")
+    return lines
+
+
+def facts_line(facts: dict, host: str | None = None) -> str:
+    """The machine the runs were measured on (named, when the runs name it), in one line."""
     cpu = facts.get("cpu", {})
     governor = cpu.get("governor") or ("unknown (virtualized)" if cpu.get("virtualized") else "unknown")
     places = "; ".join(
         f"{path}: {d.get('device') or '?'} {d.get('filesystem') or ''}".rstrip()
         for path, d in facts.get("paths", {}).items()
     )
-    return f"machine: {cpu.get('model') or '?'}, {cpu.get('cores')} cores, governor {governor}; {places}"
+    who = f"machine {host}" if host else "machine"
+    line = f"{who}: {cpu.get('model') or '?'}, {cpu.get('cores')} cores, governor {governor}"
+    return f"{line}; {places}" if places else line
 
 
 def _significance_line(others) -> str:
@@ -88,15 +149,15 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def wait_table(result: CellResult) -> Table:
     """The seeds' columns; a column the source cannot fill honestly shows '—'."""
-    table = Table(title=f"{result.cell.label} ({result.cell.id}): waits per run, top 95 %, source {result.wait_source}",
+    table = Table(title=Text(f"{result.cell.label} ({result.cell.id}): waits per run, top 95 %, source {result.wait_source}"),
                   show_edge=False, title_justify="left")
     for col in ("WaitType", "Wait_S", "Signal_S", "WaitCount", "Percentage", "AvgWait_S"):
         table.add_column(col, justify="left" if col == "WaitType" else "right")
     for row in result.top:
-        table.add_row(
+        table.add_row(*_plain(
             row.wait_type, _fmt(row.wait_s), _fmt(row.signal_s), _fmt(row.wait_count, 0),
             f"{row.percentage:.2f}", _fmt(row.avg_wait_s, 6),
-        )
+        ))
     return table
 
 
@@ -110,7 +171,29 @@ def extras_line(result: CellResult) -> str | None:
     return "  beside the table (per run): " + ", ".join(parts)
 
 
-def waits(results: Results, console: Console, cell: str | None = None) -> None:
+def resources(result: CellResult) -> list[Text | Table]:
+    """Who waits on what (the seeds' sys.dm_os_waiting_tasks, summed): each top wait's resources and
+    their share of the time the sampler saw sessions in that wait."""
+    if not result.tasks:
+        return [Text(f"{result.cell.label} ({result.cell.id}): no waiting tasks were recorded with these runs")]
+    # The sampling period is not named: a results folder keeps the runs of whichever storlab recorded them.
+    title = Text(f"{result.cell.label} ({result.cell.id}): who waits on what, waiting tasks sampled through "
+                 "each run, seconds per run")
+    table = Table(show_edge=False)
+    for col in ("WaitType", "Resource", "Sampled_S", "Share"):
+        table.add_column(col, justify="left" if col in ("WaitType", "Resource") else "right")
+    for wait in waiting_tasks.resources_of(result.top, result.tasks):
+        if wait.wait_type == "CPU":
+            continue  # on CPU is no wait: no session waits on a resource there
+        if not wait.resources:
+            table.add_row(*_plain(wait.wait_type, "— (no session caught in it)", "", ""))
+        for i, share in enumerate(wait.resources):
+            table.add_row(*_plain(wait.wait_type if i == 0 else "", waiting_tasks.resource_label(share),
+                                  _fmt(share.seconds), f"{share.share:.1f} %"))
+    return [title, table]
+
+
+def waits(results: Results, console: Console, cell: str | None = None, who_waits: bool = False) -> None:
     chosen = results.measured
     if cell is not None:
         found = results.cell(cell)
@@ -122,7 +205,11 @@ def waits(results: Results, console: Console, cell: str | None = None) -> None:
         console.print(wait_table(result))
         line = extras_line(result)
         if line:
-            console.print(line)
+            console.print(Text(line))
+        if who_waits:
+            console.print()
+            for part in resources(result):
+                console.print(part)
         console.print()
 
 
@@ -134,15 +221,20 @@ def compare_cells(results: Results, console: Console, baseline: str | None = Non
         base = measured[0]
     else:
         base = results.cell(baseline)
-        if base is None or base.elapsed is None:
+        if base is None or base.headline is None:
             raise UserError(f"--baseline {baseline}: no such cell with finished runs")
-    table = Table(title=f"elapsed time against {base.cell.label} ({base.cell.id})", show_edge=False, title_justify="left")
-    for col in ("cell", "factors", "elapsed s", "change", "p", "verdict"):
+    head = results.headline
+    verdicts = against_baseline({c.cell.id: c.values() for c in measured}, base.cell.id, results.lower_is_better)
+    table = Table(title=Text(f"{head.label} against {base.cell.label} ({base.cell.id})"), show_edge=False,
+                  title_justify="left")
+    for col in ("cell", "factors", head.label, "change", "p", "adjusted p", "verdict"):
         table.add_column(col, justify="left" if col in ("cell", "factors", "verdict") else "right")
     for c in measured:
         if c is base:
-            table.add_row(c.cell.id, c.cell.label, _ci(c), "baseline", "", "")
+            table.add_row(*_plain(c.cell.id, c.cell.label, _ci(c, head.unit), "baseline", "", "", ""))
             continue
-        cmp = compare([r.elapsed_s for r in base.runs], [r.elapsed_s for r in c.runs])
-        table.add_row(c.cell.id, c.cell.label, _ci(c), f"{cmp.change_percent:+.1f} %", _fmt(cmp.p_value, 3), cmp.describe())
+        v = verdicts.cells[c.cell.id]
+        table.add_row(*_plain(c.cell.id, c.cell.label, _ci(c, head.unit), f"{v.change_percent:+.1f} %",
+                              _fmt(v.p_value, 3), _fmt(v.adjusted_p, 3), v.verdict))
     console.print(table)
+    console.print(Text(f"verdicts: {verdicts.correction}, at 5 %"))

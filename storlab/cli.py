@@ -44,12 +44,24 @@ def _console() -> Console:
     return Console(highlight=False, width=None if probe.is_terminal else 160)
 
 
+def _out(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """--out: a folder name, never the empty one (which would mean the working folder)."""
+    if value is None:
+        return None
+    from storlab.store import check_folder
+
+    if not value.strip():
+        raise UserError("--out: an empty folder name; give a folder, or leave --out out")
+    check_folder(Path(value))
+    return Path(value)
+
+
 # -- device and machine commands (storlab check, storlab io) ---------------------------------
 
 
 def _placement_path(text: str) -> Path:
     """A directory, or the placement word "tmpfs" (the RAM disk an experiment's placement names)."""
-    from storlab.experiment import TMPFS, TMPFS_ROOT
+    from storlab.placements import TMPFS, TMPFS_ROOT
 
     path = TMPFS_ROOT if text == TMPFS else Path(text)
     if not path.exists():
@@ -84,8 +96,8 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--size", default="256M", show_default=True, help="Test file size.")
 @click.option("--duration", default="10s", show_default=True, help="Time per job.")
 @click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
-@click.option("--out", type=click.Path(file_okay=False), help="Results folder (default results/io-<path>).")
-def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: str | None) -> None:
+@click.option("--out", callback=_out, help="Results folder (default results/io-<path>).")
+def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None) -> None:
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
     from storlab import iobench, system
     from storlab.store import Store
@@ -96,119 +108,257 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
     console = _console()
     facts = system.collect_facts([path])
     results = iobench.run(path, jobs, size_bytes, seconds, console)
-    folder = Path(out) if out else iobench.default_folder(path)
+    folder = out or iobench.default_folder(path)
     with Store.open(folder) as store:
         store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
         console.print(line, markup=False)
-    console.print(f"results: {folder}")
+    console.print(f"results: {folder}", markup=False)
 
 
 # -- experiment commands ---------------------------------------------------------------------
 
 
-def _load(path: str):
+def _load(path: str, race: bool = False):
     from storlab import experiment
 
-    return experiment.load(path)
+    return experiment.load(path, race)
 
 
-def _results(folder: str):
-    from storlab import analysis
+def _dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--store: a PostgreSQL connection string without a password (never echoed back)."""
+    if value is None:
+        return None
+    from storlab.shared_store import check_dsn
+
+    return check_dsn(value)
+
+
+def _store_options(command):
+    """FOLDER, or --store DSN with --experiment NAME: where a read command finds its results."""
+    command = click.option("--experiment", help="With --store: the experiment's name (needed when the store holds several).")(command)
+    command = click.option("--store", "dsn", callback=_dsn, metavar="DSN",
+                           help="A shared PostgreSQL store (postgresql://USER@HOST/DB) instead of a results folder.")(command)
+    return click.argument("folder", required=False, type=click.Path())(command)
+
+
+def _opened(folder: str | None, dsn: str | None, experiment: str | None, out: Path | None = None):
+    """The results store a read command names (read-only)."""
+    from storlab import shared_store
     from storlab.store import Store
 
-    with Store.open(Path(folder), create=False) as store:
+    if dsn is None:
+        if folder is None:
+            raise UserError("give a results folder, or --store DSN")
+        if experiment is not None:
+            raise UserError("--experiment: only with --store (a results folder holds one experiment)")
+        if out is not None:
+            raise UserError("--out: only with --store (files go beside a results folder's store)")
+        return Store.open(Path(folder), create=False)
+    if folder is not None:
+        raise UserError(f"{folder}: give a results folder or --store, not both")
+    return shared_store.open(dsn, experiment, create=False)
+
+
+def _beside(store, out: Path | None) -> None:
+    """Where a shared store's report and export go: --out, or results/<experiment name>."""
+    from storlab.store import check_folder
+
+    if store.folder is None:
+        store.folder = out or Path("results") / (store.experiment() or {}).get("name", "store")
+        check_folder(store.folder)
+        try:
+            store.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{store.folder}: cannot make the folder: {exc.strerror}") from None
+
+
+def _results(folder: str | None, dsn: str | None = None, experiment: str | None = None):
+    from storlab import analysis
+
+    with _opened(folder, dsn, experiment) as store:
         return analysis.load(store)
 
 
+def _say(console: Console):
+    return lambda line: console.print(line, markup=False)
+
+
 @main.command()
-@click.argument("experiment_file", type=click.Path(dir_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), help="Results folder (default results/<name>).")
+@click.argument("experiment_file")
+@click.option("--out", callback=_out, help="Results folder (default results/<name>).")
+@click.option("--store", "dsn", callback=_dsn, metavar="DSN",
+              help="Record into a shared PostgreSQL store instead (postgresql://USER@HOST/DB): the plan is "
+                   "queued there and run here, beside any workers.")
+@click.option("--host", help="With --store: the host this machine goes by (default its name).")
 @click.option("--dry-run", is_flag=True, help="Print the cells and the planned runs, run nothing.")
 @click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
-def run(experiment_file: str, out: str | None, dry_run: bool, keep: bool) -> None:
-    """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer."""
-    from storlab import answer, runner
+@click.option("--race", is_flag=True,
+              help="Race the cells (as race = true in the file): after each round of repetitions, cells "
+                   "clearly worse than the best get no more runs.")
+def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
+        race: bool) -> None:
+    """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
+    Everything is checked before anything starts (also with --dry-run): the file, the placements,
+    engine_settings against the installed engine, and each placement's free space."""
+    from storlab import answer, fleet, runner
+    from storlab.store import check_folder
 
-    exp = _load(experiment_file)
-    folder = Path(out) if out else runner.default_folder(exp)
+    exp = _load(experiment_file, race)
     console = _console()
+    if dsn is not None:
+        if out is not None:
+            raise UserError("--out: give a results folder or --store, not both")
+        if dry_run:
+            raise UserError("--dry-run: works on a results folder; with --store, storlab submit queues the plan and says what it holds")
+        outcome = fleet.run_here(exp, dsn, fleet.check_host(host or fleet.this_host()), keep, _say(console))
+        console.print()
+        answer.show(_results(None, dsn, exp.name), console)
+        if outcome.failed:
+            raise RunFailed(f"{len(outcome.failed)} runs failed; run the same command again to retry them")
+        return
+    if host is not None:
+        raise UserError("--host: only with --store (a results folder is this machine's)")
+    folder = out or runner.default_folder(exp)
+    check_folder(folder)
     if dry_run:
         for line in runner.describe_plan(exp, folder):
-            console.print(line)
+            console.print(line, markup=False)
         return
+    if exp.model.hosts:
+        raise UserError(f"{exp.where(('hosts',))}: hosts: a results folder is one machine's; put the experiment in "
+                        "a shared store (storlab submit FILE --store DSN) and start storlab worker on each host")
     outcome = runner.run(exp, folder, keep, console)
     console.print()
     answer.show(_results(str(folder)), console)
-    console.print(f"results: {folder}  (storlab report {folder} writes the HTML report)")
+    console.print(f"results: {folder}  (storlab report {folder} writes the HTML report)", markup=False)
     if outcome.failed:
         raise RunFailed(f"{len(outcome.failed)} runs failed; run the same command again to retry them")
 
 
 @main.command()
-@click.argument("folder", type=click.Path())
-def show(folder: str) -> None:
+@_store_options
+def show(folder: str | None, dsn: str | None, experiment: str | None) -> None:
     """The answer: one row per cell, mean elapsed ± 95 % CI, the best cell."""
     from storlab import answer
 
-    answer.show(_results(folder), _console())
+    answer.show(_results(folder, dsn, experiment), _console())
 
 
 @main.command()
-@click.argument("folder", type=click.Path())
+@_store_options
 @click.option("--cell", help="One cell's id (or a unique prefix).")
-def waits(folder: str, cell: str | None) -> None:
-    """Wait statistics per cell: top 95 %, the seeds' columns."""
+@click.option("--resources", is_flag=True, help="Also who waits on what: each top wait's resources and their share.")
+def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str | None, resources: bool) -> None:
+    """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks."""
     from storlab import answer
 
-    answer.waits(_results(folder), _console(), cell)
+    answer.waits(_results(folder, dsn, experiment), _console(), cell, resources)
 
 
 @main.command()
-@click.argument("folder", type=click.Path())
+@_store_options
 @click.option("--baseline", help="The cell to compare against (default: the first cell).")
-def compare(folder: str, baseline: str | None) -> None:
+def compare(folder: str | None, dsn: str | None, experiment: str | None, baseline: str | None) -> None:
     """% change in elapsed time between cells, and whether it is significant."""
     from storlab import answer
 
-    answer.compare_cells(_results(folder), _console(), baseline)
+    answer.compare_cells(_results(folder, dsn, experiment), _console(), baseline)
 
 
 @main.command()
-@click.argument("folder", type=click.Path())
-def report(folder: str) -> None:
-    """Write FOLDER/report.html: one self-contained file with every chart."""
+@_store_options
+@click.option("--out", callback=_out, help="With --store: the folder for the report (default results/<experiment>).")
+@click.option("--io", "io_dirs", multiple=True, type=click.Path(),
+              help="A `storlab io` results folder to show beside the database's figures (repeatable).")
+@click.option("--cell", help="The cell whose median run the waits-over-time chart draws (default: the best).")
+def report(folder: str | None, dsn: str | None, experiment: str | None, out: Path | None, io_dirs: tuple[str, ...],
+           cell: str | None) -> None:
+    """Write FOLDER/report.html: one self-contained file with every chart, and a PNG of each."""
     from storlab import report as html_report
-    from storlab.store import Store
 
-    with Store.open(Path(folder), create=False) as store:
-        path = html_report.write(store)
+    with _opened(folder, dsn, experiment, out) as store:
+        _beside(store, out)
+        path = html_report.write(store, [Path(d) for d in io_dirs], cell)
     click.echo(f"wrote {path}")
 
 
 @main.command()
-def clean() -> None:
-    """Stop and remove whatever a crashed or interrupted run left behind."""
+@click.argument("experiment_file")
+@click.option("--store", "dsn", required=True, callback=_dsn, metavar="DSN",
+              help="The shared PostgreSQL store (postgresql://USER@HOST/DB; the password from ~/.pgpass, PGPASSWORD or a service file).")
+def submit(experiment_file: str, dsn: str) -> None:
+    """Put EXPERIMENT_FILE's plan in a shared store, for the workers: every run not queued yet (and
+    failed runs again). Its placements and engine are checked by each worker, on its own host."""
+    from storlab import experiment, fleet, shared_store
+
+    exp = experiment.load(experiment_file, check_placements=False)
+    with shared_store.open(dsn, exp.name, create=True, purpose="submit") as store:
+        click.echo(fleet.submit(exp, store).line(exp.name))
+
+
+@main.command()
+@click.option("--store", "dsn", required=True, callback=_dsn, metavar="DSN",
+              help="The shared PostgreSQL store (postgresql://USER@HOST/DB; the password from ~/.pgpass, PGPASSWORD or a service file).")
+@click.option("--host", help="The host this worker runs for (default this machine's name).")
+@click.option("--experiment", help="Take only this experiment's runs.")
+@click.option("--lease", "lease_s", type=float, default=60.0, show_default=True,
+              help="Seconds a claim lasts unless renewed: a dead worker's run goes back to the queue after it.")
+@click.option("--until-done", is_flag=True, help="Stop once every run this worker may take is recorded.")
+@click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
+def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, until_done: bool, keep: bool) -> None:
+    """Claim runs from a shared store, run them on this host (relative placements are relative to
+    the working folder), and record each with this host's name and machine facts. Takes only runs it
+    can run: its engine installed, the settings accepted, its placements there or made."""
+    from storlab import fleet
+
+    options = fleet.WorkerOptions(fleet.check_host(host or fleet.this_host()), experiment, lease_s, until_done, keep)
+    outcome = fleet.work(dsn, options, _say(_console()))
+    if until_done:
+        click.echo(f"{options.host}: {outcome.finished} runs recorded, {len(outcome.failed)} failed, {outcome.lost} given up")
+
+
+@main.command()
+@click.option("--all", "everything", is_flag=True, help="Also stop instances of storlab runs still going.")
+def clean(everything: bool) -> None:
+    """Stop and remove what a crashed or interrupted run left behind (instances whose storlab process
+    is gone, and those kept with --keep); runs still going are left alone unless --all."""
     from storlab import instances
 
-    cleaned = instances.clean(only_orphans=False)
+    cleaned = instances.clean(live=everything)
     for item in cleaned:
-        what = "stopped and removed" if item.stopped else "removed"
+        if item.live:
+            what = "stopped a running instance, removed" if item.stopped else "removed a running instance's"
+        else:
+            what = "stopped and removed" if item.stopped else "removed"
         click.echo(f"{item.instance_id}: {what} {', '.join(item.removed) or 'nothing'}")
         for path in item.refused:
             click.echo(f"{item.instance_id}: left {path} (it has no storlab marker for this instance)")
     if not cleaned:
-        click.echo("nothing to clean")
+        running = [m for m in instances.Manifest.all() if not m.kept and m.owner_running]
+        click.echo("nothing to clean" + (f" ({len(running)} instances of runs still going; --all stops them)" if running else ""))
 
 
 @main.command()
-@click.argument("folder", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
-def export(folder: str, fmt: str) -> None:
-    """Write FOLDER/runs.csv or runs.json: one row per run, factors as columns."""
+@_store_options
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet"]), default="csv", show_default=True)
+@click.option("--out", callback=_out, help="With --store: the folder for the file (default results/<experiment>).")
+def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str, out: Path | None) -> None:
+    """Write FOLDER/runs.csv, runs.json or runs.parquet: one row per run, factors as columns (typed in
+    parquet; it needs pyarrow: pip install 'storlab[parquet]')."""
     from storlab import export as exporter
-    from storlab.store import Store
 
-    with Store.open(Path(folder), create=False) as store:
+    with _opened(folder, dsn, experiment, out) as store:
+        _beside(store, out)
         click.echo(f"wrote {exporter.write(store, fmt)}")
+
+
+@main.command()
+def schema() -> None:
+    """Print the experiment file's JSON Schema (for editors), made from the models that validate it."""
+    import json
+
+    from storlab.schema import experiment_schema
+
+    click.echo(json.dumps(experiment_schema(), indent=2))

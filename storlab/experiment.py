@@ -7,93 +7,70 @@ Errors read `FILE:LINE: KEY: what is wrong`, so a user finds the mistake without
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from storlab import devices, engine_settings, factors, instances, placements
 from storlab.errors import UserError
+from storlab.factors import KeyProblem, show
+from storlab.racing import RaceSettings, RacingKeys
+from storlab.sizes import format_size, parse_size
+from storlab.workloads import KINDS, Workload
 
-TMPFS = "tmpfs"
-# A RAM disk placement lives under the tmpfs every Linux mounts; storlab needs no mount of its own.
-TMPFS_ROOT = Path("/dev/shm")
+# Limits that keep a plan finite and a file sane (README: "Limits").
+MAX_FILE_BYTES = 1024 * 1024
+MAX_NAME = 64  # the default results folder is results/<name>
+MAX_CELLS = 1000  # cell ids are 8 hex digits: this keeps a clash of two ids below 1 in 10,000
+MAX_RUNS = 10_000
+MAX_DATA_FILES = 1024
+MAX_RATIO_WEIGHT = 1000
+MAX_EXCLUDE_RULES = 1000
+# The smallest redo log InnoDB takes (PostgreSQL's smallest log is two WAL segments: _check_wal).
+MIN_MARIADB_LOG_SIZE = 4 * 1024**2
+MAX_LOG_SIZE = 1024**4
 
 ENGINES = ("postgres", "mariadb")
-WORKLOAD_KINDS = ("random-insert",)
 
-# What each engine can honour; a key outside its set is an error, never silently ignored.
+# What each engine can honour; a key outside its set is an error with the engine's reason, never ignored.
 LAYOUT_KEYS_BY_ENGINE = {
-    "postgres": {"data_files", "data_on", "log_on", "log_size", "striping"},
+    "postgres": {"data_files", "data_on", "log_on", "log_size", "log_growth", "striping"},
     "mariadb": {"data_files", "data_on", "log_on", "log_size", "page_size", "file_kind", "striping"},
+}
+UNHONOURED = {
+    ("postgres", "page_size"): "PostgreSQL's page is fixed at 8 kB when the server is built",
+    ("postgres", "file_kind"): "PostgreSQL spreads a table over data files as partitions only",
+    ("mariadb", "log_growth"): "MariaDB's redo log is one fixed, circular file that never grows: declare its size with log_size",
 }
 PAGE_SIZES = ("4k", "8k", "16k", "32k", "64k")
 FILE_KINDS = ("partitions", "system-tablespace")
 STRIPINGS = ("round-robin", "contiguous")
+# initdb --wal-segsize takes a power of two from 1 to 1024 MB.
+WAL_SEGMENT_MB = tuple(2**i for i in range(11))
+# `hosts`: each host runs the whole matrix, so the host is a factor (short name "host"), listed first.
+HOST_FACTOR = "fleet.host"
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+MAX_HOSTS = 64
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)[bB]?\s*$")
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-
-def parse_size(text: str) -> int:
-    """'256MB' -> bytes; raises ValueError with the accepted forms."""
-    match = _SIZE.match(str(text))
-    if not match:
-        raise ValueError(f'expected a size like "256MB" or "1GB", got {json.dumps(text)}')
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-
-
-def _values(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _check_factor(value: Any, check, what: str) -> Any:
-    """Validate a scalar or a non-empty list of scalars with `check`, naming `what` in the error."""
-    if isinstance(value, list):
-        if not value:
-            raise ValueError(f"expected {what} or a list of them, got an empty list")
-        return [check(v, what, True) for v in value]
-    return check(value, what, False)
-
-
-def _positive_int(v: Any, what: str, in_list: bool) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"expected {what} or a list of them, got {json.dumps(v)}")
-    return v
-
-
-def _choice(choices):
-    def check(v: Any, what: str, in_list: bool) -> str:
-        if v not in choices:
-            raise ValueError(f"expected {what} or a list of them, got {json.dumps(v)}")
-        return v
-
-    return check
-
-
-def _size_text(v: Any, what: str, in_list: bool) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"expected {what} or a list of them, got {json.dumps(v)}")
-    try:
-        parse_size(v)
-    except ValueError:
-        raise ValueError(f"expected {what} or a list of them, got {json.dumps(v)}") from None
-    return v
-
-
-def _placement_ref(v: Any, what: str, in_list: bool) -> str | dict[str, int]:
+def _placement_ref(v: Any, what: str) -> str | dict[str, int]:
     """A placement name, or a ratio across placements such as {disk = 7, ram = 1}."""
     if isinstance(v, str) and v:
         return v
     if isinstance(v, dict) and v and all(isinstance(k, str) for k in v):
         for name, weight in v.items():
-            if isinstance(weight, bool) or not isinstance(weight, int) or weight <= 0:
-                raise ValueError(f"ratio weight for {json.dumps(name)} must be a positive integer, got {json.dumps(weight)}")
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 < weight <= MAX_RATIO_WEIGHT:
+                raise ValueError(f"ratio weight for {show(name)} must be an integer from 1 to {MAX_RATIO_WEIGHT}, got {show(weight)}")
         return dict(v)
-    raise ValueError(f"expected {what} or a list of them, got {json.dumps(v)}")
+    raise ValueError(f"expected {what} or a list of them, got {show(v)}")
 
 
 class _Strict(BaseModel):
@@ -102,9 +79,11 @@ class _Strict(BaseModel):
 
 class Layout(_Strict):
     data_files: int | list[int] = 1
-    data_on: Any = None
-    log_on: Any = None
+    # A placement name or a ratio across placements ({disk = 7, ram = 1}); a list is a factor.
+    data_on: str | dict[str, int] | list[str | dict[str, int]] | None = None
+    log_on: str | dict[str, int] | list[str | dict[str, int]] | None = None
     log_size: str | list[str] | None = None
+    log_growth: str | list[str] | None = None
     page_size: str | list[str] | None = None
     file_kind: str | list[str] | None = None
     striping: str | list[str] | None = None
@@ -112,129 +91,178 @@ class Layout(_Strict):
     @field_validator("data_files", mode="before")
     @classmethod
     def _data_files(cls, v):
-        return _check_factor(v, _positive_int, "a positive integer")
+        return factors.factor(v, factors.at_most(MAX_DATA_FILES), "a positive integer")
 
     @field_validator("data_on", "log_on", mode="before")
     @classmethod
     def _placements(cls, v):
         if v is None:
             return v
-        return _check_factor(v, _placement_ref, "a placement name (or a ratio table for data_on)")
+        return factors.factor(v, _placement_ref, "a placement name (or a ratio table for data_on)")
 
-    @field_validator("log_size", mode="before")
+    @field_validator("log_size", "log_growth", mode="before")
     @classmethod
-    def _log_size(cls, v):
-        return None if v is None else _check_factor(v, _size_text, 'a size such as "1GB"')
+    def _sizes(cls, v):
+        return None if v is None else factors.factor(v, factors.size_text, 'a size such as "1GB"')
 
     @field_validator("page_size", mode="before")
     @classmethod
     def _page_size(cls, v):
-        return None if v is None else _check_factor(v, _choice(PAGE_SIZES), "one of " + ", ".join(PAGE_SIZES))
+        return None if v is None else factors.factor(v, factors.choice(PAGE_SIZES), "one of " + ", ".join(PAGE_SIZES))
 
     @field_validator("file_kind", mode="before")
     @classmethod
     def _file_kind(cls, v):
-        return None if v is None else _check_factor(v, _choice(FILE_KINDS), "one of " + ", ".join(FILE_KINDS))
+        return None if v is None else factors.factor(v, factors.choice(FILE_KINDS), "one of " + ", ".join(FILE_KINDS))
 
     @field_validator("striping", mode="before")
     @classmethod
     def _striping(cls, v):
-        return None if v is None else _check_factor(v, _choice(STRIPINGS), "one of " + ", ".join(STRIPINGS))
+        return None if v is None else factors.factor(v, factors.choice(STRIPINGS), "one of " + ", ".join(STRIPINGS))
 
 
-class Workload(_Strict):
-    kind: str
-    connections: int | list[int] = 16
-    rows_per_connection: int | list[int] = 100_000
-    batch: int | list[int] = 1000
-
-    @field_validator("kind", mode="before")
-    @classmethod
-    def _kind(cls, v):
-        return _choice(WORKLOAD_KINDS)(v, "one of " + ", ".join(WORKLOAD_KINDS), False)
-
-    @field_validator("connections", "rows_per_connection", "batch", mode="before")
-    @classmethod
-    def _counts(cls, v):
-        return _check_factor(v, _positive_int, "a positive integer")
+def _setting_value(v: Any, what: str) -> str | int | float | bool:
+    problem = engine_settings.value_problem(v)
+    if problem:
+        raise ValueError(f"{problem}, got {show(v)}" if problem.startswith("expected") else problem)
+    return v
 
 
-def _setting_value(v: Any, what: str, in_list: bool) -> str | int | float | bool:
-    if isinstance(v, (str, int, float, bool)):
-        return v
-    raise ValueError(f"expected {what} or a list of them, got {json.dumps(v, default=str)}")
+# One model per workload kind, told apart by `kind`: each validates its own keys.
+WorkloadModel = Annotated[Union[tuple(k.Params for k in KINDS.values())], Field(discriminator="kind")]
 
 
-class Exclude(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ExperimentModel(RacingKeys, _Strict):
+    """The experiment file. `race`, `repetitions` and `equivalent_within` come first (racing.RacingKeys):
+    how many runs each cell gets, and whether cells clearly worse than the best stop getting them."""
 
-
-class ExperimentModel(_Strict):
     name: str
     engine: Literal["postgres", "mariadb"]
-    repetitions: int = 3
-    placements: dict[str, str]
+    placements: dict[str, str | dict[str, Any]]  # a directory, "tmpfs", or a device table (devices.py)
     layout: Layout = Layout()
-    workload: Workload
+    workload: WorkloadModel
     engine_settings: dict[str, Any] = {}
     exclude: list[dict[str, Any]] = []
+    hosts: list[str] | None = None
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v):
+        if v is None:
+            return v
+        if not isinstance(v, list) or not v:
+            raise ValueError(f'expected a list of host names, such as ["db1", "db2"], got {show(v)}')
+        if len(v) > MAX_HOSTS:
+            raise ValueError(f"{len(v)} hosts; the limit is {MAX_HOSTS}")
+        seen = set()
+        for host in v:
+            if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
+                raise ValueError(f"expected host names of 1 to 64 letters, digits, '-', '_' or '.', got {show(host)}")
+            if host.lower() in seen:
+                raise ValueError(f"{show(host)} is listed twice")
+            seen.add(host.lower())
+        return v
 
     @field_validator("name")
     @classmethod
     def _name(cls, v):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
-            raise ValueError(f"expected letters, digits, '-', '_' or '.', got {json.dumps(v)}")
+            raise ValueError(f"expected letters, digits, '-', '_' or '.', got {show(v)}")
+        if len(v) > MAX_NAME:
+            raise ValueError(f"{len(v)} characters; the limit is {MAX_NAME}")
         return v
 
     @field_validator("engine", mode="before")
     @classmethod
     def _engine(cls, v):
-        return _choice(ENGINES)(v, "one of " + ", ".join(ENGINES), False)
-
-    @field_validator("repetitions", mode="before")
-    @classmethod
-    def _repetitions(cls, v):
-        return _positive_int(v, "a positive integer", False)
+        return factors.choice(ENGINES)(v, "one of " + ", ".join(ENGINES))
 
     @field_validator("placements", mode="before")
     @classmethod
     def _placement_paths(cls, v):
         if not isinstance(v, dict) or not v:
             raise ValueError('expected a table of named places, such as disk = "./lab/disk"')
+        if len(v) > placements.MAX_PLACEMENTS:
+            raise ValueError(f"{len(v)} placements; the limit is {placements.MAX_PLACEMENTS}")
+        folded: dict[str, str] = {}
         for name, path in v.items():
-            if not isinstance(path, str) or not path:
-                raise ValueError(f"{name}: expected a directory path or \"tmpfs\", got {json.dumps(path)}")
+            problem = placements.name_problem(name)
+            if problem:
+                raise KeyProblem(("placements", name), problem)
+            if name.lower() in folded:
+                raise KeyProblem(("placements", name), f"the same name as placements.{folded[name.lower()]} when case is ignored")
+            folded[name.lower()] = name
+            if isinstance(path, dict):
+                _device_specs(name, path)
+            elif not isinstance(path, str) or not path:
+                raise KeyProblem(("placements", name), f"expected a directory path, \"tmpfs\" or a device table "
+                                 f"such as {{ loop = \"4GB\" }}, got {show(path)}")
         return v
 
     @field_validator("engine_settings", mode="before")
     @classmethod
     def _settings(cls, v):
-        return {k: _check_factor(val, _setting_value, "a string, number or boolean") for k, val in v.items()}
+        if not isinstance(v, dict):
+            raise ValueError(f"expected a table of settings, got {show(v)}")
+        # An extension's setting written unquoted (pg_wait_sampling.x = 1) reads as a nested table.
+        flat: dict[str, Any] = {}
+        for key, value in v.items():
+            if isinstance(value, dict):
+                flat.update({f"{key}.{sub}": inner for sub, inner in value.items()})
+            else:
+                flat[key] = value
+        checked = {}
+        for key, value in flat.items():
+            try:
+                checked[key] = factors.factor(value, _setting_value, "a string, number or boolean")
+            except ValueError as exc:
+                raise KeyProblem(("engine_settings", key), str(exc)) from None
+        return checked
 
     @model_validator(mode="after")
     def _cross_checks(self):
         declared = set(self.placements)
         for key in ("data_on", "log_on"):
-            for ref in _values(getattr(self.layout, key)):
+            for ref in factors.values(getattr(self.layout, key)):
                 names = [] if ref is None else ([ref] if isinstance(ref, str) else list(ref))
                 for name in names:
                     if name not in declared:
-                        raise _KeyError(("layout", key), f"unknown placement {json.dumps(name)} (declared: {', '.join(sorted(declared))})")
-            if key == "log_on" and any(isinstance(r, dict) for r in _values(self.layout.log_on)):
-                raise _KeyError(("layout", "log_on"), "the log lives on one placement; a ratio is only for data_on")
+                        raise KeyProblem(("layout", key), f"unknown placement {json.dumps(name)} (declared: {', '.join(sorted(declared))})")
+            if key == "log_on" and any(isinstance(r, dict) for r in factors.values(self.layout.log_on)):
+                raise KeyProblem(("layout", "log_on"), "the log lives on one placement; a ratio is only for data_on")
         honoured = LAYOUT_KEYS_BY_ENGINE[self.engine]
         for key in self.layout.model_fields_set:
             if key not in honoured and getattr(self.layout, key) is not None:
-                raise _KeyError(("layout", key), f"not supported by engine {self.engine}")
+                reason = UNHONOURED.get((self.engine, key), f"not supported by engine {self.engine}")
+                raise KeyProblem(("layout", key), reason)
+        if self.engine == "postgres":
+            _check_wal(self.layout)  # its smallest log depends on the WAL segment size
+        smallest = MIN_MARIADB_LOG_SIZE if self.engine == "mariadb" else 0
+        for size in factors.values(self.layout.log_size):
+            if size is not None and not smallest <= parse_size(size) <= MAX_LOG_SIZE:
+                raise KeyProblem(("layout", "log_size"), f"{show(size)} is outside {format_size(smallest)} "
+                                 f"to 1TB (the smallest log {self.engine} can be given, and storlab's limit)")
+        self.workload.check_engine(self.engine)
+        if self.race and KINDS[self.workload.kind].prepared_once:
+            raise KeyProblem(("race",), f"a {self.workload.kind}'s repetitions share what its cell prepared and run one "
+                             "after another on one instance; a race needs rounds of every cell")
+        given = {key for key in self.layout.model_fields_set if getattr(self.layout, key) is not None}
+        problem = engine_settings.load_problem(self.engine, self.engine_settings, given)
+        if problem:
+            raise KeyProblem(("engine_settings", problem[0]), problem[1])
         return self
 
 
-class _KeyError(ValueError):
-    """A cross-field error that knows which key it belongs to."""
-
-    def __init__(self, loc: tuple[str, ...], message: str):
-        super().__init__(message)
-        self.loc = loc
+def _check_wal(layout: Layout) -> None:
+    """The WAL segment size is a power of two from 1 MB to 1 GB, and min_wal_size (log_size) must
+    hold two segments (PostgreSQL's own rule); the default segment is 16 MB."""
+    growths = [parse_size(g) for g in factors.values(layout.log_growth) if g is not None] or [16 * 2**20]
+    for growth in growths:
+        if growth % 2**20 or growth // 2**20 not in WAL_SEGMENT_MB:
+            raise KeyProblem(("layout", "log_growth"), f"the WAL segment size must be a power of two from 1MB to 1GB, got {format_size(growth)}")
+    for size in factors.values(layout.log_size):
+        if size is not None and parse_size(size) < 2 * max(growths):
+            raise KeyProblem(("layout", "log_size"), f"{show(size)} is less than two WAL segments of {format_size(max(growths))} (PostgreSQL keeps at least two)")
 
 
 @dataclass(frozen=True)
@@ -245,6 +273,7 @@ class Experiment:
     path: Path
     source: str
     factors: dict[str, list[Any]] = field(default_factory=dict)
+    sql: dict[str, str] = field(default_factory=dict)  # the SQL files the workload names: their text
 
     @property
     def name(self) -> str:
@@ -256,20 +285,43 @@ class Experiment:
 
     @property
     def repetitions(self) -> int:
-        return self.model.repetitions
+        """The most runs a cell can get (a race may give it fewer)."""
+        return self.model.most_repetitions
+
+    def race(self) -> RaceSettings | None:
+        return self.model.race_settings(self.workload.figures[0].better != "higher")
+
+    @property
+    def workload(self) -> Workload:
+        return KINDS[self.model.workload.kind]
 
     def placement_path(self, name: str) -> Path:
-        """Where a placement lives: relative paths are relative to the experiment file."""
-        raw = self.model.placements[name]
-        if raw == TMPFS:
-            return TMPFS_ROOT
-        path = Path(raw).expanduser()
-        return path if path.is_absolute() else (self.path.parent / path).resolve()
+        """Where a directory placement lives: relative paths are relative to the experiment file."""
+        return Path(os.path.realpath(placements.resolve(self.model.placements[name], self.path.parent)))
+
+    @property
+    def directories(self) -> list[str]:
+        """The placements that are directories (the others are devices storlab makes for each run)."""
+        return [name for name, raw in self.model.placements.items() if not isinstance(raw, dict)]
+
+    @property
+    def device_sizes(self) -> dict[str, int]:
+        """Each device placement's size: what its filesystem can hold, at most."""
+        return {name: parse_size(raw["loop"]) for name, raw in self.model.placements.items() if isinstance(raw, dict)}
+
+    def where(self, loc: tuple) -> str:
+        """FILE:LINE of a key, for a one-line error about it."""
+        return _where(self.path, self.source, loc)
 
     def identity(self) -> dict[str, Any]:
-        """What must not change between two runs into the same results folder (repetitions may)."""
-        body = self.model.model_dump(mode="json")
-        body.pop("repetitions")
+        """What must not change between two runs into the same results folder (repetitions may):
+        the declared values (keys left unset are left out, so a key added to storlab later does not
+        make an old folder a different experiment) and the SQL files' digests."""
+        body = self.model.model_dump(mode="json", exclude_none=True)
+        for key in ("repetitions", "race", "equivalent_within"):  # how many runs, not what is measured
+            body.pop(key, None)
+        if self.sql:
+            body["sql"] = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(self.sql.items())}
         return body
 
     def identity_digest(self) -> str:
@@ -277,8 +329,14 @@ class Experiment:
 
 
 def _factors(model: ExperimentModel) -> dict[str, list[Any]]:
-    """Every key whose value is a list, under its dotted name, in file order."""
-    found: dict[str, list[Any]] = {}
+    """Every key whose value is a list, under its dotted name, in file order; the host first, then a
+    device's, so the cells of one device format run one after another (a new format means a new device)."""
+    found: dict[str, list[Any]] = {HOST_FACTOR: list(model.hosts)} if model.hosts else {}
+    for name, raw in model.placements.items():
+        if isinstance(raw, dict):
+            for key in devices.FACTOR_KEYS:
+                if isinstance(raw.get(key), list):
+                    found[f"placements.{name}.{key}"] = raw[key]
     for section in ("layout", "workload"):
         for key, value in getattr(model, section).model_dump().items():
             if isinstance(value, list):
@@ -305,13 +363,18 @@ def locate(text: str, loc: tuple) -> int | None:
         if table:
             break
     leaf = keys[table or 0] if (table or 0) < len(keys) else keys[-1]
-    key_line = re.compile(r"^\s*" + re.escape(leaf) + r"\s*=")
+    # A key may be quoted ("my disk" = ...), or be the first part of a flattened one (a = { b = 1 }).
+    leaves = "|".join(re.escape(k) for k in dict.fromkeys([leaf, leaf.split(".")[0]]))
+    key_line = re.compile(r"^\s*([\"']?)(" + leaves + r")\1\s*[=.]")
     dotted = re.compile(r"^\s*" + r"\s*\.\s*".join(map(re.escape, keys[: (table or 0) + 1])) + r"\s*=")
     for i in range(start, len(lines)):
         if table and i > start and lines[i].lstrip().startswith("[") and not lines[i].lstrip().startswith("[["):
             break
         if key_line.match(lines[i]) or dotted.match(lines[i]):
             return i + 1
+    if not start:
+        whole = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(map(re.escape, keys)) + r"\s*\]\s*$")
+        start = next((i for i, line in enumerate(lines) if whole.match(line)), -1) + 1
     return start or None
 
 
@@ -324,55 +387,237 @@ def _first_error(exc: ValidationError) -> tuple[tuple, str]:
     err = exc.errors()[0]
     loc = tuple(err["loc"])
     cause = err.get("ctx", {}).get("error")
-    if isinstance(cause, _KeyError):
+    if isinstance(cause, KeyProblem):
         return cause.loc, str(cause)
+    if loc[:1] == ("workload",) and len(loc) > 1 and loc[1] in KINDS:
+        loc = loc[:1] + loc[2:]  # the kind the value was checked against is not a key of the file
+    if err["type"] == "union_tag_invalid":
+        given = err["input"].get("kind") if isinstance(err.get("input"), dict) else err["ctx"]["tag"]
+        return loc + ("kind",), f"expected one of {', '.join(KINDS)}, got {show(given)}"
+    if err["type"] == "union_tag_not_found":
+        return loc + ("kind",), f"missing (one of {', '.join(KINDS)})"
     if err["type"] == "missing":
         return loc, "missing"
     if err["type"] == "extra_forbidden":
         return loc, "unknown key"
+    if err["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        return loc, f"expected a table, got {show(err.get('input'))}"
     message = str(cause) if cause is not None else err["msg"]
     # pydantic's union errors name each branch; the user wants the value that was wrong.
     if "Input should be" in message and "input" in err:
-        message = f"{message.split(',')[0].replace('Input should be', 'expected')}, got {json.dumps(err['input'], default=str)}"
+        message = f"{message.split(',')[0].replace('Input should be', 'expected')}, got {show(err['input'])}"
     return loc, message
 
 
-def load(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; any mistake raises UserError naming file, line and key."""
-    path = Path(path)
+def _read(path: Path) -> str:
+    """The file's text: a regular file of at most MAX_FILE_BYTES of UTF-8. A FIFO, a device (/dev/zero)
+    or a huge file is refused from its metadata, before a byte is read."""
     try:
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         raise UserError(f"{path}: no such experiment file") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise UserError(f"{path}: is a directory, not an experiment file")
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{path}: not a regular file (a FIFO, device or socket); give a TOML file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise UserError(f"{path}: {st.st_size:,} bytes; an experiment file is at most {MAX_FILE_BYTES:,} bytes")
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise UserError(f"{path}: more than {MAX_FILE_BYTES:,} bytes; an experiment file is at most that")
+    if b"\0" in data:
+        raise UserError(f"{path.name}: a binary file, not TOML text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UserError(f"{path.name}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
+
+
+def _control_character(raw: Any, loc: tuple = ()) -> tuple[tuple, str] | None:
+    """The first key or string value holding a control character (a newline, an escape sequence):
+    user text is shown in terminals and written into configuration files, so it must be plain."""
+    items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    for key, value in items:
+        if isinstance(key, str) and any(ord(c) < 32 or ord(c) == 127 for c in key):
+            return loc, f"the key {show(key)} holds a control character"
+        if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            return (*loc, key), f"{show(value)} holds a control character; only printable text is allowed"
+        found = _control_character(value, (*loc, key))
+        if found:
+            return found
+    return None
+
+
+def load(path: str | Path, race: bool = False, check_placements: bool = True) -> Experiment:
+    """Read and validate an experiment file; any mistake raises UserError naming file, line and key.
+    Nothing is created: placements are checked by looking only (`check_placements`: on this
+    machine; `storlab submit` leaves them to the workers, whose placements they are). `race`: as if
+    the file said `race = true` (storlab run --race)."""
+    path = Path(path)
+    return parse(path, _read(path), check_placements=check_placements, race=race)
+
+
+def parse(path: Path, text: str, files: dict[str, str] | None = None, check_placements: bool = True,
+          race: bool = False) -> Experiment:
+    """An experiment from its text, as if read from `path` (relative placements are relative to its
+    folder). `files`: the text of the SQL files it names, as a store keeps them (otherwise read)."""
+    try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
+    if race:
+        raw["race"] = True
+
+    def fail(loc: tuple, message: str) -> UserError:
+        dotted = ".".join(str(k) for k in loc if not isinstance(k, int)) or "(top level)"
+        return UserError(f"{_where(path, text, loc)}: {dotted}: {message}")
+
+    bad = _control_character(raw)
+    if bad:
+        raise fail(*bad)
     try:
         model = ExperimentModel.model_validate(raw)
     except ValidationError as exc:
-        loc, message = _first_error(exc)
-        dotted = ".".join(str(k) for k in loc if not isinstance(k, int)) or "(top level)"
-        raise UserError(f"{_where(path, text, loc)}: {dotted}: {message}") from None
+        raise fail(*_first_error(exc)) from None
     if model.layout.data_on is None:
         raise UserError(f"{_where(path, text, ('layout',))}: layout.data_on: missing (name the placement that holds the data)")
-    factors = _factors(model)
-    _check_excludes(path, text, model, factors)
-    return Experiment(model=model, path=path.resolve(), source=text, factors=factors)
+    swept = _factors(model)
+    for check in (_check_factors, _check_excludes):
+        problem = check(model, swept)
+        if problem:
+            raise fail(*problem)
+    sql = {}
+    for key, name in model.workload.sql_files():
+        try:
+            sql[name] = _read_sql(path, name) if files is None else files[name]
+        except KeyError:
+            raise fail(("workload", key), f"SQL file {name}: not kept in the store") from None
+        except OSError as exc:
+            raise fail(("workload", key), f"cannot read SQL file {name}: {exc.strerror or exc}") from None
+    experiment = Experiment(model=model, path=path.resolve(), source=text, factors=swept, sql=sql)
+    problem = _check_placements(experiment) if check_placements else None
+    if problem:
+        raise fail(*problem)
+    return experiment
+
+
+def _read_sql(path: Path, name: str) -> str:
+    """A SQL file the workload names, relative to the experiment file, read as an experiment file
+    is (a regular file, not huge, UTF-8)."""
+    file = Path(name).expanduser()
+    file = file if file.is_absolute() else path.resolve().parent / file
+    try:
+        return _read(file)
+    except UserError as exc:
+        raise OSError(str(exc).split(": ", 1)[-1]) from None
 
 
 def short_name(dotted: str) -> str:
     return dotted.split(".", 1)[1]
 
 
-def _check_excludes(path: Path, text: str, model: ExperimentModel, factors: dict[str, list[Any]]) -> None:
-    known = {short_name(k) for k in factors}
+def canonical(value: Any) -> str:
+    """One text per distinct value: 1, 1.0, true and "1" all differ; {a=1, b=2} is {b=2, a=1}."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=lambda v: f"{type(v).__name__}:{v}")
+
+
+def _check_factors(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple[tuple, str] | None:
+    """No value twice in a factor (two cells with one id), no two factors sharing a short name (exclude
+    rules and labels use it), and a matrix small enough to plan."""
+    by_short: dict[str, str] = {}
+    for dotted, values in swept.items():
+        loc = tuple(dotted.split(".", 1))
+        seen = set()
+        for value in values:
+            if canonical(value) in seen:
+                return loc, f"{show(value)} is listed twice; each value of a factor makes one cell"
+            seen.add(canonical(value))
+        short = short_name(dotted)
+        if short in by_short:
+            return loc, f"a factor named {short} already comes from {by_short[short]}; rename one"
+        by_short[short] = dotted
+    cells = math.prod(len(v) for v in swept.values())
+    if cells > MAX_CELLS:
+        return (next(iter(swept)).split(".", 1)[0],), f"{cells:,} cells; the limit is {MAX_CELLS:,}"
+    if cells * model.most_repetitions > MAX_RUNS:
+        return ("repetitions",), f"{cells:,} cells x {model.most_repetitions} repetitions; the limit is {MAX_RUNS:,} runs"
+    return None
+
+
+def _check_excludes(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple[tuple, str] | None:
+    """Every rule names factors and values that exist, and some cell is left to run."""
+    if len(model.exclude) > MAX_EXCLUDE_RULES:
+        return ("exclude",), f"{len(model.exclude):,} rules; the limit is {MAX_EXCLUDE_RULES:,}"
+    values = {short_name(k): {canonical(v) for v in vs} for k, vs in swept.items()}
     for rule in model.exclude:
-        for key in rule:
-            if key not in known:
-                raise UserError(
-                    f"{_where(path, text, ('exclude',))}: exclude: {json.dumps(key)} is not a factor "
-                    f"(factors: {', '.join(sorted(known)) or 'none'})"
-                )
+        if not rule:
+            return ("exclude",), "an empty rule excludes every cell"
+        for key, value in rule.items():
+            if key not in values:
+                return ("exclude",), f"{show(key)} is not a factor (factors: {', '.join(sorted(values)) or 'none'})"
+            if canonical(value) not in values[key]:
+                return ("exclude",), f"{key} = {show(value)} matches no cell ({key} is never {show(value)})"
+    if model.exclude:
+        names = [short_name(k) for k in swept]
+        left = sum(1 for combo in itertools.product(*swept.values())
+                   if not excluded(dict(zip(names, combo)), model.exclude))
+        if left == 0:
+            return ("exclude",), "every cell is excluded; nothing would run"
+    return None
+
+
+def excluded(short_factors: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
+    """Whether a cell (factors by short name) matches a rule: every key of the rule, same value."""
+    return any(all(k in short_factors and canonical(short_factors[k]) == canonical(v) for k, v in rule.items())
+               for rule in rules)
+
+
+def _device_specs(name: str, table: dict[str, Any]) -> list[devices.DeviceSpec]:
+    """Every device a device placement's table asks for, or the first problem with the key it names."""
+    try:
+        return devices.device_specs(name, table)
+    except UserError as exc:
+        raise KeyProblem(*_problem(exc)) from None
+
+
+def _problem(exc: UserError) -> tuple[tuple, str]:
+    """devices.py says `placements.NAME.KEY: problem`: the key and the problem, for `FILE:LINE: KEY:`."""
+    dotted, _, message = str(exc).partition(": ")
+    return tuple(dotted.split(".")), message
+
+
+def _check_placements(experiment: Experiment) -> tuple[tuple, str] | None:
+    """Each placement can hold a server's files, and no directory has two names; a device placement
+    can be made on this machine (root, tools, room for its image). Only looks."""
+    user = instances.server_user(create=False)
+    by_path: dict[Path, str] = {}
+    for name, raw in experiment.model.placements.items():
+        loc = ("placements", name)
+        if isinstance(raw, dict):
+            for spec in devices.device_specs(name, raw):
+                try:
+                    devices.check_host(name, spec)
+                except UserError as exc:
+                    return _problem(exc)
+                blocked = instances.unreachable_ancestor(spec.format.image_dir, user)
+                if blocked is not None:
+                    return (*loc, "image_dir"), (f"{spec.format.image_dir} is not reachable by the servers' OS user "
+                                                 f"{user.name} ({blocked} is mode {blocked.stat().st_mode & 0o7777:04o}): "
+                                                 "the device is mounted inside it")
+            continue
+        path = placements.resolve(raw, experiment.path.parent)
+        problem = placements.path_problem(path, user)
+        if problem:
+            return loc, problem
+        real = Path(os.path.realpath(path))
+        if real in by_path:
+            return loc, f"the same directory as placements.{by_path[real]} ({real}); one name per place"
+        by_path[real] = name
+    return None

@@ -7,7 +7,6 @@ directory only when the marker is there and names the same instance.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import pwd
@@ -22,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from storlab import diagnosis, processes, shared_memory
 from storlab.errors import RunFailed, UserError
 
 MARKER = ".storlab-owned"
 SERVER_USER = "storlab"
-_PR_SET_PDEATHSIG = 1
 
 
 def state_dir() -> Path:
@@ -50,14 +49,22 @@ class ServerUser:
         return self.uid == os.getuid()
 
 
-def server_user() -> ServerUser:
-    """Servers refuse to run as root: as root, run them as the `storlab` system user (made if missing)."""
+def current_user() -> ServerUser:
+    me = pwd.getpwuid(os.getuid())
+    return ServerUser(me.pw_name, me.pw_uid, me.pw_gid)
+
+
+def server_user(create: bool = True) -> ServerUser:
+    """Servers refuse to run as root: as root, run them as the `storlab` system user (made if missing).
+    Without `create`, a user not made yet is described as it will be: in no group, no uid of its own
+    (so only the "other" permission bits let it through a directory)."""
     if os.getuid() != 0:
-        me = pwd.getpwuid(os.getuid())
-        return ServerUser(me.pw_name, me.pw_uid, me.pw_gid)
+        return current_user()
     try:
         entry = pwd.getpwnam(SERVER_USER)
     except KeyError:
+        if not create:
+            return ServerUser(SERVER_USER, -1, -1)
         subprocess.run(
             ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
              "--shell", "/usr/sbin/nologin", SERVER_USER],
@@ -77,7 +84,7 @@ def unreachable_ancestor(path: Path, user: ServerUser) -> Path | None:
         st = ancestor.stat()
         if st.st_uid == user.uid:
             bit = stat.S_IXUSR
-        elif st.st_gid == user.gid or user.gid in os.getgrouplist(user.name, user.gid):
+        elif user.gid >= 0 and (st.st_gid == user.gid or st.st_gid in os.getgrouplist(user.name, user.gid)):
             bit = stat.S_IXGRP
         else:
             bit = stat.S_IXOTH
@@ -99,6 +106,26 @@ def new_instance_id(engine: str) -> str:
     return f"{engine[:2]}{secrets.token_hex(4)}"
 
 
+def pid_start(pid: int) -> int | None:
+    """When a process started (clock ticks since boot). A pid is reused, a pid with its start time is
+    not: together they name one process for good."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    # A zombie has ended; only its parent has not collected it yet.
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def running(pid: int | None, started: int | None) -> bool:
+    """Whether the process recorded as (pid, start time) still runs; without a recorded start time
+    (a manifest from an older storlab) any process with that pid counts, to be safe."""
+    if not pid:
+        return False
+    now = pid_start(pid)
+    return now is not None and (started is None or now == started)
+
+
 @dataclass
 class Manifest:
     """A live instance written down before anything is created, rewritten as it grows."""
@@ -106,9 +133,17 @@ class Manifest:
     instance_id: str
     engine: str
     owner_pid: int
+    owner_start: int | None = None
     dirs: list[str] = field(default_factory=list)
     server_pid: int | None = None
+    server_start: int | None = None
     kept: bool = False
+    # Devices storlab made (storlab.devices): one entry per device, written before it is made.
+    devices: list[dict] = field(default_factory=list)
+
+    @property
+    def owner_running(self) -> bool:
+        return running(self.owner_pid, self.owner_start)
 
     @property
     def path(self) -> Path:
@@ -156,7 +191,9 @@ def make_server_dir(path: Path, user: ServerUser) -> Path:
 
 
 def remove_owned_dir(path: Path, instance_id: str) -> bool:
-    """Remove a directory only if storlab's marker in it names this instance."""
+    """Remove a directory only if storlab's marker in it names this instance. The marker goes last:
+    if anything else cannot be removed (a process still writing there), the directory stays marked,
+    so a later `storlab clean` may finish the job."""
     marker = path / MARKER
     try:
         owner = marker.read_text().strip()
@@ -164,27 +201,23 @@ def remove_owned_dir(path: Path, instance_id: str) -> bool:
         return not path.exists()
     if owner != instance_id:
         return False
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        for entry in path.iterdir():
+            if entry.name == MARKER:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        if [entry.name for entry in path.iterdir()] != [MARKER]:
+            return False
+        marker.unlink()
+        path.rmdir()
+    except FileNotFoundError:  # removed meanwhile by another storlab (clean --all and the run itself)
+        pass
+    except OSError:
+        return False
     return not path.exists()
-
-
-def _die_with_parent(user: ServerUser):
-    """In the child, before exec: drop to the server user, then ask the kernel to end the server if
-    storlab dies, even by SIGKILL (set after setuid, which clears it)."""
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def prepare() -> None:
-        if not user.is_self:
-            os.setgroups([])
-            os.setgid(user.gid)
-            os.setuid(user.uid)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return prepare
 
 
 def server_env(user: ServerUser) -> dict[str, str]:
@@ -194,21 +227,61 @@ def server_env(user: ServerUser) -> dict[str, str]:
     return env
 
 
-def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None, timeout: float = 300) -> str:
-    """Run a set-up tool (initdb, mariadb-install-db) as the server user; its output on failure."""
+def run_tool(user: ServerUser, argv: list[str], what: str | None = None, cwd: Path | None = None,
+             timeout: float = 300, input: str | None = None) -> tuple[int, str]:
+    """Run a tool as the server user (`input` on its standard input): its exit code and its output
+    (stdout and stderr together)."""
+    what = what or Path(argv[0]).name
     try:
-        done = subprocess.run(
-            argv, cwd=cwd, env=server_env(user), preexec_fn=_die_with_parent(user),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-        )
+        return processes.run(argv, timeout, input, cwd=cwd, env=server_env(user), uid=user.uid, gid=user.gid,
+                             errors="replace")
     except FileNotFoundError:
         raise RunFailed(f"{what}: {argv[0]} not found") from None
     except subprocess.TimeoutExpired:
         raise RunFailed(f"{what}: {argv[0]} took longer than {timeout:.0f} s") from None
-    if done.returncode != 0:
-        tail = " | ".join(done.stdout.strip().splitlines()[-3:])
-        raise RunFailed(f"{what} failed (exit {done.returncode}): {tail}")
-    return done.stdout
+
+
+class ToolFailed(RunFailed):
+    """A set-up tool failed; its whole output goes with it, for the diagnosis."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output
+
+
+class SettingRejected(UserError):
+    """The server refused one of the user's engine_settings: every run with it would fail alike."""
+
+    def __init__(self, message: str, setting: str):
+        super().__init__(message)
+        self.setting = setting
+
+
+class PlacementFull(RunFailed):
+    """A placement ran out of space: every later run would too."""
+
+    def __init__(self, message: str, placement: str):
+        super().__init__(message)
+        self.placement = placement
+
+
+def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None, timeout: float = 300,
+           input: str | None = None) -> str:
+    """Run a set-up tool (initdb, mariadb-install-db) as the server user; its output on failure."""
+    code, out = run_tool(user, argv, what, cwd, timeout, input)
+    if code != 0:
+        lines = [line.strip() for line in out.splitlines() if line.strip()]
+        said = next((line for line in lines if "error" in line.lower() or "fatal" in line.lower()), None)
+        raise ToolFailed(f"{what} failed (exit {code}): {said or ' | '.join(lines[-3:])}", out)
+    return out
+
+
+def give_to(folder: Path, user: ServerUser) -> None:
+    """Hand a throwaway folder storlab made (and everything in it) to the server user."""
+    if user.is_self:
+        return
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, user.uid, user.gid)
 
 
 class ServerProcess:
@@ -219,12 +292,12 @@ class ServerProcess:
         self.argv = argv
         self.log_path = log_path
         self.manifest = manifest
+        self.cwd: Path | None = None  # the server's own working directory: its log's relative paths
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=server_env(user), preexec_fn=_die_with_parent(user), start_new_session=True,
-            )
+            self.proc = processes.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=server_env(user), uid=user.uid, gid=user.gid)
         manifest.server_pid = self.proc.pid
+        manifest.server_start = pid_start(self.proc.pid)
         manifest.save()
 
     @property
@@ -234,37 +307,24 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def log_tail(self, lines: int = 3) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return " | ".join(text.strip().splitlines()[-lines:])
-
     def wait_ready(self, probe, what: str, timeout: float = 120) -> None:
         """Poll `probe()` until it returns True; fail early with the log when the server exits."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
-                raise RunFailed(f"{what} exited during start-up (exit {self.proc.returncode}): {self.log_tail()}")
+                raise RunFailed(f"{what} exited during start-up (exit {self.proc.returncode})")
             if probe():
+                try:
+                    self.cwd = Path(os.readlink(f"/proc/{self.pid}/cwd"))
+                except OSError:
+                    pass
                 return
             time.sleep(0.1)
-        raise RunFailed(f"{what} did not accept connections within {timeout:.0f} s: {self.log_tail()}")
+        raise RunFailed(f"{what} did not accept connections within {timeout:.0f} s")
 
     def stop(self, polite: signal.Signals, timeout: float = 60) -> None:
-        """The engine's clean-shutdown signal, then SIGKILL to the whole process group."""
-        if self.alive():
-            try:
-                self.proc.send_signal(polite)
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
+        """The engine's shutdown signal, then SIGKILL to the whole process group."""
+        processes.stop(self.proc, polite, timeout)
         self.manifest.server_pid = None
         self.manifest.save()
 
@@ -278,34 +338,67 @@ def _still_ours(pid: int, dirs: list[str]) -> bool:
     return any(d in cmdline for d in dirs)
 
 
-def _alive(pid: int) -> bool:
+def _kill_orphans(group: int, dirs: list[str]) -> bool:
+    """The server's children outlive it when it is killed (a PostgreSQL backend busy in a load notices
+    its postmaster's death only at its next wait): kill those still in its process group and working
+    in the instance's directories, and wait for them."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != group:
+                continue
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if any(cwd == d or cwd.startswith(d.rstrip("/") + "/") for d in dirs):
+            found.append(int(entry.name))
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in found:
+        for _ in range(100):
+            if not _exists(pid):
+                break
+            time.sleep(0.05)
+    return bool(found)
+
+
+def _exists(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat_fields[0] != "Z"
 
 
 @dataclass
 class Cleaned:
     instance_id: str
+    live: bool  # its storlab process was still running (only with clean(live=True))
     stopped: bool
     removed: list[str]
     refused: list[str]
 
 
-def clean(only_orphans: bool) -> list[Cleaned]:
-    """Stop and remove what crashed runs left behind. With only_orphans, leave instances whose storlab
-    process is still running (another `storlab run` in progress) and instances kept on purpose."""
+def clean(live: bool = False, kept: bool = True) -> list[Cleaned]:
+    """Stop and remove what crashed runs left behind: instances whose storlab process is gone (pid and
+    start time, so a reused pid is not mistaken for it). `live` also stops instances of storlab runs
+    still going; without `kept`, instances kept on purpose (--keep) stay."""
     report = []
-    for manifest in Manifest.all():
-        if only_orphans and (manifest.kept or (manifest.owner_pid != os.getpid() and _alive(manifest.owner_pid))):
+    # Devices last: an instance's files may sit on one, and its server must be gone before the unmount.
+    for manifest in sorted(Manifest.all(), key=lambda m: bool(m.devices)):
+        if manifest.kept and not kept:
+            continue
+        owner_running = not manifest.kept and manifest.owner_running
+        if owner_running and not live:
             continue
         stopped = False
         pid = manifest.server_pid
-        if pid and _alive(pid) and _still_ours(pid, manifest.dirs):
+        if pid and running(pid, manifest.server_start) and (manifest.server_start or _still_ours(pid, manifest.dirs)):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -313,11 +406,19 @@ def clean(only_orphans: bool) -> list[Cleaned]:
             except PermissionError:
                 os.kill(pid, signal.SIGKILL)
             for _ in range(100):
-                if not _alive(pid):
+                if not running(pid, manifest.server_start):
                     break
                 time.sleep(0.05)
             stopped = True
-        removed, refused = [], []
+        if pid:
+            stopped = _kill_orphans(pid, manifest.dirs) or stopped
+        removed = shared_memory.release([Path(d) for d in manifest.dirs])  # while its directories still exist
+        refused = []
+        if manifest.devices:
+            from storlab import devices  # here, not at the top: devices builds on this module
+
+            found, refused = devices.remove_recorded(manifest)
+            removed += found
         for d in manifest.dirs:
             if remove_owned_dir(Path(d), manifest.instance_id):
                 removed.append(d)
@@ -325,7 +426,7 @@ def clean(only_orphans: bool) -> list[Cleaned]:
                 refused.append(d)
         if not refused:
             manifest.forget()
-        report.append(Cleaned(manifest.instance_id, stopped, removed, refused))
+        report.append(Cleaned(manifest.instance_id, owner_running, stopped, removed, refused))
     return report
 
 
@@ -339,29 +440,65 @@ class Workspace:
     socket_dir: Path
     server: ServerProcess | None = None
 
-    def start(self, argv: list[str], home: Path) -> ServerProcess:
-        self.server = ServerProcess(argv, self.user, home / "server.log", self.manifest)
+    def start(self, argv: list[str]) -> ServerProcess:
+        # The log lives beside the socket, off the placements: a full placement cannot swallow the
+        # server's last words, and the log's writes are not counted as the placement's IO.
+        self.server = ServerProcess(argv, self.user, self.socket_dir / "server.log", self.manifest)
         return self.server
+
+    def restart(self, polite: signal.Signals, accepts, what: str) -> None:
+        """Stop the server cleanly (its files consistent, its memory freed) and start it again."""
+        argv = self.server.argv
+        self.server.stop(polite)
+        self.start(argv).wait_ready(accepts, what)
+
+    def failure(self, exc: Exception, engine: str, settings: dict) -> Exception | None:
+        """The failure in the server's own words, read while its log still exists; None to keep `exc`."""
+        text = getattr(exc, "output", "")
+        if self.server is not None:
+            text += "\n" + diagnosis.read_tail(self.server.log_path)
+        cause = diagnosis.explain(engine, text, self.server.cwd if self.server else None, self.roots, settings)
+        if cause is not None and cause.placement:
+            return PlacementFull(cause.message, cause.placement)
+        if cause is not None and cause.setting:
+            return SettingRejected(cause.message, cause.setting)
+        if self.server is not None and not self.server.alive():
+            lines = diagnosis.messages(engine, text)
+            said = diagnosis.first_stop(engine, lines) or " | ".join(lines[-3:]) or "nothing in its log"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return RunFailed(f"{first}; the server's log says: {said}")
+        return None
 
 
 @contextmanager
-def workspace(engine: str, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals) -> Iterator[Workspace]:
+def workspace(engine: str, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals,
+              settings: dict | None = None) -> Iterator[Workspace]:
     """One owned directory on each placement plus a short socket directory (socket paths are limited
-    to 107 bytes); on every way out the server is stopped and, unless `keep`, everything removed."""
+    to 107 bytes); on every way out the server is stopped and, unless `keep`, everything removed.
+    A failure is told in the server's own words (`settings`: the user's, to name one it refuses)."""
     user = server_user()
     for name, path in placements.items():
         check_reachable(f"placement {name}", path, user)
     iid = new_instance_id(engine)
-    manifest = Manifest(iid, engine, owner_pid=os.getpid())
+    manifest = Manifest(iid, engine, owner_pid=os.getpid(), owner_start=pid_start(os.getpid()))
     manifest.save()
     ws = None
     try:
         roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user) for name, path in placements.items()}
         ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user))
-        yield ws
+        try:
+            yield ws
+        except Exception as exc:
+            told = ws.failure(exc, engine, settings or {})
+            if told is None:
+                raise
+            raise told from exc
     finally:
         if ws is not None and ws.server is not None:
             ws.server.stop(stop_signal)
+        # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up tool's
+        # server interrupted, it is storlab's job.
+        shared_memory.release([Path(d) for d in manifest.dirs])
         if keep:
             manifest.kept = True
             manifest.save()

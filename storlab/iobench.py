@@ -14,19 +14,19 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from storlab import system
+from storlab import instances, processes, sizes, system
 from storlab.errors import RunFailed, UserError
 
-MARKER = ".storlab-owned"
 FIO = "fio"
 
 
@@ -54,15 +54,15 @@ def preset(name: str, buffered: bool = False) -> list[Job]:
     return PRESETS[name](direct=not buffered)
 
 
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
 def parse_size(text: str) -> int:
-    """'256M' -> bytes, binary units as fio reads them."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not match or int(match[1]) == 0:
+    """--size as bytes, in storlab's one size grammar (binary units, as fio reads them)."""
+    try:
+        size = sizes.parse_size(text)
+    except ValueError:
+        size = 0
+    if size == 0:
         raise UserError(f"--size: {text!r} is not a size (a number with K, M, G or T, as 256M)")
-    return int(match[1]) * _UNITS[match[2].upper()]
+    return size
 
 
 def parse_duration(text: str) -> int:
@@ -196,25 +196,11 @@ class IoResult:
 # -- fio as a child process ----------------------------------------------------------------------
 
 
-def _stop(child: subprocess.Popen) -> None:
-    """SIGTERM to fio's whole group, a moment to finish, then SIGKILL: fio must never outlive storlab."""
-    if child.poll() is not None:
-        return
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-        child.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    except ProcessLookupError:
-        child.wait()
-
-
 def run_fio(command: list[str], timeout_s: float, tick=None) -> str:
     """fio's stdout. Output goes to files, not pipes: a pipe nobody reads while waiting could fill."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         try:
-            child = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            child = processes.start(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise RunFailed("fio is not installed (Debian: apt-get install fio)") from None
         try:
@@ -230,7 +216,7 @@ def run_fio(command: list[str], timeout_s: float, tick=None) -> str:
                     if waited > timeout_s:
                         raise RunFailed(f"fio ran for more than {timeout_s:.0f} s: stopped") from None
         finally:
-            _stop(child)
+            processes.stop(child, signal.SIGTERM)
         out.seek(0)
         err.seek(0)
         if child.returncode != 0:
@@ -242,25 +228,22 @@ def run_fio(command: list[str], timeout_s: float, tick=None) -> str:
 # -- the scratch directory -----------------------------------------------------------------------
 
 
-def _make_scratch(target: Path) -> Path:
-    scratch = target / f"storlab-io-{os.getpid()}"
+@contextmanager
+def _scratch(target: Path) -> Iterator[Path]:
+    """A fresh directory under `target` for the test file, written down in a manifest and marked as
+    storlab's (as an instance's directories are), so `storlab clean` removes it if storlab is killed."""
+    manifest = instances.Manifest(instances.new_instance_id("io"), "io", owner_pid=os.getpid())
+    manifest.save()
+    scratch = target / f"storlab-{manifest.instance_id}"
     try:
-        scratch.mkdir()
-    except FileExistsError:
-        raise RunFailed(f"{scratch} already exists; storlab will not reuse a directory it did not just make") from None
-    except OSError as exc:
-        raise RunFailed(f"cannot create {scratch}: {exc.strerror}") from None
-    (scratch / MARKER).write_text(f"storlab io {os.getpid()}\n")
-    return scratch
-
-
-def _remove_scratch(scratch: Path) -> None:
-    # Only a directory with our own marker: never a directory storlab did not create.
-    try:
-        if (scratch / MARKER).read_text() == f"storlab io {os.getpid()}\n":
-            shutil.rmtree(scratch, ignore_errors=True)
-    except OSError:
-        pass
+        try:
+            instances.make_owned_dir(scratch, manifest, instances.current_user())
+        except OSError as exc:
+            raise RunFailed(f"cannot create {scratch}: {exc.strerror}") from None
+        yield scratch
+    finally:
+        if instances.remove_owned_dir(scratch, manifest.instance_id):
+            manifest.forget()
 
 
 def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None) -> list[IoResult]:
@@ -276,8 +259,7 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
     memory = psutil.virtual_memory().total
     # A slow device lays out the file at a few MB/s at worst; beyond that something is stuck.
     layout_timeout = 60 + size / 2**20
-    scratch = _make_scratch(target)
-    try:
+    with _scratch(target) as scratch:
         file = scratch / "storlab-io.dat"
         bar = (Progress(TextColumn("{task.description:<14}"), BarColumn(), TimeRemainingColumn(), console=console)
                if console else nullcontext())
@@ -298,8 +280,6 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
                                         m.lat_ms["50"], m.lat_ms["99"], m.lat_ms["99.9"],
                                         flags(job, m, filesystem, size, memory)))
         return results
-    finally:
-        _remove_scratch(scratch)
 
 
 

@@ -1,64 +1,59 @@
-"""One self-contained HTML file (inline SVG) with the seeds' graphs, plus a PNG of each chart."""
+"""One self-contained HTML file (inline SVG, no other file or address needed; readable on a phone)
+with the seeds' graphs and what explains them, plus a PNG of each chart."""
 
 from __future__ import annotations
 
 import html
-import io
 import json
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from storlab import analysis  # noqa: E402
-from storlab.analysis import CellResult, Results, fmt_seconds  # noqa: E402
-from storlab.experiment import short_name  # noqa: E402
-from storlab.matrix import format_value  # noqa: E402
-from storlab.store import Store  # noqa: E402
+from storlab import analysis, capability, io_report, outputs, system, wait_report
+from storlab.analysis import CellResult, Results, fmt_figure
+from storlab.charts import plt, svg as _svg
+from storlab.experiment import short_name
+from storlab.matrix import format_value
+from storlab.store import Store
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 0 auto; padding: 0 12px 2em; max-width: 1100px; color: #222;
+       overflow-wrap: anywhere; }
+h1 { font-size: 1.5em; } h2 { margin-top: 2em; font-size: 1.25em; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
-th, td { padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: right; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: normal; }
 th:first-child, td:first-child, td.l, th.l { text-align: left; }
-.warn { color: #a60; } .fail { color: #b00; } figure { margin: 1em 0; } h2 { margin-top: 2em; }
+.warn { color: #a60; } .fail { color: #b00; } figure { margin: 1em 0; }
+figure svg { width: 100%; height: auto; display: block; }
+figcaption, .note { color: #555; font-size: 13px; }
 """
+# Throughput and latency per bucket of the driver: each covers [its t, the next t), the last up to the
+# end of the run, so they are drawn as steps over the time they really cover.
+BUCKETED = ("rows_per_s", "transactions_per_s", "latency_p99_ms")
+# The timelines drawn for the first run of each cell: (metric, axis label, title).
+TIMELINES = [("latency_p99_ms", "p99 ms", "Transaction latency (p99) over time"),
+             ("mb_s", "MB/s", "Device MB/s over time, per placement"),
+             ("cpu_percent", "CPU %", "CPU over time")]
 
 
-def _svg(fig, png_path: Path) -> str:
-    fig.savefig(png_path, dpi=110, bbox_inches="tight")
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
+FILES = ["report.html", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
+         "transactions_per_s.png", "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
+         "dop.png"]
 
 
-def _swept_factor(results: Results) -> str | None:
-    """The x axis: data_files when it is a factor (the seeds' graph), else the first numeric factor."""
-    factors = results.experiment.get("factors", {})
-    if "layout.data_files" in factors and len(factors["layout.data_files"]) > 1:
-        return "layout.data_files"
-    for name, values in factors.items():
-        if len(values) > 1 and all(isinstance(v, (int, float)) for v in values):
-            return name
-    return None
-
-
-def elapsed_chart(results: Results, png: Path) -> str:
-    """Mean elapsed against the swept factor, one line per value of the other factors, 95 % CI bars."""
-    x_name = _swept_factor(results)
+def headline_chart(results: Results, png: Path) -> str:
+    """The headline figure (elapsed time) against the swept factor, one line per value of the other
+    factors, 95 % CI bars: the seeds' graph."""
+    x_name = wait_report.swept_factor(results)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     measured = results.measured
+    axis_label = f"{results.headline.label} (mean, 95 % CI)"
     if x_name is None:
         labels = [c.cell.label for c in measured]
-        means = [c.elapsed.mean for c in measured]
-        errs = [0 if c.elapsed.n < 2 else c.elapsed.half_width for c in measured]
+        means = [c.headline.mean for c in measured]
+        errs = [0 if c.headline.n < 2 else c.headline.half_width for c in measured]
         ax.barh(labels, means, xerr=errs, color="#4a7ab5")
-        ax.set_xlabel("elapsed s (mean, 95 % CI)")
+        ax.set_xlabel(axis_label)
     else:
         lines: dict[str, list[CellResult]] = defaultdict(list)
         for c in measured:
@@ -67,19 +62,19 @@ def elapsed_chart(results: Results, png: Path) -> str:
         for label, cells in lines.items():
             cells.sort(key=lambda c: c.cell.factors[x_name])
             xs = [c.cell.factors[x_name] for c in cells]
-            ys = [c.elapsed.mean for c in cells]
-            errs = [0 if c.elapsed.n < 2 else c.elapsed.half_width for c in cells]
+            ys = [c.headline.mean for c in cells]
+            errs = [0 if c.headline.n < 2 else c.headline.half_width for c in cells]
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, label=label)
         values = sorted({c.cell.factors[x_name] for c in measured})
         if x_name == "layout.data_files" and values and values[-1] / max(values[0], 1) >= 8:
             ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
         ax.set_xlabel(short_name(x_name))
-        ax.set_ylabel("elapsed s (mean, 95 % CI)")
+        ax.set_ylabel(axis_label)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{results.experiment.get('name', '')}: elapsed time")
+    ax.set_title(f"{results.experiment.get('name', '')}: {results.headline.label}")
     return _svg(fig, png)
 
 
@@ -87,7 +82,7 @@ def timeline_chart(store: Store, results: Results, metric: str, ylabel: str, png
     """A metric over the run's time axis, from each cell's first run."""
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
-    for c in results.measured:
+    for c in wait_report.in_factor_order(results):
         points = defaultdict(list)
         for t, name, value in store.timeline(c.runs[0].id):
             if name == metric or name.startswith(metric + ":"):
@@ -95,27 +90,21 @@ def timeline_chart(store: Store, results: Results, metric: str, ylabel: str, png
         for name, series in points.items():
             xs, ys = zip(*sorted(series))
             suffix = name[len(metric) + 1:] if ":" in name else ""
-            ax.plot(xs, ys, label=f"{c.cell.label}" + (f" [{suffix}]" if suffix else ""), linewidth=1.2)
+            label = f"{c.cell.label}" + (f" [{suffix}]" if suffix else "")
+            if metric in BUCKETED:  # each bucket over the time it covers, the last to the run's end
+                end = max(c.runs[0].figures.get("elapsed_s", xs[-1]), xs[-1] + 1e-3)
+                ax.stairs(ys, [*xs, end], label=label, linewidth=1.2, baseline=None)
+            else:
+                ax.plot(xs, ys, label=label, linewidth=1.2)
             drawn = True
     if not drawn:
         plt.close(fig)
         return None
     ax.set_xlabel("seconds since the first transaction")
     ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _svg(fig, png)
-
-
-def io_chart(jobs: list[dict], png: Path) -> str:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    names = [f"{j['job']}" for j in jobs]
-    left.barh(names, [j["iops"] for j in jobs], color="#4a7ab5")
-    left.set_xlabel("IOPS")
-    right.barh(names, [j["mb_s"] for j in jobs], color="#b5874a")
-    right.set_xlabel("MB/s")
-    right.set_yticks([])
-    fig.suptitle("device capability (fio)")
     return _svg(fig, png)
 
 
@@ -125,18 +114,23 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
         "<tr>" + "".join(f"<td class='{'l' if i < left else ''}'>{html.escape(str(v))}</td>" for i, v in enumerate(r)) + "</tr>"
         for r in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
 
 
 def _ranking_html(results: Results) -> str:
+    head = results.headline
+    others = [f for f in results.figures[1:] if f.shown]
+    pooled = results.pooled_hosts
     rows = []
     for place, r in enumerate(results.ranking(), 1):
         c = r.result
-        ci = "—" if c.elapsed.n < 2 else f"± {fmt_seconds(c.elapsed.half_width)}"
-        versus = "best" if r.versus_best is None else f"+{r.slower_percent:.1f} % ({r.versus_best.describe()})"
-        rows.append([f"{place}. {c.cell.label}", c.cell.id, fmt_seconds(c.elapsed.mean), ci,
-                     f"{c.rows_per_s.mean:,.0f}", len(c.runs), versus, c.top_wait])
-    return _table(["cell", "id", "elapsed s", "95 % CI", "rows/s", "runs", "vs best", "top wait"], rows)
+        ci = "—" if c.headline.n < 2 else f"± {fmt_figure(c.headline.half_width, head.unit)}"
+        versus = "best" if r.versus_best is None else f"{r.distance_percent:+.1f} % ({r.versus_best.verdict})"
+        rows.append([f"{place}. {c.cell.label}", c.cell.id, fmt_figure(c.headline.mean, head.unit), ci,
+                     *[fmt_figure(c.figures[f.name].mean if f.name in c.figures else None, f.unit) for f in others],
+                     len(c.runs), versus, c.top_wait, *([", ".join(c.hosts)] if pooled else [])])
+    return _table(["cell", "id", head.label, "95 % CI", *[f.label for f in others], "runs", "vs best", "top wait",
+                   *(["hosts"] if pooled else [])], rows)
 
 
 def _waits_html(results: Results) -> str:
@@ -152,9 +146,48 @@ def _waits_html(results: Results) -> str:
     return "".join(parts)
 
 
-def write(store: Store) -> Path:
+def _figure(svg: str, caption: str = "") -> str:
+    return f"<figure>{svg}" + (f"<figcaption>{html.escape(caption)}</figcaption>" if caption else "") + "</figure>"
+
+
+def facts_html(facts: dict) -> str:
+    """The machine the runs were measured on, judged as `storlab check` judges it (without its sample of
+    the core's speed under load, which is not recorded with runs)."""
+    try:
+        report = system.assess(facts)
+    except (KeyError, TypeError, AttributeError):  # facts from before storlab collected them all
+        rows = [[key, json.dumps(value)] for key, value in sorted(_flatten(facts).items())]
+        return _table(["fact", "value"], rows, left=2)
+    marks = {system.OK: "OK", system.WARNING: "WARNING", system.UNKNOWN: "UNKNOWN"}
+    parts = []
+    for item in report.items:
+        if item.state == system.WARNING:
+            parts.append(f"<p class='warn'>warning: {html.escape(item.group)} {html.escape(item.name)}: "
+                         f"{html.escape(item.value)}: {html.escape(item.reason)}"
+                         f"{'' if item.distorts else ' (does not make the machine unfit)'}</p>")
+    rows = [[item.group, item.name, item.value, marks[item.state],
+             item.reason if item.state != system.OK else ""] for item in report.items]
+    verdict = "fit to benchmark" if report.fit else "not fit to benchmark: a warning would distort results"
+    return (f"<p>as storlab check judges these facts: {verdict}</p>" + "".join(parts)
+            + _table(["group", "fact", "value", "state", "why"], rows, left=5))
+
+
+def _flatten(value, prefix: str = "") -> dict:
+    if isinstance(value, dict) and value:
+        out = {}
+        for key, inner in value.items():
+            out.update(_flatten(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -> Path:
+    """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
+    run the waits-over-time chart draws (default the best)."""
     results = analysis.load(store)
     folder = store.folder
+    outputs.claim(folder, FILES)
+    capabilities = capability.gather(store, results, list(io or []))
     name = results.experiment.get("name", folder.name)
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
     if results.experiment:
@@ -163,32 +196,47 @@ def write(store: Store) -> Path:
     for note in results.facts_notes:
         sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
     for cell_id, rep, message in results.failures:
-        sections.append(f"<p class='fail'>failed run: cell {cell_id} repetition {rep}: {html.escape(message)}</p>")
+        sections.append(f"<p class='fail'>failed run: cell {html.escape(cell_id)} repetition {rep}: {html.escape(message)}</p>")
     if results.measured:
-        sections.append("<h2>Elapsed time</h2><figure>" + elapsed_chart(results, folder / "elapsed.png") + "</figure>")
+        sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
+                        + _figure(headline_chart(results, folder / "elapsed.png")))
         sections.append("<h2>Ranking</h2>" + _ranking_html(results))
-        for metric, label, title in [("rows_per_s", "rows/s", "Throughput over time"),
-                                     ("mb_s", "MB/s", "Device MB/s over time, per placement"),
-                                     ("cpu_percent", "CPU %", "CPU over time")]:
+        if results.note:
+            sections.append(f"<p>{html.escape(results.note)}</p>")
+        composition = wait_report.composition_chart(results, folder / "wait_composition.png")
+        if composition:
+            sections.append("<h2>Where the time went: waits per cell</h2>"
+                            + _figure(composition, "seconds waited per run, summed over the sessions; "
+                                      + wait_report.factor_caption(results)))
+        resources = wait_report.resources_html(results, _table)
+        if resources:
+            sections.append("<h2>Who waits on what</h2>" + resources)
+        over_time = wait_report.waits_over_time_chart(store, results, cell, folder / "waits_over_time.png")
+        if over_time:
+            caption, svg = over_time
+            sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
+        throughput = "rows_per_s" if any(f.name == "rows_per_s" for f in results.figures) else "transactions_per_s"
+        for metric, label, title in [(throughput, throughput.replace("_per_s", "/s"), "Throughput over time"), *TIMELINES]:
             svg = timeline_chart(store, results, metric, label, folder / f"{metric}.png")
             if svg:
-                sections.append(f"<h2>{title}</h2><p>first run of each cell</p><figure>{svg}</figure>")
+                caption = "first run of each cell" + ("; each bucket divided by the time it covers" if metric in BUCKETED else "")
+                sections.append(f"<h2>{title}</h2>" + _figure(svg, caption))
+        sizes = io_report.sizes_chart(store, results, folder / "io_sizes.png")
+        if sizes:
+            sections.append("<h2>The size of the IOs</h2>" + _figure(sizes[1], sizes[0]))
+        dop = io_report.dop_chart(results, folder / "dop.png")
+        if dop:
+            sections.append("<h2>Scan time and CPU time against parallel workers</h2>" + _figure(dop))
+    if capabilities:
+        sections.append("<h2>Device capability beside the database</h2>"
+                        + _figure(capability.chart(capabilities, folder / "io.png")))
+        sections.append(_table(["device", "kernel device", "job", "IOPS", "MB/s", "p99 ms", "flags"],
+                               capability.table_rows(capabilities), left=3))
+    if results.measured:
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(results))
-    jobs = store.io_jobs()
-    if jobs:
-        sections.append("<h2>Device capability</h2><figure>" + io_chart(jobs, folder / "io.png") + "</figure>")
-        sections.append(_table(
-            ["job", "target", "IOPS", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "flags"],
-            [[j["job"], j["target"], f"{j['iops']:,.0f}", f"{j['mb_s']:,.1f}", _ms(j["lat_p50_ms"]),
-              _ms(j["lat_p99_ms"]), _ms(j["lat_p999_ms"]), "; ".join(j["flags"])] for j in jobs],
-        ))
-    if results.facts:
-        sections.append("<h2>Machine facts</h2><pre>" + html.escape(json.dumps(results.facts, indent=1)) + "</pre>")
-    path = folder / "report.html"
-    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>storlab: {html.escape(name)}</title>"
-                    f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")
-    return path
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
+        title = f"Machine facts: {host}" if host else "Machine facts"
+        sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(facts))
+    return outputs.write(folder, "report.html", f"{outputs.REPORT_MARK}{html.escape(name)}</title>"
+                         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+                         f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")

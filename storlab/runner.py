@@ -4,19 +4,25 @@ recorded in one transaction as soon as it finishes."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from contextlib import closing, contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from storlab import engines, instances, matrix, system
-from storlab.engines.base import spec_for
-from storlab.errors import RunFailed
-from storlab.experiment import TMPFS, Experiment
+from storlab import (capacity, devices, engine_settings, engines, instances, iosizes, matrix, placements, racing, settle,
+                     system)
+from storlab.errors import RunFailed, UserError
+from storlab.experiment import Experiment
+from storlab.placements import TMPFS
+from storlab.layout import spec_for
 from storlab.probes import DeviceTimeline
-from storlab.store import Store
-from storlab.workloads import Driver, prepare
+from storlab.store import RunResult, Store, exists
+from storlab.wait_timeline import WaitTimeline
+from storlab.waiting_tasks import WaitingTasksSampler
 
 
 @dataclass
@@ -31,34 +37,52 @@ def default_folder(experiment: Experiment) -> Path:
     return Path("results") / experiment.name
 
 
-def placements(experiment: Experiment) -> dict[str, Path]:
-    return {name: experiment.placement_path(name) for name in experiment.model.placements}
+def placement_paths(experiment: Experiment) -> dict[str, Path]:
+    """The directory placements (a device placement's directory is its mount, made for each run)."""
+    return {name: experiment.placement_path(name) for name in experiment.directories}
 
 
 def prepare_placements(experiment: Experiment) -> dict[str, Path]:
-    """Make the placement directories and check the servers' OS user can reach them, before any run."""
-    found = placements(experiment)
+    """Make the missing placement directories, after checking each again (the load checked them by
+    looking only; the servers' OS user may have been made since)."""
+    found = placement_paths(experiment)
     user = instances.server_user()
     for name, path in found.items():
-        label = f"{experiment.path.name}: placements.{name}"
+        problem = placements.path_problem(path, user)
+        if problem:
+            raise UserError(f"{experiment.where(('placements', name))}: placements.{name}: {problem}")
         if experiment.model.placements[name] != TMPFS:
             try:
-                path.mkdir(parents=True, exist_ok=True)
+                placements.make(path)
             except OSError as exc:
-                raise RunFailed(f"{label}: cannot create {path}: {exc.strerror}") from None
-        instances.check_reachable(label, path, user)
+                raise RunFailed(f"{experiment.path.name}: placements.{name}: cannot create {path}: {exc.strerror}") from None
     return found
+
+
+def preflight(experiment: Experiment, cells: list[matrix.Cell]) -> list[str]:
+    """What is checked before anything starts (and by --dry-run): the installed engine's verdict on the
+    settings, and whether one run fits in each placement. Refusals raise UserError; returns warnings."""
+    warnings = engine_settings.verify(experiment)
+    return warnings + capacity.check(experiment, cells, placement_paths(experiment))
 
 
 def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
     """The cells and the runs still to do, for --dry-run."""
     cells = matrix.cells(experiment)
+    warnings = preflight(experiment, cells)
     done: set[tuple[str, int]] = set()
-    if (folder / "storlab.sqlite").exists():
+    if exists(folder):
         with Store.open(folder, create=False) as store:
             done = store.done()
     todo = matrix.plan(cells, experiment.repetitions, done)
-    lines = [f"{experiment.name}: {len(cells)} cells x {experiment.repetitions} repetitions on {experiment.engine}"]
+    lines = [f"warning: {w}" for w in warnings]
+    settings = experiment.race()
+    if settings is None:
+        lines.append(f"{experiment.name}: {len(cells)} cells x {experiment.repetitions} repetitions on {experiment.engine}")
+    else:
+        lines.append(f"{experiment.name}: a race of {len(cells)} cells on {experiment.engine}, {settings.min_rounds} to "
+                     f"{settings.max_rounds} rounds: after each round from {settings.min_rounds}, cells clearly worse "
+                     "than the best get no more runs; at most:")
     lines += [f"  cell {c.id}  {c.label}" for c in cells]
     lines.append(f"{len(todo)} runs to do ({len(done)} already in {folder}), in this order:")
     lines += [f"  {i:>4}. repetition {rep} of {c.id}  {c.label}" for i, (c, rep) in enumerate(todo, 1)]
@@ -74,43 +98,140 @@ def _devices(paths: dict[str, Path]) -> dict[str, str]:
     return found
 
 
-def run_cell(experiment: Experiment, cell: matrix.Cell, paths: dict[str, Path], keep: bool,
-             on_progress=None):
-    """One repetition of one cell on a fresh instance; returns what the store records."""
-    spec = spec_for(cell.layout, cell.engine_settings, paths)
-    work = cell.workload
-    used = {p.name: p.path for p in [*spec.data_placements, spec.log]}
-    with engines.provision(experiment.engine, spec, keep, work["connections"]) as instance:
-        prepare(instance, work["kind"])
-        probe = instance.wait_probe()
-        devices = DeviceTimeline(_devices(used))
-        with Driver(instance, work["connections"], work["rows_per_connection"], work["batch"]) as driver:
-            sessions = driver.open()
-            probe.start(sessions)
-            started_at = time.time()
-            t0 = time.monotonic()
-            devices.start(t0)
-            try:
-                drive = driver.run(on_progress)
-            finally:
-                points = devices.stop()
-                capture = probe.stop()
-        offset = t0 - drive.start
-        timeline = [(p.t_s + offset, p.metric, p.value) for p in points]
-        timeline += [(t, "rows_per_s", v) for t, v in drive.rows_per_second_timeline(drive.rows / max(drive.transactions, 1))]
-        return started_at, drive, capture, instance.version, timeline
+def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePool | None) -> dict[str, Path]:
+    """Where each placement is for this cell: the directories, and each device placement's mount
+    (the pool makes the device, or reuses it when its format is the cell's)."""
+    found = dict(paths)
+    for name, table in cell.devices.items():
+        if pool is None:
+            raise RunFailed(f"placements.{name}: a device placement needs a device pool")
+        found[name] = pool.device(name, devices.device_spec(name, table)).mount_point
+    return found
+
+
+@contextmanager
+def cell_instance(experiment: Experiment, cell: matrix.Cell, paths: dict[str, Path], keep: bool,
+                  pool: devices.DevicePool | None = None) -> Iterator[Any]:
+    """A fresh instance with the cell's layout and the workload's data prepared; stopped and removed
+    on every way out."""
+    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, paths, pool))
+    kind, params = experiment.workload, cell.workload
+    with engines.provision(experiment.engine, spec, keep, kind.sessions(params)) as instance:
+        kind.prepare(instance, params, experiment.sql)
+        yield instance
+
+
+def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progress=None) -> RunResult:
+    """One measured run on a prepared instance: settled first (restarted too, for a kind that reads
+    cold), with the probes and the IO-size tracer around the load."""
+    kind, params = experiment.workload, cell.workload
+    if kind.cold:
+        instance.restart()
+    conditions = settle.settle(instance, instance.roots.values())
+    conditions.update(_device_conditions(cell, instance))
+    if params.get("warmup_s"):
+        conditions["warmup_s"] = params["warmup_s"]
+    where = instance.spec.placements
+    probe = instance.wait_probe()
+    timeline_probe = DeviceTimeline(_devices(where))
+    tracer = iosizes.IoSizeTracer(iosizes.device_numbers(where), "bpftrace" if traces_io(experiment) else None)
+    with closing(kind.load(instance, params, experiment.sql)) as load:
+        sessions = load.open()
+        probe.start(sessions)
+        waits_over_time = WaitTimeline(probe.so_far)
+        tasks = WaitingTasksSampler(instance.waiting_tasks_probe())
+        started_at, t0 = time.time(), time.monotonic()
+        timeline_probe.start(t0)
+        waits_over_time.start(t0)
+        tasks.start(sessions)
+        tracer.start()
+        try:
+            measured = load.run(on_progress)
+        finally:
+            sizes = tracer.stop()
+            points = timeline_probe.stop()
+            waiting = tasks.stop()
+            points += waits_over_time.stop()
+            capture = probe.stop()
+    # The samplers count from t0; the run's axis from the load's first start (by the server's clock).
+    offset = started_at - measured.start_epoch
+    timeline = [(p.t_s + offset, p.metric, p.value) for p in points] + measured.timeline
+    figures = [(f.name, measured.figures[f.name], f.unit) for f in kind.figures if f.name in measured.figures]
+    return RunResult(started_at, figures, capture, instance.version, timeline, waiting, conditions, sizes)
+
+
+def traces_io(experiment: Experiment) -> bool:
+    """The size of every IO is traced (bpftrace: it takes about half a second to attach) where it is
+    the question: devices storlab makes, and loads that read. Elsewhere each run keeps the
+    per-interval average size from /proc/diskstats on its timeline."""
+    return bool(experiment.device_sizes) or experiment.workload.cold
+
+
+def _device_conditions(cell: matrix.Cell, instance: Any) -> dict[str, Any]:
+    """What each device placement really was for this run, read back from sysfs and the mount table."""
+    if not cell.devices:
+        return {}
+    seen = {name: devices.format_of(instance.roots[name]) for name in cell.devices if name in instance.roots}
+    return {"devices": {name: asdict(found) for name, found in seen.items()}}
+
+
+def run_once(experiment: Experiment, cell: matrix.Cell, paths: dict[str, Path], keep: bool,
+             on_progress=None, pool: devices.DevicePool | None = None) -> RunResult:
+    """One repetition of one cell on a fresh instance."""
+    with cell_instance(experiment, cell, paths, keep, pool) as instance:
+        return measure(experiment, cell, instance, on_progress)
+
+
+def race_state(experiment: Experiment, cells: list[matrix.Cell], store: Store) -> racing.RaceState:
+    values = racing.rounds_from([c.id for c in cells], store.runs(), store.failures(), experiment.workload.figures[0].name)
+    return racing.race(values, experiment.race())
+
+
+def next_runs(experiment: Experiment, cells: list[matrix.Cell], store: Store, tried: set) -> list[tuple[matrix.Cell, int]]:
+    """The runs to do next. The whole matrix at once, interleaved; or, in a race, the next round of
+    the cells still racing (none when the race is over). `tried`: runs already attempted in this
+    invocation, never repeated in it (a failed run is retried by running the command again)."""
+    settings = experiment.race()
+    done = store.done() | tried
+    if settings is None:
+        return matrix.plan(cells, experiment.repetitions, done)
+    state = race_state(experiment, cells, store)
+    if state.finished:
+        return []
+    alive = set(state.alive)
+    return [(c, state.next_round) for c in cells if c.id in alive and (c.id, state.next_round) not in done]
+
+
+def _most_left(experiment: Experiment, cells: list[matrix.Cell], store: Store) -> int:
+    """The runs still possible (a race may drop cells and stop sooner): the progress bar's total."""
+    done = store.done()
+    settings = experiment.race()
+    if settings is None:
+        return len(matrix.plan(cells, experiment.repetitions, done))
+    state = race_state(experiment, cells, store)
+    if state.finished:
+        return 0
+    return sum(1 for c in cells if c.id in set(state.alive)
+               for rep in range(state.rounds + 1, settings.max_rounds + 1) if (c.id, rep) not in done)
 
 
 def run(experiment: Experiment, folder: Path, keep: bool, console: Console) -> RunOutcome:
-    paths = prepare_placements(experiment)
-    for left in instances.clean(only_orphans=True):
-        console.print(f"cleaned up instance {left.instance_id} left by an earlier run")
     cells = matrix.cells(experiment)
+    if exists(folder):  # a damaged or foreign store is refused before anything starts
+        with Store.open(folder, create=False):
+            pass
+    for warning in preflight(experiment, cells):
+        console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
+    paths = prepare_placements(experiment)
+    for left in instances.clean(live=False, kept=False):
+        console.print(f"cleaned up instance {left.instance_id} left by an earlier run")
     outcome = RunOutcome(folder)
+    settings = experiment.race()
     with Store.open(folder) as store:
         store.bind_experiment(
             experiment.name, experiment.engine, experiment.source, experiment.identity(),
             experiment.repetitions, experiment.factors, [(c.id, c.label, c.factors) for c in cells],
+            race=settings.model_dump() if settings else None,
         )
         facts = system.collect_facts(sorted(set(paths.values())))
         comparable = system.comparable(facts)
@@ -119,37 +240,91 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console) -> R
         for fid, held in earlier.items():
             if fid != facts_id:
                 for line in system.differences(held["comparable"], comparable):
-                    console.print(f"[yellow]warning:[/] this machine differs from earlier runs: {line}")
-        done = store.done()
-        todo = matrix.plan(cells, experiment.repetitions, done)
-        outcome.skipped = len(done)
+                    console.print(Text.assemble(("warning:", "yellow"), f" this machine differs from earlier runs: {line}"))
+        outcome.skipped = len(store.done())
+        tried: set[tuple[str, int]] = set()
+        todo = next_runs(experiment, cells, store, tried)
         if not todo:
-            console.print(f"all {len(done)} runs are already in {folder}")
+            console.print(f"all {outcome.skipped} runs are already in {folder}", markup=False)
             return outcome
+        has_devices = bool(experiment.device_sizes)
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-        ) as progress:
-            overall = progress.add_task("runs", total=len(todo))
-            current = progress.add_task("", total=1, visible=False)
-            for cell, rep in todo:
-                progress.update(current, description=f"  {cell.label} #{rep}", completed=0, total=1, visible=True)
-
-                def on_progress(done_tx: int, total_tx: int) -> None:
-                    progress.update(current, completed=done_tx, total=total_tx)
-
-                try:
-                    started_at, drive, capture, version, timeline = run_cell(experiment, cell, paths, keep, on_progress)
-                except Exception as exc:  # a server or driver error fails this run, not the matrix
-                    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    if not isinstance(exc, RunFailed):
-                        message = f"{type(exc).__name__}: {message}"
-                    store.record_failure(cell.id, rep, message)
-                    outcome.failed.append(f"{cell.label} #{rep}: {message}")
-                    progress.console.print(f"[red]failed:[/] {cell.label} #{rep}: {message}")
-                else:
-                    store.record_run(cell.id, rep, started_at, drive, capture, version, facts_id, timeline)
-                    outcome.finished += 1
-                progress.advance(overall)
-            progress.update(current, visible=False)
+        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool:
+            bar = Bar(progress, progress.add_task("runs", total=_most_left(experiment, cells, store)),
+                      progress.add_task("", total=1, visible=False))
+            while todo:
+                for cell, reps in _groups(experiment, todo):
+                    _attempt(experiment, cell, reps, paths, keep, pool, store, facts_id, outcome, bar)
+                    tried.update((cell.id, rep) for rep in reps)
+                todo = next_runs(experiment, cells, store, tried) if settings else []
+                # A race that dropped cells has fewer runs left than the bar expected.
+                progress.update(bar.overall, total=progress.tasks[bar.overall].completed + _most_left(experiment, cells, store))
+            progress.update(bar.current, visible=False)
     return outcome
+
+
+@dataclass
+class Bar:
+    """The progress bars: every run, and the transactions of the run under way."""
+
+    progress: Progress
+    overall: Any
+    current: Any
+
+    def start(self, cell: matrix.Cell, rep: int) -> None:
+        self.progress.update(self.current, description=f"  {cell.label} #{rep}", completed=0, total=1, visible=True)
+
+    def transactions(self, done: int, total: int) -> None:
+        self.progress.update(self.current, completed=done, total=total)
+
+    def done(self) -> None:
+        self.progress.advance(self.overall)
+
+
+def _groups(experiment: Experiment, todo: list[tuple[matrix.Cell, int]]) -> list[tuple[matrix.Cell, list[int]]]:
+    """The runs in the order given, one instance each; for a kind whose repetitions share the data it
+    prepares (a scan's table), every repetition of a cell on one instance, one cell after another."""
+    if not experiment.workload.prepared_once:
+        return [(cell, [rep]) for cell, rep in todo]
+    grouped: dict[str, tuple[matrix.Cell, list[int]]] = {}
+    for cell, rep in todo:
+        grouped.setdefault(cell.id, (cell, []))[1].append(rep)
+    return list(grouped.values())
+
+
+def _attempt(experiment: Experiment, cell: matrix.Cell, reps: list[int], paths: dict[str, Path], keep: bool,
+             pool: devices.DevicePool | None, store: Store, facts_id: int, outcome: RunOutcome, bar: Bar) -> None:
+    """The runs of one instance, each recorded whole as soon as it ends, or its failure recorded: a
+    failure the next runs would repeat stops the experiment; any other fails this run (and the
+    instance's runs not made yet, which the next `storlab run` retries)."""
+    rep = reps[0]
+    try:
+        with cell_instance(experiment, cell, paths, keep, pool) as instance:
+            for rep in reps:
+                bar.start(cell, rep)
+                result = measure(experiment, cell, instance, bar.transactions)
+                store.record_run(cell.id, rep, result, facts_id)
+                outcome.finished += 1
+                bar.done()
+    except instances.SettingRejected as exc:  # every run with this setting would fail alike
+        store.record_failure(cell.id, rep, str(exc))
+        raise UserError(
+            f"{experiment.where(('engine_settings', exc.setting))}: engine_settings.{exc.setting}: "
+            f"the server refuses it (cell {cell.label}): {exc}; stopped before the other runs"
+        ) from None
+    except instances.PlacementFull as exc:  # so would every later run
+        store.record_failure(cell.id, rep, str(exc))
+        raise RunFailed(f"{exc}; stopped: free space there or shrink the workload, then run the "
+                        "same command to resume") from None
+    except UserError:
+        raise  # the user's own mistake (their SQL): every run would fail alike
+    except Exception as exc:  # a server or driver error fails this run, not the matrix
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not isinstance(exc, RunFailed):
+            message = f"{type(exc).__name__}: {message}"
+        store.record_failure(cell.id, rep, message)
+        outcome.failed.append(f"{cell.label} #{rep}: {message}")
+        bar.progress.console.print(Text.assemble(("failed:", "red"), f" {cell.label} #{rep}: {message}"))
+        bar.done()

@@ -1,24 +1,32 @@
 """The results store: one SQLite file in the results folder, schema versioned by PRAGMA user_version,
-one transaction per finished run, so a crash loses at most the run that was under way."""
+one transaction per finished run, so a crash loses at most the run that was under way. The same store
+speaks PostgreSQL for a fleet (storlab.shared_store opens it): every statement here is written once in
+the SQL both dialects share (storlab.dialects)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import quote
 
-from storlab.engines.base import Wait
+from storlab.dialects import SQLITE, Connection, Migration
+from storlab.iosizes import IoSizes
+from storlab.waits import Wait, WaitCapture, WaitingTask
 from storlab.errors import UserError
 
 FILENAME = "storlab.sqlite"
 
-# One entry per schema version; a store at version N runs MIGRATIONS[N:] to come up to date.
-MIGRATIONS = [
+# One entry per schema version; a store at version N runs MIGRATIONS[N:] to come up to date. Each is
+# written once in SQLite's words (storlab.dialects gives PostgreSQL its own), or as a PerDialect.
+MIGRATIONS: list[Migration] = [
     """
     CREATE TABLE experiment (
         id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -100,6 +108,70 @@ MIGRATIONS = [
     CREATE INDEX waits_run ON waits(run_id);
     CREATE INDEX timeline_run ON timeline(run_id);
     """,
+    # 2: each run's figures kept generically (name, value, unit), as each workload kind reports them;
+    # the insert figures of schema 1 move there.
+    """
+    CREATE TABLE figures (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        name TEXT NOT NULL,
+        value REAL NOT NULL,
+        unit TEXT NOT NULL,
+        PRIMARY KEY (run_id, name)
+    );
+    INSERT INTO figures SELECT id, 'elapsed_s', elapsed_s, 's' FROM runs;
+    INSERT INTO figures SELECT id, 'rows', rows, 'rows' FROM runs;
+    INSERT INTO figures SELECT id, 'transactions', transactions, 'txn' FROM runs;
+    INSERT INTO figures SELECT id, 'rows_per_s', rows_per_s, 'rows/s' FROM runs;
+    INSERT INTO figures SELECT id, 'transactions_per_s', transactions / elapsed_s, 'txn/s' FROM runs WHERE elapsed_s > 0;
+    INSERT INTO figures SELECT id, 'latency_p50_ms', latency_p50_ms, 'ms' FROM runs;
+    INSERT INTO figures SELECT id, 'latency_p95_ms', latency_p95_ms, 'ms' FROM runs;
+    INSERT INTO figures SELECT id, 'latency_p99_ms', latency_p99_ms, 'ms' FROM runs;
+    ALTER TABLE runs DROP COLUMN elapsed_s;
+    ALTER TABLE runs DROP COLUMN rows;
+    ALTER TABLE runs DROP COLUMN transactions;
+    ALTER TABLE runs DROP COLUMN rows_per_s;
+    ALTER TABLE runs DROP COLUMN latency_p50_ms;
+    ALTER TABLE runs DROP COLUMN latency_p95_ms;
+    ALTER TABLE runs DROP COLUMN latency_p99_ms;
+    """,
+    # 3: the waiting tasks of each run (who waited on what: a wait and the resource the engine names,
+    # '' when it names none), summed over the run's samples. The waits per interval need no table:
+    # they are timeline metrics 'wait:<WaitType>'.
+    """
+    CREATE TABLE waiting_tasks (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        wait_type TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        seconds REAL NOT NULL,
+        samples INTEGER NOT NULL,
+        PRIMARY KEY (run_id, wait_type, resource)
+    );
+    """,
+    # 4: what each run started from (checkpoint, sync, page cache, warm-up), and the race an
+    # experiment declared (its settings, so `show` replays the same drops).
+    """
+    ALTER TABLE runs ADD COLUMN conditions TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE experiment ADD COLUMN race TEXT;
+    """,
+    # 5: the size of the IOs each placement's device served during a run: traced requests by
+    # power-of-two bucket, or one average per direction from /proc/diskstats (source says which).
+    """
+    CREATE TABLE io_sizes (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        placement TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        requests INTEGER NOT NULL,
+        source TEXT NOT NULL
+    );
+    CREATE INDEX io_sizes_run ON io_sizes(run_id);
+    """,
+    # 6: the host that measured each run (a worker's --host; this machine's name for storlab run),
+    # and the text of the SQL files the experiment names, so a worker needs nothing but the store.
+    """
+    ALTER TABLE runs ADD COLUMN host TEXT;
+    ALTER TABLE experiment ADD COLUMN files TEXT;
+    """,
 ]
 
 
@@ -108,16 +180,28 @@ class RunRecord:
     id: int
     cell_id: str
     repetition: int
-    elapsed_s: float
-    rows: int
-    rows_per_s: float
-    latency_p50_ms: float
-    latency_p95_ms: float
-    latency_p99_ms: float
+    started_at: float
     wait_source: str
     wait_extras: dict[str, float]
     engine_version: str
     facts_id: int
+    figures: dict[str, float]  # name -> value, as the workload kind reported them
+    conditions: dict[str, Any] = field(default_factory=dict)  # what the run started from (settle.py)
+    host: str | None = None  # the host that measured it (None: recorded before storlab kept it)
+
+
+@dataclass
+class RunResult:
+    """Everything one finished run hands to the store."""
+
+    started_at: float
+    figures: list[tuple[str, float, str]]  # (name, value, unit)
+    capture: WaitCapture
+    engine_version: str
+    timeline: list[tuple[float, str, float]]  # (seconds on the run's axis, metric, value)
+    waiting_tasks: list[WaitingTask] = field(default_factory=list)
+    conditions: dict[str, Any] = field(default_factory=dict)
+    io_sizes: IoSizes | None = None
 
 
 @dataclass
@@ -127,95 +211,229 @@ class CellRecord:
     factors: dict[str, Any]
 
 
+def _header(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(len(_SQLITE_MAGIC))
+
+
 def facts_digest(comparable: dict) -> str:
     return hashlib.sha256(json.dumps(comparable, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# A store is recognised by what is inside, not by its file name: storlab's application id in the
+# SQLite header (stores from before it was set: a schema version and these tables).
+APPLICATION_ID = 0x53544C42  # "STLB"
+SIGNATURE = {"experiment", "cells", "failures", "facts"}
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def check_folder(folder: Path) -> None:
+    """A results folder that can exist: no over-long names, nothing in the way that is not a folder."""
+    text = os.fsencode(str(folder))
+    if not text:
+        raise UserError("the results folder is an empty name; give a folder, or leave --out out")
+    if len(text) >= PATH_MAX or any(len(os.fsencode(part)) > NAME_MAX for part in folder.parts):
+        raise UserError(f"{str(folder)[:60]}…: the folder name is too long (at most {NAME_MAX} bytes a name, {PATH_MAX - 1} in all)")
+    probe = folder
+    while not (probe.exists() or probe.is_symlink()):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{folder}: cannot be a results folder: {probe} is not a folder" if probe != folder
+                        else f"{folder}: is not a folder")
+
+
+def exists(folder: Path) -> bool:
+    """Whether a folder holds a non-empty storlab.sqlite (what it holds is checked when opened)."""
+    check_folder(folder)
+    path = folder / FILENAME
+    return path.is_file() and path.stat().st_size > 0
+
+
+class UserVersion:
+    """SQLite keeps the schema's version in its header (PRAGMA user_version)."""
+
+    def lock(self, db: Connection) -> None:
+        """BEGIN IMMEDIATE already holds the only write lock."""
+
+    def get(self, db: Connection) -> int:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+
+    def set(self, db: Connection, version: int) -> None:
+        db.execute(f"PRAGMA user_version = {int(version)}")
+
+
 class Store:
-    def __init__(self, db: sqlite3.Connection, folder: Path):
+    """One experiment's results. `folder`: where files beside the store go (report, export); `where`:
+    how messages name the store."""
+
+    def __init__(self, db: Connection, folder: Path, where: str | None = None, versioning=None):
         self.db = db
         self.folder = folder
+        self.where = where or str(folder)
+        self.versioning = versioning or UserVersion()
+        self.another = "use another --out folder, or restore the file"  # where a different experiment goes
+        self.experiment_id: int | None = None  # its id in a shared store's catalogue
+        self._depth = 0
 
     @classmethod
     @contextmanager
     def open(cls, folder: Path, create: bool = True) -> Iterator["Store"]:
+        """`create`: the store `storlab run` and `storlab io` write (made when missing). Otherwise the
+        store is opened read-only and must be a storlab store: read commands never write, and an empty
+        or foreign storlab.sqlite is "no storlab results here". A damaged store is one clear line."""
         folder = Path(folder)
         path = folder / FILENAME
-        if not path.exists():
-            if not create:
-                raise UserError(f"{folder}: no storlab results here (expected {FILENAME})")
-            folder.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, isolation_level=None, timeout=30)
-        try:
-            # Only opening is the user's problem (a file that is not a store); an error while
-            # recording is the lab's and must surface as itself.
+        if create:
+            check_folder(folder)
             try:
-                db.execute("PRAGMA journal_mode=WAL")
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"{folder}: cannot make the results folder: {exc.strerror}") from None
+        elif not exists(folder):
+            raise UserError(f"{folder}: no storlab results here (expected {FILENAME})")
+        fresh = not path.exists() or path.stat().st_size == 0
+        if not fresh and _header(path) != _SQLITE_MAGIC:
+            raise UserError(f"{path}: not a storlab results store (not an SQLite file)")
+        try:
+            db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
+                sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
+        except sqlite3.Error as exc:
+            raise UserError(f"{path}: cannot open the results store: {exc}") from None
+        try:
+            try:
+                store = cls(Connection(db, SQLITE), folder)
+                store._recognise(path, create)
+                if create:
+                    db.execute("PRAGMA journal_mode=WAL")  # readers while a run writes
                 db.execute("PRAGMA foreign_keys=ON")
-                store = cls(db, folder)
-                store._migrate()
+                if create:
+                    store._migrate()
             except sqlite3.DatabaseError as exc:
-                raise UserError(f"{path}: not a readable storlab store ({exc})") from None
-            yield store
+                raise UserError(f"{path}: the results store is damaged: {exc}") from None
+            try:
+                yield store
+            except sqlite3.DatabaseError as exc:
+                if getattr(exc, "sqlite_errorname", None) in _DAMAGED:
+                    raise UserError(f"{path}: the results store is damaged: {exc}") from None
+                raise
+            if create:
+                try:  # at rest a store is one file, which read-only readers then leave alone
+                    db.execute("PRAGMA journal_mode=DELETE")
+                except sqlite3.OperationalError:
+                    pass  # a reader is on it: it stays in WAL mode until the next close
         finally:
             db.close()
 
-    def _migrate(self) -> None:
+    def _recognise(self, path: Path, create: bool) -> None:
+        """A storlab store, or (for `create`) an empty database to make one in; anything else is refused."""
+        tables = {name for (name,) in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        ours = self.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        if not tables and not ours:
+            if not create:
+                raise UserError(f"{self.folder}: no storlab results here ({FILENAME} holds no storlab store)")
+            self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            return
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if not ours and not (version >= 1 and SIGNATURE <= tables):
+            raise UserError(f"{path}: not a storlab results store (an SQLite database with other tables)")
+        check = self.db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise UserError(f"{path}: the results store is damaged: {check}")
         if version > len(MIGRATIONS):
             raise UserError(f"{self.folder}: written by a newer storlab (schema {version}); upgrade storlab to read it")
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        if create and not ours:
+            self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a store from before the id
+        if not create and version < len(MIGRATIONS):
+            # An older store is brought up to date once, the one write a read command makes.
+            with sqlite3.connect(path, isolation_level=None, timeout=30) as upgrade:
+                Store(Connection(upgrade, SQLITE), self.folder)._migrate()
+            upgrade.close()
+
+    def _migrate(self) -> None:
+        """One step per transaction; the version is read again under the lock, so two processes
+        opening one store at once migrate it once."""
+        while True:
             with self.transaction():
-                for statement in filter(str.strip, script.split(";")):
+                self.versioning.lock(self.db)
+                version = self.versioning.get(self.db)
+                if version > len(MIGRATIONS):
+                    raise UserError(f"{self.where}: written by a newer storlab (schema {version}); upgrade storlab to read it")
+                if version == len(MIGRATIONS):
+                    return
+                for statement in self.db.dialect.statements(MIGRATIONS[version]):
                     self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version = {number}")
+                self.versioning.set(self.db, version + 1)
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+    def transaction(self) -> Iterator[Connection]:
+        """One transaction; a transaction opened inside another is part of it (the fleet records a
+        run and closes its claim at once)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.db
+            finally:
+                self._depth -= 1
+            return
+        self.db.execute(self.db.dialect.begin)
+        self._depth = 1
         try:
             yield self.db
         except BaseException:
+            self._depth = 0
             self.db.execute("ROLLBACK")
             raise
+        self._depth = 0
         self.db.execute("COMMIT")
 
     # -- the experiment ----------------------------------------------------------------------
 
     def experiment(self) -> dict[str, Any] | None:
         row = self.db.execute(
-            "SELECT name, engine, source, identity, repetitions, factors FROM experiment"
+            "SELECT name, engine, source, identity, repetitions, factors, race, files FROM experiment"
         ).fetchone()
         if row is None:
             return None
         return {
             "name": row[0], "engine": row[1], "source": row[2], "identity": json.loads(row[3]),
-            "repetitions": row[4], "factors": json.loads(row[5]),
+            "repetitions": row[4], "factors": json.loads(row[5]), "race": json.loads(row[6]) if row[6] else None,
+            "files": json.loads(row[7] or "{}"),
         }
 
     def bind_experiment(self, name: str, engine: str, source: str, identity: dict, repetitions: int,
-                        factors: dict[str, list], cells: list[tuple[str, str, dict]]) -> None:
-        """Record the experiment the first time; afterwards accept it only if nothing but repetitions changed."""
+                        factors: dict[str, list], cells: list[tuple[str, str, dict]], race: dict | None = None,
+                        files: dict[str, str] | None = None) -> None:
+        """Record the experiment the first time; afterwards accept it only if nothing but its repetitions
+        and its race (how many runs, which cells get them) changed. `files`: the text of the SQL files
+        it names."""
         held = self.experiment()
-        if held is not None and held["identity"] != identity:
-            changed = _first_difference(held["identity"], identity)
+        if held is not None and _without_none(held["identity"]) != _without_none(identity):
+            changed = _first_difference(_without_none(held["identity"]), _without_none(identity))
             raise UserError(
-                f"{self.folder}: holds results of a different experiment ({changed}); "
-                "use another --out folder, or restore the file"
+                f"{self.where}: holds results of a different experiment ({changed}); {self.another}"
             )
         with self.transaction() as db:
             if held is None:
                 db.execute(
-                    "INSERT INTO experiment VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                    (name, engine, source, json.dumps(identity), repetitions, json.dumps(factors), time.time()),
+                    """INSERT INTO experiment (id, name, engine, source, identity, repetitions, factors, created_at, race,
+                                               files)
+                       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    (name, engine, source, json.dumps(identity), repetitions, json.dumps(factors), time.time(),
+                     json.dumps(race) if race else None, json.dumps(files or {})),
                 )
             else:
-                db.execute("UPDATE experiment SET repetitions = ?, source = ?", (repetitions, source))
-            for position, (cell_id, label, cell_factors) in enumerate(cells):
-                db.execute(
-                    "INSERT OR IGNORE INTO cells VALUES (?, ?, ?, ?)",
-                    (cell_id, position, label, json.dumps(cell_factors)),
-                )
+                db.execute("UPDATE experiment SET repetitions = ?, source = ?, race = ?",
+                           (repetitions, source, json.dumps(race) if race else None))
+                if files:
+                    db.execute("UPDATE experiment SET files = ?", (json.dumps(files),))
+            db.executemany(
+                "INSERT INTO cells (id, position, label, factors) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [(cell_id, position, label, json.dumps(cell_factors))
+                 for position, (cell_id, label, cell_factors) in enumerate(cells)],
+            )
 
     def cells(self) -> list[CellRecord]:
         return [
@@ -233,9 +451,9 @@ class Store:
                 db.execute("UPDATE facts SET body = ?, recorded_at = ? WHERE id = ?", (json.dumps(body), time.time(), row[0]))
                 return row[0]
             return db.execute(
-                "INSERT INTO facts (digest, comparable, body, recorded_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO facts (digest, comparable, body, recorded_at) VALUES (?, ?, ?, ?) RETURNING id",
                 (digest, json.dumps(comparable), json.dumps(body), time.time()),
-            ).lastrowid
+            ).fetchone()[0]
 
     def facts(self) -> dict[int, dict]:
         """facts id -> {'comparable': ..., 'body': ...}"""
@@ -249,25 +467,46 @@ class Store:
     def done(self) -> set[tuple[str, int]]:
         return {(c, r) for c, r in self.db.execute("SELECT cell_id, repetition FROM runs")}
 
-    def record_run(self, cell_id: str, repetition: int, started_at: float, drive, capture,
-                   engine_version: str, facts_id: int, timeline: list[tuple[float, str, float]]) -> int:
-        """Everything about one finished run, in one transaction: all of it is kept, or none."""
+    def record_run(self, cell_id: str, repetition: int, result: RunResult, facts_id: int,
+                   host: str | None = None) -> int:
+        """Everything about one finished run, in one transaction: all of it is kept, or none. `host`:
+        the host that measured it (by default this machine)."""
+        capture = result.capture
         with self.transaction() as db:
             run_id = db.execute(
-                """INSERT INTO runs (cell_id, repetition, started_at, elapsed_s, rows, transactions, rows_per_s,
-                       latency_p50_ms, latency_p95_ms, latency_p99_ms, wait_source, wait_extras,
-                       engine_version, facts_id)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (cell_id, repetition, started_at, drive.elapsed_s, drive.rows, drive.transactions, drive.rows_per_s,
-                 drive.latency_ms(50), drive.latency_ms(95), drive.latency_ms(99), capture.source,
-                 json.dumps(capture.extras), engine_version, facts_id),
-            ).lastrowid
+                """INSERT INTO runs (cell_id, repetition, started_at, wait_source, wait_extras, engine_version, facts_id,
+                                     host, conditions)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
+                (cell_id, repetition, result.started_at, capture.source, json.dumps(capture.extras),
+                 result.engine_version, facts_id, host or platform.node(), json.dumps(result.conditions)),
+            ).fetchone()[0]
+            db.executemany("INSERT INTO figures (run_id, name, value, unit) VALUES (?, ?, ?, ?)",
+                           [(run_id, *f) for f in result.figures])
             db.executemany(
-                "INSERT INTO waits VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO waits (run_id, wait_type, wait_s, wait_count, signal_s) VALUES (?, ?, ?, ?, ?)",
                 [(run_id, w.wait_type, w.wait_s, w.wait_count, w.signal_s) for w in capture.waits],
             )
-            db.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?)", [(run_id, *p) for p in timeline])
+            db.executemany("INSERT INTO timeline (run_id, t_s, metric, value) VALUES (?, ?, ?, ?)",
+                           [(run_id, *p) for p in result.timeline])
+            db.executemany(
+                "INSERT INTO waiting_tasks (run_id, wait_type, resource, seconds, samples) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, t.wait_type, t.resource, t.seconds, t.samples) for t in result.waiting_tasks],
+            )
+            if result.io_sizes is not None:
+                db.executemany(
+                    "INSERT INTO io_sizes (run_id, placement, direction, size_bytes, requests, source) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(run_id, placement, direction, size, count, result.io_sizes.source)
+                     for placement, by_direction in result.io_sizes.sizes.items()
+                     for direction, counts in by_direction.items() for size, count in counts.items()],
+                )
         return run_id
+
+    def io_sizes(self, run_id: int) -> list[tuple[str, str, int, int, str]]:
+        """(placement, direction, size in bytes, requests, source) of one run."""
+        return list(self.db.execute(
+            "SELECT placement, direction, size_bytes, requests, source FROM io_sizes WHERE run_id = ? "
+            "ORDER BY placement, direction, size_bytes", (run_id,)))
 
     def record_failure(self, cell_id: str, repetition: int, message: str) -> None:
         with self.transaction() as db:
@@ -277,18 +516,34 @@ class Store:
             )
 
     def runs(self) -> list[RunRecord]:
+        figures: dict[int, dict[str, float]] = {}
+        for run_id, name, value in self.db.execute("SELECT run_id, name, value FROM figures"):
+            figures.setdefault(run_id, {})[name] = value
         rows = self.db.execute(
-            """SELECT id, cell_id, repetition, elapsed_s, rows, rows_per_s, latency_p50_ms, latency_p95_ms,
-                      latency_p99_ms, wait_source, wait_extras, engine_version, facts_id
+            """SELECT id, cell_id, repetition, started_at, wait_source, wait_extras, engine_version, facts_id, host,
+                      conditions
                FROM runs ORDER BY id"""
         ).fetchall()
-        return [RunRecord(*r[:10], json.loads(r[10]), *r[11:]) for r in rows]
+        return [RunRecord(*r[:5], json.loads(r[5]), *r[6:8], figures.get(r[0], {}), json.loads(r[9]), r[8]) for r in rows]
+
+    def units(self) -> dict[str, str]:
+        """Each figure's unit, as recorded."""
+        return dict(self.db.execute("SELECT DISTINCT name, unit FROM figures"))
 
     def waits(self, run_id: int) -> list[Wait]:
         return [
             Wait(t, s, c, sig)
             for t, s, c, sig in self.db.execute(
                 "SELECT wait_type, wait_s, wait_count, signal_s FROM waits WHERE run_id = ?", (run_id,)
+            )
+        ]
+
+    def waiting_tasks(self, run_id: int) -> list[WaitingTask]:
+        return [
+            WaitingTask(*row)
+            for row in self.db.execute(
+                "SELECT wait_type, resource, seconds, samples FROM waiting_tasks WHERE run_id = ? "
+                "ORDER BY seconds DESC, wait_type, resource", (run_id,)
             )
         ]
 
@@ -322,6 +577,13 @@ class Store:
         )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, r), flags=json.loads(r[-1])) for r in cursor.fetchall()]
+
+
+def _without_none(value: Any) -> Any:
+    """An identity with unset keys left out: folders written before a key existed stored it as null."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def _first_difference(old: Any, new: Any, path: str = "") -> str:

@@ -9,7 +9,7 @@ a recorded tree from a machine that has what this one lacks (cpufreq, intel_psta
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from storlab import processes
 from storlab.errors import UserError
 
 OK, WARNING, UNKNOWN = "ok", "warning", "unknown"
@@ -274,7 +275,7 @@ def busy_khz(root: Path = Path("/"), cpu: int = 0, seconds: float = 0.5) -> int 
     cur = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"
     if _read(cur) is None:
         return None
-    spinner = subprocess.Popen([sys.executable, "-c", _SPIN.format(seconds=seconds)], start_new_session=True)
+    spinner = processes.start([sys.executable, "-c", _SPIN.format(seconds=seconds)])
     try:
         os.sched_setaffinity(spinner.pid, {cpu})
         seen = []
@@ -284,9 +285,7 @@ def busy_khz(root: Path = Path("/"), cpu: int = 0, seconds: float = 0.5) -> int 
             time.sleep(0.05)
         return max(seen, default=None) or None
     finally:
-        if spinner.poll() is None:
-            spinner.kill()
-        spinner.wait()
+        processes.stop(spinner, signal.SIGKILL)
 
 
 # -- the check ---------------------------------------------------------------------------------
@@ -465,7 +464,13 @@ def check(paths: list[Path], planned_memory_bytes: int | None = None, root: Path
     busy = busy_khz(root) if sample and facts["cpu"]["cpufreq"] else None
     if busy is not None:
         facts["cpu"]["busy_khz"] = busy
-    items = _cpu_items(facts["cpu"], busy) + _memory_items(facts["memory"], planned_memory_bytes)
+    return assess(facts, planned_memory_bytes)
+
+
+def assess(facts: dict, planned_memory_bytes: int | None = None) -> CheckReport:
+    """The check's verdict on facts already collected (the report judges the facts recorded with the
+    runs). Raises KeyError for facts that are not collect_facts' (a store from before they were)."""
+    items = _cpu_items(facts["cpu"], facts["cpu"].get("busy_khz")) + _memory_items(facts["memory"], planned_memory_bytes)
     items.append(Item("Kernel", "release", facts["kernel"] or "unknown", OK if facts["kernel"] else UNKNOWN))
     for path_facts in facts["paths"].values():
         items += _path_items(path_facts)

@@ -1,13 +1,57 @@
-"""Wait-statistics arithmetic shared by every engine: deltas, the benign filter, the seeds' top-95 % cut."""
+"""Wait statistics: the records every engine's probe produces, and the arithmetic shared by every engine
+(deltas, the benign filter, the seeds' top-95 % cut)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-
-from storlab.engines.base import Wait
+from dataclasses import dataclass, field
+from typing import Protocol
 
 TOP_PERCENT = 95.0
+
+
+@dataclass
+class Wait:
+    """One row of a wait table. Counts and per-wait signal time only where the source measures them."""
+
+    wait_type: str
+    wait_s: float
+    wait_count: int | None = None
+    signal_s: float | None = None
+
+
+@dataclass
+class WaitCapture:
+    """What a wait probe saw over one run: its waits and the counters shown beside the table."""
+
+    source: str
+    waits: list[Wait]
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+class WaitProbe(Protocol):
+    """Started on the workload's sessions just before the load, stopped just after it."""
+
+    source: str
+
+    def start(self, sessions: list[int]) -> None: ...
+
+    def so_far(self) -> dict[str, float]:
+        """Seconds in each wait since start() (CPU included where measured, benign waits left out),
+        read while the load runs: the waits on the time axis are differences of two readings."""
+
+    def stop(self) -> WaitCapture: ...
+
+
+@dataclass
+class WaitingTask:
+    """The seeds' sys.dm_os_waiting_tasks, summed over a run: the time sessions were seen waiting in
+    one wait on one resource ("" when the engine does not name it), and how many samples saw it."""
+
+    wait_type: str
+    resource: str
+    seconds: float
+    samples: int
 
 
 @dataclass

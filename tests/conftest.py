@@ -3,13 +3,18 @@ tests never see (or clean) instances of a real storlab run on the same machine."
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from storlab import instances
+from tests.devicetools import mounted
 
 
 @pytest.fixture(autouse=True)
@@ -18,9 +23,11 @@ def private_state(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
-def write_experiment(tmp_path):
+def write_experiment(lab_root):
+    """Files in a folder the servers' OS user can reach, so relative placements pass the load checks."""
+
     def write(body: str, name: str = "exp.toml") -> Path:
-        path = tmp_path / name
+        path = lab_root / name
         path.write_text(textwrap.dedent(body))
         return path
 
@@ -28,16 +35,20 @@ def write_experiment(tmp_path):
 
 
 def storlab_processes() -> list[int]:
-    """Server processes of any storlab instance made under this test session's state dir."""
+    """Server processes of any storlab instance made under this test session's state dir (servers
+    inherit STORLAB_STATE_DIR; other sessions' tests on the same machine have their own)."""
+    session = Path(os.environ["STORLAB_STATE_DIR"]).parent  # this session's pytest base directory
+    mine = f"STORLAB_STATE_DIR={session}/".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if "storlab-" in cmdline and ("postgres" in cmdline or "mariadbd" in cmdline):
+        if "storlab-" in cmdline and ("postgres" in cmdline or "mariadbd" in cmdline) and mine in environ:
             pids.append(int(entry.name))
     return pids
 
@@ -57,3 +68,69 @@ def lab_dir(lab_root):
     path.mkdir()
     return path
 
+
+@pytest.fixture
+def image_dir():
+    """A directory on this machine's disk (pytest's tmp dirs may be anywhere); whatever a failing
+    test left is cleaned through storlab's own manifest before the directory goes."""
+    path = Path(tempfile.mkdtemp(prefix="storlab-test-img-", dir="/var/tmp"))
+    yield path
+    instances.clean(live=True)
+    if not mounted(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def prepared(instance, kind_name: str, files: dict | None = None, **params):
+    """The workload kind `kind_name` prepared in `instance` with `params`; returns (kind, params)."""
+    from storlab.workloads import kind
+
+    work = kind(kind_name)
+    work.prepare(instance, params, files or {})
+    return work, params
+
+
+def run_load(instance, kind_name: str, files: dict | None = None, probe=None, **params):
+    """Prepare and run one load of a kind, the probe (if any) around it, as the runner does."""
+    work, params = prepared(instance, kind_name, files, **params)
+    load = work.load(instance, params, files or {})
+    try:
+        sessions = load.open()
+        if probe is not None:
+            probe.start(sessions)
+        measured = load.run()
+        capture = probe.stop() if probe is not None else None
+    finally:
+        load.close()
+    return measured, capture
+
+
+def instances_up() -> list:
+    """Instances of this test's state dir whose server is up: PostgreSQL's postmaster.pid says "ready",
+    MariaDB has opened its socket."""
+    from storlab import instances
+
+    def ready(manifest) -> bool:
+        for d in map(Path, manifest.dirs):
+            pid_file = d / "pgdata" / "postmaster.pid"
+            if pid_file.exists() and pid_file.read_text().splitlines()[-1:] == ["ready   "]:
+                return True
+            if (d / "mysqld.sock").exists():
+                return True
+        return False
+
+    return [m for m in instances.Manifest.all() if m.server_pid and ready(m)]
+
+
+def stop_storlab(proc: subprocess.Popen) -> None:
+    """A storlab run a test started, ended on every way out as a user would: Ctrl-C (it stops its
+    servers and removes its instance), else killed, and what it left cleaned."""
+    from storlab import instances
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    instances.clean(live=True)

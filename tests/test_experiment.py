@@ -1,6 +1,6 @@
 import pytest
 
-from storlab import experiment
+from storlab import experiment, placements
 from storlab.errors import UserError
 
 GOOD = """
@@ -34,7 +34,7 @@ def error_of(write_experiment, body, name="quick.toml") -> str:
 def test_good_file_has_factors_in_file_order(write_experiment):
     exp = experiment.load(write_experiment(GOOD))
     assert exp.factors == {"layout.data_files": [1, 2, 4], "layout.log_on": ["disk", "ram"]}
-    assert exp.placement_path("ram") == experiment.TMPFS_ROOT
+    assert exp.placement_path("ram") == placements.TMPFS_ROOT
     assert exp.placement_path("disk") == exp.path.parent / "lab" / "disk"
 
 
@@ -62,7 +62,7 @@ def test_unknown_key_and_missing_key(write_experiment):
 
 def test_key_an_engine_cannot_honour(write_experiment):
     message = error_of(write_experiment, GOOD.replace('data_on = "disk"', 'data_on = "disk"\npage_size = "16k"'))
-    assert message == "quick.toml:13: layout.page_size: not supported by engine postgres"
+    assert message == "quick.toml:13: layout.page_size: PostgreSQL's page is fixed at 8 kB when the server is built"
 
 
 def test_wrong_engine_and_bad_toml(write_experiment):

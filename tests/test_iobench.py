@@ -104,7 +104,6 @@ def test_default_folder_is_named_after_the_path():
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    runner = CliRunner()
     for args, message in ((["io", "/no/such/place"], "storlab: /no/such/place: no such file or directory\n"),
                           (["io", str(tmp_path), "--size", "12Q"],
                            "storlab: --size: '12Q' is not a size (a number with K, M, G or T, as 256M)\n"),
@@ -171,4 +170,4 @@ def test_io_on_tmpfs_is_flagged_as_memory_speed(tmp_path):
     with Store.open(out, create=False) as store:
         rows = store.io_jobs()
     assert rows and all(any(f.startswith("memory speed") for f in r["flags"]) for r in rows)
-    assert not any(p.name.startswith("storlab-io-") for p in Path("/dev/shm").iterdir())
+    assert not any(p.name.startswith("storlab-io") for p in Path("/dev/shm").iterdir())

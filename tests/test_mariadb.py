@@ -12,10 +12,10 @@ import pytest
 
 from storlab import instances
 from storlab.engines import mariadb, provision
-from storlab.engines.base import spec_for
 from storlab.errors import UserError
-from storlab.workloads import Driver, prepare
-from tests.conftest import storlab_processes
+from storlab.layout import spec_for
+from storlab.workloads.random_insert import RANDOM_UUID
+from tests.conftest import prepared, run_load, storlab_processes
 
 pytestmark = [
     pytest.mark.engine,
@@ -89,10 +89,8 @@ def test_partitions_and_redo_log_are_where_declared(two_placements):
         (pid,) = storlab_processes()
         socket = inst.socket
         assert socket.is_socket()
-        prepare(inst, "random-insert")
+        run_load(inst, "random-insert", connections=1, rows_per_connection=8000, batch=1000)
         with inst.connect() as conn:
-            sql, params = inst.random_insert_statement(8000)
-            conn.execute(sql, params)
             per_partition = [conn.execute(f"SELECT COUNT(*) FROM lab_insert PARTITION (p{i})").fetchone()[0]
                              for i in range(4)]
             assert conn.execute("SELECT @@innodb_log_file_size").fetchone()[0] == 64 * 1024 * 1024
@@ -115,7 +113,7 @@ def test_system_tablespace_files_in_order_across_placements(two_placements):
     spec = spec_for({"data_files": 3, "data_on": {"disk": 2, "fast": 1}, "striping": "contiguous",
                      "file_kind": "system-tablespace"}, {}, two_placements)
     with provision("mariadb", spec, keep=False, connections=2) as inst:
-        prepare(inst, "random-insert")
+        prepared(inst, "random-insert", batch=100)
         with inst.connect() as conn:
             assert conn.execute("SELECT @@innodb_file_per_table").fetchone()[0] == 0
         for i, placement in enumerate(spec.data_files, start=1):
@@ -130,11 +128,9 @@ def test_system_tablespace_files_in_order_across_placements(two_placements):
 def test_page_size_is_honoured(tmp_placement, page_size, expected):
     spec = spec_for({"data_files": 2, "data_on": "disk", "page_size": page_size}, {}, tmp_placement)
     with provision("mariadb", spec, keep=False, connections=2) as inst:
-        prepare(inst, "random-insert")
+        run_load(inst, "random-insert", connections=1, rows_per_connection=500, batch=200)
         with inst.connect() as conn:
             assert conn.execute("SELECT @@innodb_page_size").fetchone()[0] == expected
-            sql, params = inst.random_insert_statement(500)
-            conn.execute(sql, params)
             assert conn.execute("SELECT COUNT(*) FROM lab_insert").fetchone()[0] == 500
     assert storlab_processes() == []
 
@@ -156,19 +152,21 @@ def test_waits_count_reads_from_disk_for_the_workload_user_only(lab_dir):
     # A buffer pool far smaller than the table: the sessions read the pages they insert into.
     spec = spec_for({"data_files": 2, "data_on": "disk"}, {"innodb_buffer_pool_size": "8M"}, {"disk": lab_dir})
     with provision("mariadb", spec, keep=False, connections=4) as inst:
-        prepare(inst, "random-insert")
+        params = {"connections": 4, "rows_per_connection": 12_000, "batch": 1000}
+        work, _ = prepared(inst, "random-insert", **params)
         probe = inst.wait_probe()
         assert probe.source == "performance_schema"
-        with Driver(inst, connections=4, rows_per_connection=12_000, batch=1000) as driver:
-            sessions = driver.open()
+        load = work.load(inst, params, {})
+        try:
+            sessions = load.open()
             threads = inst.session_os_pids(sessions)
             assert len(threads) == 4 and all(Path(f"/proc/{tid}/schedstat").exists() for tid in threads)
             probe.start(sessions)
-            drive = driver.run()
+            measured = load.run()
             capture = probe.stop()
 
             waits = {w.wait_type: w for w in capture.waits}
-            assert drive.rows == 48_000 and drive.transactions == 48
+            assert measured.figures["rows"] == 48_000 and measured.figures["transactions"] == 48
             assert waits[DATA_FILE_WAIT].wait_count > 0 and waits[DATA_FILE_WAIT].wait_s > 0
             assert waits["CPU"].wait_s > 0 and capture.extras["sessions_cpu_s"] == waits["CPU"].wait_s
             assert not set(waits) & mariadb.BENIGN
@@ -182,7 +180,7 @@ def test_waits_count_reads_from_disk_for_the_workload_user_only(lab_dir):
             with inst.admin() as admin:
                 global_before = admin.execute(GLOBAL_WAIT, (DATA_FILE_WAIT,)).fetchone()[0]
                 background_before = admin.execute(BACKGROUND_WAIT, (DATA_FILE_WAIT,)).fetchone()[0]
-                admin.execute("INSERT INTO lab.lab_insert (c1) SELECT " + mariadb.RANDOM_UUID + " FROM lab.seq_1_to_5000")
+                admin.execute("INSERT INTO lab.lab_insert (c1) SELECT " + RANDOM_UUID + " FROM lab.seq_1_to_5000")
                 admin.execute("SET GLOBAL innodb_max_dirty_pages_pct = 0")  # the page cleaner writes it all
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
@@ -194,6 +192,8 @@ def test_waits_count_reads_from_disk_for_the_workload_user_only(lab_dir):
             idle = quiet.stop()
             assert global_moved > 0 and background_moved > 0
             assert [w.wait_type for w in idle.waits if w.wait_type != "CPU"] == []
+        finally:
+            load.close()
 
         with inst.connect() as conn:
             total, distinct, v4 = conn.execute(
@@ -214,13 +214,3 @@ def test_server_is_unprivileged_and_stops_on_error(lab_dir):
     assert _gone(pid) and not socket.exists()
     assert storlab_processes() == []
     assert not list(lab_dir.glob("storlab-*"))
-
-
-def test_batch_sizes_are_validated(lab_dir):
-    inst = mariadb.MariadbInstance(spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir}),
-                                   Path("/nonexistent"), {})
-    sql, params = inst.random_insert_statement(250)
-    assert sql.endswith("FROM seq_1_to_250") and params == ()
-    for bad in (0, -1, True, "10; DROP TABLE x", 2.5):
-        with pytest.raises(ValueError):
-            inst.random_insert_statement(bad)

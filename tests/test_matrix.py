@@ -1,5 +1,5 @@
 from storlab import experiment, matrix
-from storlab.engines.base import assign_files
+from storlab.layout import assign_files
 
 BODY = """
 name = "m"

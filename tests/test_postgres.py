@@ -8,10 +8,9 @@ import pytest
 
 from storlab import instances
 from storlab.engines import postgres, provision
-from storlab.engines.base import spec_for
 from storlab.errors import RunFailed
-from storlab.workloads import Driver, prepare
-from tests.conftest import storlab_processes
+from storlab.layout import spec_for
+from tests.conftest import prepared, storlab_processes
 
 pytestmark = pytest.mark.engine
 
@@ -26,7 +25,7 @@ def two_placements(lab_root, lab_dir):
 def test_layout_puts_files_where_declared(two_placements):
     spec = spec_for({"data_files": 4, "data_on": {"disk": 1, "fast": 1}, "log_on": "fast"}, {}, two_placements)
     with provision("postgres", spec, keep=False, connections=4) as inst:
-        prepare(inst, "random-insert")
+        prepared(inst, "random-insert", batch=100)
         with inst.connect() as conn:
             rows = conn.execute(
                 "SELECT c.relname, t.spcname, pg_relation_filepath(c.oid) FROM pg_class c "
@@ -55,7 +54,7 @@ def test_layout_puts_files_where_declared(two_placements):
 def test_server_runs_unprivileged_and_stops_on_error(lab_dir):
     spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
     with pytest.raises(ZeroDivisionError):
-        with provision("postgres", spec, keep=False, connections=2) as inst:
+        with provision("postgres", spec, keep=False, connections=2):
             pids = storlab_processes()
             assert pids
             owner = Path(f"/proc/{pids[0]}").stat().st_uid
@@ -67,16 +66,21 @@ def test_server_runs_unprivileged_and_stops_on_error(lab_dir):
 
 def test_random_insert_records_rows_latency_and_waits(lab_dir):
     spec = spec_for({"data_files": 2, "data_on": "disk"}, {}, {"disk": lab_dir})
+    params = {"connections": 4, "rows_per_connection": 20_000, "batch": 1000}
     with provision("postgres", spec, keep=False, connections=4) as inst:
-        prepare(inst, "random-insert")
+        work, _ = prepared(inst, "random-insert", **params)
         for probe in (inst.wait_probe(), postgres.ActivityProbe(inst)):
-            with Driver(inst, connections=4, rows_per_connection=20_000, batch=1000) as driver:
-                probe.start(driver.open())
-                drive = driver.run()
+            load = work.load(inst, params, {})
+            try:
+                probe.start(load.open())
+                measured = load.run()
                 capture = probe.stop()
-            assert drive.rows == 80_000 and drive.transactions == 80
-            assert 0 < drive.latency_ms(50) <= drive.latency_ms(99)
-            assert drive.elapsed_s >= max(drive.latencies_s)
+            finally:
+                load.close()
+            figures = measured.figures
+            assert figures["rows"] == 80_000 and figures["transactions"] == 80
+            assert 0 < figures["latency_p50_ms"] <= figures["latency_p99_ms"]
+            assert measured.elapsed_s * 1000 >= figures["latency_p99_ms"]
             names = {w.wait_type for w in capture.waits}
             assert names  # sampled or profiled, a run of 80 transactions leaves waits or CPU time
             if capture.source == "pg_wait_sampling":
@@ -94,7 +98,7 @@ def test_keep_leaves_directories_and_clean_removes_them(lab_dir):
     kept = list(lab_dir.glob("storlab-*"))
     assert len(kept) == 1 and (kept[0] / "pgdata" / "PG_VERSION").exists()
     assert storlab_processes() == []
-    cleaned = instances.clean(only_orphans=False)
+    cleaned = instances.clean()
     assert [c.refused for c in cleaned] == [[]]
     assert not kept[0].exists()
 
@@ -107,7 +111,7 @@ def test_never_removes_a_directory_it_did_not_make(lab_dir):
     assert (foreign / "precious").exists()
     manifest = instances.Manifest("po00000000", "postgres", owner_pid=1, dirs=[str(foreign)])
     manifest.save()
-    assert instances.clean(only_orphans=False)[0].refused == [str(foreign)]
+    assert instances.clean(live=True)[0].refused == [str(foreign)]
     assert (foreign / "precious").exists()
     with pytest.raises(RunFailed, match="will not reuse"):
         instances.make_owned_dir(foreign, manifest, instances.server_user())

@@ -77,7 +77,7 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     exported = storlab("export", str(out), "--format", "csv")
     assert exported.returncode == 0
     lines = (out / "runs.csv").read_text().splitlines()
-    assert len(lines) == 5 and lines[0].startswith("cell,data_files,repetition,elapsed_s")
+    assert len(lines) == 5 and lines[0].startswith("cell,data_files,repetition,elapsed_s,rows_per_s,latency_p99_ms")
 
     # Raising repetitions runs only the new ones.
     again = storlab("run", str(tiny(reps=3, name="tiny3.toml")), "--out", str(out))
@@ -156,3 +156,16 @@ def test_unreachable_placement_is_named_before_any_run(write_experiment, tmp_pat
     assert result.returncode == 2
     assert "placements.disk" in result.stderr and "not reachable by the servers' OS user storlab" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_markup_and_math_in_values_run_and_render(write_experiment, lab_dir, tmp_path):
+    body = TINY.format(reps=1, disk=lab_dir, rows=1000).replace("data_files = [1, 4]", "data_files = 1")
+    body += '\n[engine_settings]\napplication_name = ["[/]", "$x$", "[red]", "[blue]"]\n'
+    out = tmp_path / "results"
+    done = storlab("run", str(write_experiment(body)), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    for command in ("show", "waits", "compare", "report"):
+        result = storlab(command, str(out))
+        assert result.returncode == 0, (command, result.stderr)
+    shown = storlab("show", str(out)).stdout
+    assert all(f'application_name="{v}"' in shown for v in ("[/]", "$x$", "[red]", "[blue]"))

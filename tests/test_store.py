@@ -2,19 +2,22 @@
 
 import sqlite3
 
-import numpy as np
+import shutil
+from pathlib import Path
+
 import pytest
 
 from storlab import analysis
-from storlab.engines.base import Wait, WaitCapture
 from storlab.errors import UserError
-from storlab.store import MIGRATIONS, Store
-from storlab.workloads import DriveResult
+from storlab.store import MIGRATIONS, RunResult, Store
+from storlab.waits import Wait, WaitCapture
+
+V1_STORE = Path(__file__).parent / "data" / "store-v1"
 
 
-def drive(elapsed: float) -> DriveResult:
-    lat = np.array([0.01, 0.02, 0.03])
-    return DriveResult(elapsed, 3000, 3, lat, np.array([0.1, 0.5, elapsed]), 0.0)
+def result(elapsed: float, capture: WaitCapture, timeline=()) -> RunResult:
+    figures = [("elapsed_s", elapsed, "s"), ("rows", 3000.0, "rows"), ("rows_per_s", 3000 / elapsed, "rows/s")]
+    return RunResult(0.0, figures, capture, "15", list(timeline))
 
 
 FACTS = {"cpu": {"governor": "performance"}}
@@ -45,7 +48,7 @@ def test_a_run_is_recorded_whole_or_not_at_all(tmp_path):
         fid = store.record_facts(FACTS, FACTS)
         broken = WaitCapture("pg_stat_activity", [Wait("IO:DataFileRead", 1.0)])
         with pytest.raises(sqlite3.IntegrityError):
-            store.record_run("a", 1, 0.0, drive(1.0), broken, "15", fid, [(0.0, "rows_per_s", 1.0), (0.0, None, 1.0)])
+            store.record_run("a", 1, result(1.0, broken, [(0.0, "rows_per_s", 1.0), (0.0, None, 1.0)]), fid)
         assert store.runs() == [] and store.db.execute("SELECT count(*) FROM waits").fetchone()[0] == 0
 
 
@@ -56,14 +59,31 @@ def test_runs_on_other_machine_facts_are_set_aside(tmp_path):
         other = store.record_facts(OTHER, OTHER)
         capture = WaitCapture("pg_wait_sampling", [Wait("Lock:extend", 3.0), Wait("CPU", 1.0)])
         for rep, elapsed in enumerate([1.0, 1.1], 1):
-            store.record_run("a", rep, 0.0, drive(elapsed), capture, "15", same, [])
-            store.record_run("b", rep, 0.0, drive(elapsed * 2), capture, "15", same, [])
-        store.record_run("a", 3, 0.0, drive(9.0), capture, "15", other, [])
+            store.record_run("a", rep, result(elapsed, capture), same)
+            store.record_run("b", rep, result(elapsed * 2, capture), same)
+        store.record_run("a", 3, result(9.0, capture), other)
         results = analysis.load(store)
     assert len(results.set_aside) == 1
     assert results.facts_notes == ["1 runs recorded on other machine facts are set aside: cpu.governor: performance -> powersave"]
     ranking = results.ranking()
     assert [r.result.cell.id for r in ranking] == ["a", "b"]
-    assert ranking[0].result.elapsed.mean == pytest.approx(1.05)
-    assert ranking[1].slower_percent == pytest.approx(100.0)
+    assert ranking[0].result.headline.mean == pytest.approx(1.05)
+    assert ranking[1].distance_percent == pytest.approx(100.0)
     assert ranking[0].result.top_wait == "Lock:extend 75 %"
+
+
+def test_a_schema_1_store_opens_with_its_figures(tmp_path):
+    """A results folder written by storlab before figures were stored generically (kept as test data)."""
+    folder = tmp_path / "v1"
+    shutil.copytree(V1_STORE, folder)
+    with Store.open(folder) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        runs = store.runs()
+        results = analysis.load(store)
+    assert len(runs) == 4
+    for run in runs:
+        assert set(run.figures) == {"elapsed_s", "rows", "transactions", "rows_per_s", "transactions_per_s",
+                                    "latency_p50_ms", "latency_p95_ms", "latency_p99_ms"}
+        assert run.figures["rows"] == 8000 and run.figures["rows_per_s"] == pytest.approx(8000 / run.figures["elapsed_s"])
+    assert [f.name for f in results.figures][:3] == ["elapsed_s", "rows_per_s", "latency_p99_ms"]
+    assert [c.headline.n for c in results.cells] == [2, 2]

@@ -1,10 +1,7 @@
-import math
-
 import pytest
 
-from storlab.engines.base import Wait
+from storlab.waits import Wait
 from storlab.probes import Sampler, sched_delta, sched_time
-from storlab.stats import compare, summarize
 from storlab.waits import delta, is_benign, mean_per_run, top_share
 
 
@@ -29,23 +26,6 @@ def test_delta_benign_and_mean():
     assert not is_benign("IO:DataFileRead", benign)
     mean = {w.wait_type: w for w in mean_per_run([[Wait("a", 2, 4)], [Wait("a", 4, None), Wait("b", 2)]])}
     assert mean["a"].wait_s == 3 and mean["a"].wait_count is None and mean["b"].wait_s == 1
-
-
-def test_summary_confidence_interval():
-    s = summarize([10.0, 12.0, 11.0, 13.0, 9.0])
-    assert s.mean == 11 and s.median == 11
-    # t(0.975, 4) = 2.776; stdev = 1.5811
-    assert s.half_width == pytest.approx(2.776 * 1.5811 / math.sqrt(5), rel=1e-3)
-    assert s.cv == pytest.approx(1.5811 / 11, rel=1e-3)
-    assert summarize([1, 1, 1, 1, 50]).outliers == (4,)
-
-
-def test_comparison_says_not_significant_when_noise_is_larger():
-    noisy = compare([10, 14, 8, 12], [11, 9, 15, 10])
-    assert not noisy.significant and noisy.describe() == "not significant"
-    clear = compare([10.0, 10.1, 9.9], [12.0, 12.1, 11.9])
-    assert clear.significant and clear.describe() == "worse" and clear.change_percent == pytest.approx(20, rel=1e-2)
-    assert compare([10], [12]).describe() == "not enough runs to tell"
 
 
 def test_sampler_weights_each_sample_by_the_time_it_covers():

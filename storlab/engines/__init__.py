@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from storlab.engines.base import InstanceSpec
+from storlab.layout import InstanceSpec
 
 
 def provision(engine: str, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager:

@@ -1,108 +1,28 @@
-"""What the rest of storlab may ask of an engine; nothing engine-specific leaks past this module."""
+"""What the rest of storlab may ask of an engine's running instance. Engine things only: connect,
+identify sessions, spread a table over the cell's data files, hand back what a load procedure
+recorded, cancel sessions, capture waits. Workloads bring their own SQL; engines never import them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from storlab.experiment import parse_size
+import numpy as np
+
+from storlab.waits import WaitProbe
 
 
 @dataclass(frozen=True)
-class Placement:
+class Table:
+    """A workload's table, described so that each engine can spread it over the data files its way
+    (PostgreSQL: hash partitions over tablespaces; MariaDB: partitions with DATA DIRECTORY)."""
+
     name: str
-    path: Path
-
-
-@dataclass(frozen=True)
-class InstanceSpec:
-    """One cell's storage layout, resolved to directories."""
-
-    data_files: list[Placement]  # one entry per data file (partition), in order
-    log: Placement
-    log_size_bytes: int | None
-    page_size: str | None
-    file_kind: str
-    settings: dict[str, Any]
-
-    @property
-    def data_placements(self) -> list[Placement]:
-        """Each distinct placement holding data, in first-use order."""
-        seen: dict[str, Placement] = {}
-        for p in self.data_files:
-            seen.setdefault(p.name, p)
-        return list(seen.values())
-
-    @property
-    def home(self) -> Placement:
-        """Where the engine's own catalog lives: the first data placement."""
-        return self.data_files[0]
-
-
-def assign_files(count: int, ratio: dict[str, int], striping: str) -> list[str]:
-    """Spread `count` data files over placements in proportion to `ratio`.
-
-    round-robin interleaves the placements (7:1 over 8 files: d d d r d d d d... spread evenly);
-    contiguous puts each placement's share in one run (d d d d d d d r).
-    Shares use largest remainders, so 8 files at 7:1 give exactly 7 and 1.
-    """
-    total = sum(ratio.values())
-    exact = {name: count * w / total for name, w in ratio.items()}
-    shares = {name: int(v) for name, v in exact.items()}
-    for name in sorted(ratio, key=lambda n: exact[n] - shares[n], reverse=True)[: count - sum(shares.values())]:
-        shares[name] += 1
-    if striping == "contiguous":
-        return [name for name in ratio for _ in range(shares[name])]
-    # Smooth weighted round-robin: each step takes the placement furthest behind its share.
-    given = {name: 0 for name in ratio}
-    order = []
-    for step in range(1, count + 1):
-        name = max(ratio, key=lambda n: (shares[n] * step / count - given[n], shares[n]))
-        given[name] += 1
-        order.append(name)
-    return order
-
-
-def spec_for(layout: dict[str, Any], settings: dict[str, Any], placements: dict[str, Path]) -> InstanceSpec:
-    data_on = layout["data_on"]
-    ratio = {data_on: 1} if isinstance(data_on, str) else dict(data_on)
-    names = assign_files(layout["data_files"], ratio, layout.get("striping") or "round-robin")
-    data = [Placement(n, placements[n]) for n in names]
-    log_name = layout.get("log_on") or data[0].name
-    return InstanceSpec(
-        data_files=data,
-        log=Placement(log_name, placements[log_name]),
-        log_size_bytes=parse_size(layout["log_size"]) if layout.get("log_size") else None,
-        page_size=layout.get("page_size"),
-        file_kind=layout.get("file_kind") or "partitions",
-        settings=settings,
-    )
-
-
-@dataclass
-class Wait:
-    """One row of a wait table. Counts and per-wait signal time only where the source measures them."""
-
-    wait_type: str
-    wait_s: float
-    wait_count: int | None = None
-    signal_s: float | None = None
-
-
-@dataclass
-class WaitCapture:
-    source: str
-    waits: list[Wait]
-    extras: dict[str, float] = field(default_factory=dict)  # counters shown beside the table
-
-
-class WaitProbe(Protocol):
-    source: str
-
-    def start(self, sessions: list[int]) -> None: ...
-
-    def stop(self) -> WaitCapture: ...
+    columns: str  # the column definitions in the engine's own DDL, from the workload
+    key: str  # the column whose values spread rows over the data files
+    key_kind: str  # "uuid": random 128-bit values; "serial": an ever-increasing integer
+    index_key: bool = True  # PostgreSQL: a btree on the key (InnoDB clusters on the key by itself)
 
 
 class Instance(Protocol):
@@ -110,15 +30,42 @@ class Instance(Protocol):
 
     engine: str
     version: str
+    roots: dict[str, Path]  # placement name -> the instance's own directory on it
 
-    def connect(self) -> Any: ...
+    def connect(self) -> Any:
+        """A workload session in autocommit."""
 
     def session_id(self, conn: Any) -> int: ...
 
-    def session_os_pids(self, sessions: list[int]) -> list[int]: ...
+    def session_os_pids(self, sessions: list[int]) -> list[int]:
+        """The OS process or thread serving each session (for /proc schedstat)."""
+
+    def create_table(self, conn: Any, table: Table) -> None:
+        """Create `table` spread over the cell's data files."""
+
+    def call_load(self, conn: Any, call: str, params: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """Run a load procedure and return what it recorded: each transaction's start and commit
+        time, epoch seconds by the server's clock."""
+
+    def table_bytes(self, conn: Any, name: str) -> int:
+        """What a table holds on disk, its indexes and partitions included."""
+
+    def restart(self) -> None:
+        """Stop the server cleanly and start it again: its buffers empty, its files as they were."""
+
+    def cpu_s(self) -> float:
+        """The server's CPU seconds so far, its finished worker processes included (to be differenced)."""
+
+    def checkpoint(self) -> None:
+        """Write every dirty page of the instance to its files (before a measured run)."""
+
+    def committed(self, conn: Any) -> int:
+        """A server-wide counter that moves by one for each committed write transaction (progress)."""
+
+    def cancel(self, sessions: list[int]) -> None:
+        """Stop whatever the sessions are running (a failed or interrupted load)."""
 
     def wait_probe(self) -> WaitProbe: ...
 
-    def random_insert_setup(self) -> list[str]: ...
-
-    def random_insert_statement(self, batch: int) -> tuple[str, tuple]: ...
+    def waiting_tasks_probe(self) -> Any:
+        """A reader of the workload's waiting sessions and what each waits on (waiting_tasks.WaitingSessions)."""

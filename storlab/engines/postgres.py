@@ -1,24 +1,28 @@
 """PostgreSQL 15 adapter: a throwaway cluster per cell with the cell's layout, and its wait statistics.
 
-Layout: the cluster's catalog on the first data placement, `initdb --waldir` on the log placement,
-one tablespace per data placement; N data files are N hash partitions of the table.
+Layout: the cluster's catalog on the first data placement, `initdb --waldir` on the log placement
+(`--wal-segsize` is the log's growth: the unit in which new WAL is created and zero-filled), one
+tablespace per data placement; a workload's table over N data files is N hash partitions.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
+import numpy as np
 import psycopg
 
-from storlab import instances
-from storlab.engines.base import InstanceSpec, Wait, WaitCapture
+from storlab import engine_settings, instances, processes, templates
+from storlab.engines.base import Table
 from storlab.errors import RunFailed
+from storlab.layout import InstanceSpec
 from storlab.probes import Sampler, sched_delta, sched_time
-from storlab.waits import delta, is_benign
+from storlab.waits import Wait, WaitCapture, delta, is_benign
 
 PORT = 55432  # the socket file's name only: the instance listens on no TCP address at all
 SUPERUSER = "storlab"
@@ -39,28 +43,56 @@ WAIT_PROFILE = """
     FROM pg_wait_sampling_profile
     WHERE pid = ANY(%s) AND event IS NOT NULL
     GROUP BY 1"""
+# Who waits on what. A session waiting for a heavyweight lock is in wait Lock:<locktype> and has that
+# lock ungranted in pg_locks, which names it: the relation (Lock:extend on lab_insert_3), or the lock's
+# type ("transaction": a row another transaction holds). Lock waits are read from pg_locks itself, not
+# matched to pg_stat_activity afterwards: a short wait is often over by then. The other waits come from
+# pg_stat_activity; a session in IO:DataFileExtend names the relation whose extend lock it holds, and
+# the WAL's waits name the WAL (in the reader). Only the workload's sessions' locks are looked at.
+WAITING_SESSIONS = """
+    WITH waiting AS MATERIALIZED (
+        SELECT pid, 'Lock:' || locktype AS wait,
+               coalesce(relation::regclass::text,
+                        CASE locktype WHEN 'transactionid' THEN 'transaction' ELSE locktype END) AS resource
+        FROM pg_locks
+        WHERE pid = ANY(%(sessions)s) AND NOT granted)
+    SELECT wait, resource FROM waiting
+    UNION ALL
+    SELECT a.wait_event_type || ':' || a.wait_event,
+           CASE WHEN a.wait_event = 'DataFileExtend' THEN
+                (SELECT l.relation::regclass::text FROM pg_locks l
+                 WHERE l.pid = a.pid AND l.granted AND l.locktype = 'extend' LIMIT 1)
+           END
+    FROM pg_stat_activity a
+    WHERE a.pid = ANY(%(sessions)s) AND a.state = 'active' AND a.wait_event IS NOT NULL
+      AND a.wait_event_type <> 'Lock' AND a.pid NOT IN (SELECT pid FROM waiting)"""
 ACTIVITY_SAMPLE = """
     SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')
     FROM pg_stat_activity
     WHERE pid = ANY(%s) AND state = 'active'"""
 
-# The seeds' table: a random GUID key, 160 bytes of defaults per row.
-SEEDS_TABLE = """
-    CREATE TABLE lab_insert (
-        c1 uuid NOT NULL DEFAULT gen_random_uuid(),
-        c2 timestamp DEFAULT now(),
-        c3 char(111) DEFAULT 'a',
-        c4 int DEFAULT 1,
-        c5 int DEFAULT 2,
-        c6 bigint DEFAULT 42
-    ) {tail}"""
-SEEDS_PARTITION = (
-    "CREATE TABLE lab_insert_{i} PARTITION OF lab_insert "
+# The next transaction id to be assigned: every write transaction takes one, so it counts commits
+# while a load procedure runs (the statistics views are flushed only when the procedure returns).
+NEXT_XID = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+CANCEL = "SELECT pg_cancel_backend(pid) FROM unnest(%s::int[]) AS pid"
+CHECKPOINT = "CHECKPOINT"
+# A third of an initialized cluster's files are the template0 database, which nothing connects to
+# (template1 stays: CREATE DATABASE copies it): every run copies the cluster, and creating a file
+# costs about half a millisecond here.
+TRIM_TEMPLATE = """UPDATE pg_database SET datistemplate = false WHERE datname = 'template0';
+DROP DATABASE template0;
+"""
+TABLE_BYTES = """
+    SELECT CASE WHEN c.relkind = 'p'
+                THEN (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(c.oid))
+                ELSE pg_total_relation_size(c.oid) END
+    FROM pg_class c WHERE c.oid = %s::regclass"""
+CREATE_TABLE = "CREATE TABLE {name} ({columns}) {tail}"
+CREATE_PARTITION = (
+    "CREATE TABLE {name}_{i} PARTITION OF {name} "
     "FOR VALUES WITH (MODULUS {n}, REMAINDER {i}) TABLESPACE {tablespace}"
 )
-SEEDS_INDEX = "CREATE INDEX ON {table} (c1) TABLESPACE {tablespace}"
-# Every column from its default, the rows generated in the server: one statement per transaction.
-RANDOM_INSERT = "INSERT INTO lab_insert SELECT FROM generate_series(1, %s)"
+CREATE_INDEX = "CREATE INDEX ON {table} ({key}) TABLESPACE {tablespace}"
 
 
 def bin_dir() -> Path:
@@ -74,20 +106,15 @@ def bin_dir() -> Path:
     return found[-1].parent
 
 
-def _conf_value(value) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, (int, float)):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
 def _tablespace(placement_name: str) -> str:
     return f"ts_{placement_name}".lower().replace("-", "_")
 
 
 class PostgresInstance:
     engine = "postgres"
+    roots: dict[str, Path]  # placement name -> the instance's own directory on it
+    restart: Callable[[], None]  # stop cleanly and start again: buffers empty, files as they were
+    cpu_s: Callable[[], float]  # the server's CPU seconds so far (its processes and reaped children)
 
     def __init__(self, spec: InstanceSpec, socket_dir: Path, version: str, wait_sampling: bool):
         self.spec = spec
@@ -100,33 +127,75 @@ class PostgresInstance:
         conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
         return conn
 
-    @property
-    def dsn(self) -> str:
-        return f"host={self.socket_dir} port={PORT} user={SUPERUSER} dbname={DATABASE}"
-
     def session_id(self, conn: psycopg.Connection) -> int:
         return conn.execute(BACKEND_PID).fetchone()[0]
 
     def session_os_pids(self, sessions: list[int]) -> list[int]:
         return list(sessions)  # a PostgreSQL session is one OS process
 
-    def random_insert_setup(self) -> list[str]:
+    def create_table(self, conn: psycopg.Connection, table: Table) -> None:
+        """One data file: a plain table; N: N hash partitions, each in its placement's tablespace."""
         files = self.spec.data_files
         if len(files) == 1:
             ts = _tablespace(files[0].name)
-            return [SEEDS_TABLE.format(tail=f"TABLESPACE {ts}"), SEEDS_INDEX.format(table="lab_insert", tablespace=ts)]
-        statements = [SEEDS_TABLE.format(tail="PARTITION BY HASH (c1)")]
+            conn.execute(CREATE_TABLE.format(name=table.name, columns=table.columns, tail=f"TABLESPACE {ts}"))
+            if table.index_key:
+                conn.execute(CREATE_INDEX.format(table=table.name, key=table.key, tablespace=ts))
+            return
+        conn.execute(CREATE_TABLE.format(name=table.name, columns=table.columns, tail=f"PARTITION BY HASH ({table.key})"))
         for i, placement in enumerate(files):
             ts = _tablespace(placement.name)
-            statements.append(SEEDS_PARTITION.format(i=i, n=len(files), tablespace=ts))
-            statements.append(SEEDS_INDEX.format(table=f"lab_insert_{i}", tablespace=ts))
-        return statements
+            conn.execute(CREATE_PARTITION.format(name=table.name, i=i, n=len(files), tablespace=ts))
+            if table.index_key:
+                conn.execute(CREATE_INDEX.format(table=f"{table.name}_{i}", key=table.key, tablespace=ts))
 
-    def random_insert_statement(self, batch: int) -> tuple[str, tuple]:
-        return RANDOM_INSERT, (batch,)
+    def call_load(self, conn: psycopg.Connection, call: str, params: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """A PostgreSQL procedure hands its times back as two OUT arrays of epoch seconds."""
+        starts, ends = conn.execute(call, params).fetchone()
+        return np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+
+    def table_bytes(self, conn: psycopg.Connection, name: str) -> int:
+        return int(conn.execute(TABLE_BYTES, (name,)).fetchone()[0])
+
+    def checkpoint(self) -> None:
+        with self.connect() as conn:
+            conn.execute(CHECKPOINT)
+
+    def committed(self, conn: psycopg.Connection) -> int:
+        return conn.execute(NEXT_XID).fetchone()[0]
+
+    def cancel(self, sessions: list[int]) -> None:
+        with self.connect() as conn:
+            conn.execute(CANCEL, (sessions,))
 
     def wait_probe(self):
         return WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
+
+    def waiting_tasks_probe(self) -> "WaitingSessions":
+        return WaitingSessions(self)
+
+
+class WaitingSessions:
+    """Each waiting session's wait and what it waits on (WAITING_SESSIONS says how). Buffer and other
+    LWLock waits name nothing PostgreSQL tells. Read in autocommit, so each reading is fresh (inside a
+    transaction pg_stat_activity's snapshot would stay frozen)."""
+
+    def __init__(self, instance: PostgresInstance):
+        self.instance = instance
+        self.conn: psycopg.Connection | None = None
+
+    def open(self, sessions: list[int]) -> None:
+        self.sessions = sessions
+        self.conn = self.instance.connect()
+
+    def read(self) -> list[tuple[str, str]]:
+        return [(name, resource or ("WAL" if "WAL" in name else ""))
+                for name, resource in self.conn.execute(WAITING_SESSIONS, {"sessions": self.sessions}).fetchall()
+                if not is_benign(name, BENIGN)]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 class WaitSamplingProbe:
@@ -137,24 +206,35 @@ class WaitSamplingProbe:
 
     def __init__(self, instance: PostgresInstance):
         self.instance = instance
+        self.conn: psycopg.Connection | None = None
 
     def _profile(self) -> dict[str, float]:
-        with self.instance.connect() as conn:
-            return {name: float(n) for name, n in conn.execute(WAIT_PROFILE, (self.sessions,)).fetchall()}
+        return {name: float(n) for name, n in self.conn.execute(WAIT_PROFILE, (self.sessions,)).fetchall()}
 
     def start(self, sessions: list[int]) -> None:
         self.sessions = sessions
+        self.conn = self.instance.connect()
         self.before = self._profile()
         self.sched_before = sched_time(sessions)
 
-    def stop(self) -> WaitCapture:
-        counts = delta(self.before, self._profile())
+    def _seconds(self) -> dict[str, float]:
+        return {name: n * SAMPLING_PERIOD_MS / 1000 for name, n in delta(self.before, self._profile()).items()
+                if not is_benign(name, BENIGN)}
+
+    def so_far(self) -> dict[str, float]:
+        seconds = self._seconds()
         sched = sched_delta(self.sched_before, sched_time(self.sessions))
-        waits = [
-            Wait(name, n * SAMPLING_PERIOD_MS / 1000)
-            for name, n in counts.items()
-            if not is_benign(name, BENIGN)
-        ]
+        if sched is not None:
+            seconds["CPU"] = sched.cpu_s
+        return seconds
+
+    def stop(self) -> WaitCapture:
+        try:
+            seconds = self._seconds()
+        finally:
+            self.conn.close()
+        sched = sched_delta(self.sched_before, sched_time(self.sessions))
+        waits = [Wait(name, s) for name, s in seconds.items()]
         extras = {}
         if sched is not None:
             waits.append(Wait("CPU", sched.cpu_s))
@@ -177,6 +257,10 @@ class ActivityProbe:
         for (name,) in self.conn.execute(ACTIVITY_SAMPLE, (self.sessions,)).fetchall():
             with self._lock:
                 self.totals[name] = self.totals.get(name, 0.0) + weight_s
+
+    def so_far(self) -> dict[str, float]:
+        with self._lock:
+            return {name: s for name, s in self.totals.items() if not is_benign(name, BENIGN)}
 
     def start(self, sessions: list[int]) -> None:
         self.sessions = sessions
@@ -212,10 +296,18 @@ def _settings(spec: InstanceSpec, socket_dir: Path, preload_wait_sampling: bool,
             "pg_wait_sampling.profile_queries": False,
         })
     if spec.log_size_bytes:
-        mb = max(spec.log_size_bytes // (1024 * 1024), 32)
+        # The experiment's check keeps log_size at two WAL segments or more, as the server requires.
+        mb = spec.log_size_bytes // 2**20
         conf.update({"min_wal_size": f"{mb}MB", "max_wal_size": f"{max(2 * mb, 1024)}MB"})
-    conf.update(spec.settings)
+    for key, value in spec.settings.items():
+        if preload_wait_sampling and key.lower() == "shared_preload_libraries":
+            key, value = "shared_preload_libraries", engine_settings.preload_libraries(value)
+        conf[key] = value
     return conf
+
+
+def _wal_segsize(spec: InstanceSpec) -> list[str]:
+    return [f"--wal-segsize={spec.log_growth_bytes // 2**20}"] if spec.log_growth_bytes else []
 
 
 def wait_sampling_installed(bins: Path) -> bool:
@@ -223,26 +315,58 @@ def wait_sampling_installed(bins: Path) -> bool:
     return (libdir / "pg_wait_sampling.so").exists()
 
 
+def _template(bins: Path, spec: InstanceSpec) -> Path:
+    """An initialized cluster for this server and WAL segment size (the only choices initdb fixes),
+    made once: each run copies it instead of running initdb. Its pg_wal is a separate directory."""
+    options = {"server": server_version(bins), "bin": str(bins), "wal_segsize_mb": (spec.log_growth_bytes or 16 * 2**20) // 2**20,
+               "databases": "postgres, template1"}
+
+    def build(into: Path) -> None:
+        user = instances.server_user()
+        instances.run_as(
+            user,
+            [str(bins / "initdb"), "-D", str(into / "pgdata"), "--waldir", str(into / "wal"), *_wal_segsize(spec),
+             "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8", "--locale=C"],
+            "initdb", cwd=into,
+        )
+        instances.run_as(
+            user, [str(bins / "postgres"), "--single", "-D", str(into / "pgdata"), "-c", "exit_on_error=true", DATABASE],
+            "postgres --single", cwd=into, input=TRIM_TEMPLATE,
+        )
+
+    return templates.template("postgres", options, build)
+
+
+@functools.cache
+def server_version(bins: Path) -> str:
+    code, out = processes.run([str(bins / "postgres"), "--version"], timeout=30)
+    if code != 0:
+        raise RunFailed(f"{bins / 'postgres'} --version failed: {out.strip()}")
+    return out.strip()
+
+
 @contextmanager
 def provision(spec: InstanceSpec, keep: bool, connections: int) -> Iterator[PostgresInstance]:
-    """Create, start and yield an instance; stopped (and removed unless `keep`) on every way out."""
+    """Create, start and yield an instance; stopped (and removed unless `keep`) on every way out. A
+    throwaway instance gets an immediate shutdown (no checkpoint: nothing of it is kept); a kept one a
+    fast shutdown, so its files are consistent."""
     bins = bin_dir()
-    placements = {p.name: p.path for p in [*spec.data_placements, spec.log]}
-    with instances.workspace("postgres", placements, keep, signal.SIGINT) as ws:  # SIGINT: fast shutdown
+    stop = signal.SIGINT if keep else signal.SIGQUIT
+    with instances.workspace("postgres", spec.placements, keep, stop, spec.settings) as ws:
+        template = _template(bins, spec)
         home = ws.roots[spec.home.name]
-        pgdata = home / "pgdata"
-        instances.run_as(
-            ws.user,
-            [str(bins / "initdb"), "-D", str(pgdata), "--waldir", str(ws.roots[spec.log.name] / "wal"),
-             "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
-            "initdb", cwd=home,
-        )
+        pgdata, wal = home / "pgdata", ws.roots[spec.log.name] / "wal"
+        templates.copy(template / "pgdata", pgdata)
+        templates.copy(template / "wal", wal)
+        (pgdata / "pg_wal").unlink()  # the template's link to its own WAL directory
+        (pgdata / "pg_wal").symlink_to(wal)
         preload = wait_sampling_installed(bins)
         with open(pgdata / "postgresql.auto.conf", "a") as conf:
             for key, value in _settings(spec, ws.socket_dir, preload, connections).items():
-                conf.write(f"{key} = {_conf_value(value)}\n")
-        server = ws.start([str(bins / "postgres"), "-D", str(pgdata)], home)
+                conf.write(f"{key} = {engine_settings.postgres_value(value)}\n")
+        server = ws.start([str(bins / "postgres"), "-D", str(pgdata)])
         instance = PostgresInstance(spec, ws.socket_dir, "", wait_sampling=False)
+        instance.roots = dict(ws.roots)
 
         def accepts() -> bool:
             try:
@@ -252,6 +376,8 @@ def provision(spec: InstanceSpec, keep: bool, connections: int) -> Iterator[Post
                 return False
 
         server.wait_ready(accepts, "PostgreSQL")
+        instance.restart = lambda: ws.restart(signal.SIGINT, accepts, "PostgreSQL")  # SIGINT: a fast, clean shutdown
+        instance.cpu_s = lambda: processes.tree_cpu_s(ws.server.pid)
         with instance.connect() as conn:
             instance.version = conn.execute(SERVER_VERSION).fetchone()[0]
             for placement in spec.data_placements:

@@ -1,0 +1,120 @@
+"""What do the probes that explain a run cost it? (goal: throughput with probes / without >= 0.99)
+
+For each engine, one throwaway instance with the random-insert workload prepared (16 sessions, 4 data
+files: the seed-000 set-up, where sessions wait on Lock:extend and the waiting-task reader has work),
+then rounds that run the same load with no probe and with each probe set, in an order that rotates
+every round so drift favours none. The table is emptied (and PostgreSQL checkpointed) before each
+load. Probe sets:
+
+  all            what `storlab run` starts: the wait probe, the waits per second (wait:<WaitType>),
+                 the waiting-task sampler and the device timeline
+  waiting-tasks  the waiting-task sampler alone (pg_stat_activity + pg_locks, or events_waits_current,
+                 every --period seconds)
+  wait-timeline  the wait probe and its reading once a second
+
+Prints each round, then per engine and probe set the median of (rows/s with it) / (rows/s without)
+over the rounds (round 0 is a warm-up for every set and is not counted).
+
+    .venv/bin/python benchmarks/probe_overhead.py [--engines postgres,mariadb] [--probes all,waiting-tasks]
+        [--rounds 5] [--rows 40000] [--period 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from storlab import system, waiting_tasks
+from storlab.engines import provision
+from storlab.layout import spec_for
+from storlab.probes import DeviceTimeline
+from storlab.wait_timeline import WaitTimeline
+from storlab.waiting_tasks import WaitingTasksSampler
+from storlab.workloads import kind
+
+RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCATE TABLE lab_insert"]}
+SETS = ("all", "waiting-tasks", "wait-timeline")
+
+
+def rows_per_s(instance, params: dict, probes: str | None, period: float, lab: Path) -> float:
+    """One load, with the probe set `probes` around it as the runner places them (None: no probe)."""
+    load = kind("random-insert").load(instance, params, {})
+    with ExitStack() as stack:
+        stack.callback(load.close)
+        sessions = load.open()
+        t0 = time.monotonic()
+        if probes in ("all", "wait-timeline"):
+            probe = instance.wait_probe()
+            probe.start(sessions)
+            stack.callback(probe.stop)
+            timeline = WaitTimeline(probe.so_far)
+            timeline.start(t0)
+            stack.callback(timeline.stop)
+        if probes in ("all", "waiting-tasks"):
+            tasks = WaitingTasksSampler(instance.waiting_tasks_probe(), period)
+            tasks.start(sessions)
+            stack.callback(tasks.stop)
+        if probes == "all":
+            device = system.block_device_of(lab)
+            devices = DeviceTimeline({"disk": device} if device else {})
+            devices.start(t0)
+            stack.callback(devices.stop)
+        return load.run().figures["rows_per_s"]
+
+
+def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float, lab: Path) -> dict[str, list[float]]:
+    params = {"connections": 16, "rows_per_connection": rows, "batch": 1000}
+    spec = spec_for({"data_files": 4, "data_on": "disk"}, {}, {"disk": lab})
+    ratios: dict[str, list[float]] = {s: [] for s in sets}
+    with provision(engine, spec, keep=False, connections=16) as instance:
+        kind("random-insert").prepare(instance, params, {})
+        contenders = [None, *sets]
+        for round_no in range(rounds + 1):
+            shift = round_no % len(contenders)
+            results = {}
+            for who in contenders[shift:] + contenders[:shift]:
+                with instance.connect() as conn:
+                    for statement in RESET[engine]:
+                        conn.execute(statement)
+                results[who] = rows_per_s(instance, params, who, period, lab)
+            line = ", ".join(f"{who or 'no probe'} {value:,.0f}" for who, value in results.items())
+            if round_no == 0:
+                print(f"  {engine} warm-up: {line} rows/s", flush=True)
+                continue
+            for s in sets:
+                ratios[s].append(results[s] / results[None])
+            print(f"  {engine} round {round_no}: {line} rows/s; ratios "
+                  + ", ".join(f"{s} {ratios[s][-1]:.3f}" for s in sets), flush=True)
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", default="postgres,mariadb")
+    parser.add_argument("--probes", default="all,waiting-tasks", help=f"comma-separated, of: {', '.join(SETS)}")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=40_000, help="rows per connection (16 connections)")
+    parser.add_argument("--period", type=float, default=waiting_tasks.PERIOD_S, help="the waiting-task sampler's period, seconds")
+    args = parser.parse_args()
+    sets = args.probes.split(",")
+    unknown = [s for s in sets if s not in SETS]
+    if unknown:
+        parser.error(f"unknown probe set {', '.join(unknown)} (known: {', '.join(SETS)})")
+
+    lab = Path("/var/tmp/storlab/benchmarks")
+    lab.mkdir(parents=True, exist_ok=True)
+    lab.chmod(0o755)
+    summary = []
+    for engine in args.engines.split(","):
+        for s, ratios in measure(engine, sets, args.rounds, args.rows, args.period, lab).items():
+            summary.append(f"{engine:8} {s:14}: throughput with / without median {statistics.median(ratios):.3f} "
+                           f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds, "
+                           f"16 connections x {args.rows} rows, 4 data files")
+    print("\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()

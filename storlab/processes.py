@@ -1,0 +1,82 @@
+"""The one way storlab starts and stops a child process. Each child runs in its own process group
+(so a terminal's Ctrl-C reaches storlab, which then stops it in order), optionally as another OS
+user, and is killed by the kernel if storlab itself dies, even by SIGKILL. Stopping it sends its
+polite signal, gives it a moment to finish, then SIGKILL to the whole group, so nothing it forked
+outlives it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+from typing import Any
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(uid: int | None, gid: int | None):
+    """In the child, before exec: drop to the user, then ask the kernel to kill the child when its
+    parent thread dies (set after setuid, which clears it). Tied to the thread that starts the
+    child: start long-lived children from a thread that lives as long as they should."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def prepare() -> None:
+        if uid is not None and uid != os.getuid():
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # storlab died before the request was made
+            os._exit(1)
+
+    return prepare
+
+
+def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, **popen: Any) -> subprocess.Popen:
+    """Start `argv` in its own process group (as `uid`/`gid` when given), tied to storlab's life."""
+    return subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid), start_new_session=True, **popen)
+
+
+def run(argv: list[str], timeout: float, input: str | None = None, **popen: Any) -> tuple[int, str]:
+    """Run `argv` to its end (`input` on its standard input) and return its exit code and output
+    (stdout and stderr together); stopped on every way out: TimeoutExpired after `timeout`, Ctrl-C,
+    any error."""
+    stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+    child = start(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    try:
+        out, _ = child.communicate(input, timeout=timeout)
+    finally:
+        stop(child)
+    return child.returncode, out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by a process, its live descendants, and the children it has reaped
+    (a parallel query's workers, once they have exited): a server's CPU time, to be differenced."""
+    root = psutil.Process(pid)
+    total = sum(root.cpu_times()[:4])  # user, system, children's user, children's system
+    for child in root.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            continue  # it exited between the listing and the reading: counted with its parent's reaped children
+    return total
+
+
+def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeout: float = 5) -> None:
+    """Stop `child` and everything in its group; waits for it."""
+    if child.poll() is None:
+        try:
+            child.send_signal(polite)
+            child.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    child.wait()

@@ -1,0 +1,381 @@
+"""Racing: which cells still get runs (F-race: Birattari, Stützle, Paquete and Varrentrapp 2002).
+
+Runs come in rounds: round r is repetition r of every cell still racing, and the rounds are the blocks of a
+Friedman test, so slow drift of the machine touches every cell of a round alike. After each round from
+`min_rounds` on, a Friedman test over the cells still racing asks whether they differ at all; when they do,
+Conover's post-hoc test on the rank sums (Conover 1999, Practical Nonparametric Statistics, 3rd ed.,
+pp. 369-371, the post-hoc of F-race as irace implements it) tells which cells are worse than the leader,
+and those get no more runs. Ranks, not means, so one slow run (a checkpoint) cannot decide a drop.
+
+The decision is a pure function of the runs recorded: `race` replays every round from the first, so a
+resumed run, a `show`, or a raised `max` reach the same drops in the same rounds.
+
+A race decides where runs go, not the answer: it tests after every round, so among 8 identical cells it
+drops one in about 17 % of races from 3 to 10 rounds (12 % from 2 to 5). Every run is kept; the verdicts
+come from `stats.against_best` over all of them. To spend at most half the runs of a 5-repetition matrix,
+`min_rounds` must be 2: three rounds of every cell already cost 60 %.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import (
+    BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+)
+from scipy import special
+from scipy import stats as sps
+
+from storlab.factors import show
+from storlab.stats import ALPHA
+
+# cell id -> repetition number (1, 2, ...) -> the run's figure, or None when that run failed.
+# A repetition that has not run yet is absent.
+Rounds = Mapping[str, Mapping[int, float | None]]
+
+DEFAULT_MIN_ROUNDS = 3
+MAX_ROUNDS = 100  # the experiment file's limit on repetitions (README, "Limits")
+SHUFFLES = 4000  # permutations behind each Friedman p-value: its Monte Carlo error near 5 % is 0.3 %
+SHUFFLE_SEED = 2002  # fixed, so the same runs always give the same p-value and the same drops
+
+
+class RaceSettings(BaseModel):
+    """What one race needs. `equivalent_within` is a fraction (0.02 for "2%"); lower_is_better is True for
+    elapsed seconds, False for a throughput."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_rounds: int = Field(DEFAULT_MIN_ROUNDS, ge=2)
+    max_rounds: int = Field(10, ge=2, le=MAX_ROUNDS)
+    equivalent_within: float | None = Field(None, gt=0, le=0.5)
+    lower_is_better: bool = True
+    alpha: float = Field(ALPHA, gt=0, lt=0.5)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
+        return self
+
+
+@dataclass(frozen=True)
+class RoundTest:
+    """The Friedman test of one round, kept for `show` and the report."""
+
+    round: int
+    cells: tuple[str, ...]  # the cells that raced in this round
+    blocks: int  # rounds with a figure from every one of those cells
+    statistic: float  # Friedman's chi-squared (Conover's T1, corrected for ties)
+    p_value: float  # from shuffling the ranks within each round
+    rank_sums: dict[str, float]  # rank 1 is the best run of a round
+    critical_difference: float | None  # Conover's, when the test was significant
+
+
+@dataclass(frozen=True)
+class Drop:
+    cell: str
+    round: int  # the last round the cell ran in
+    evidence: str  # one sentence for `show`
+
+
+@dataclass(frozen=True)
+class RaceState:
+    alive: tuple[str, ...]  # the cells still racing, in the order given
+    drops: tuple[Drop, ...]
+    rounds: int  # rounds complete and decided
+    best: str | None  # the cell racing with the best mean so far
+    finished: str | None  # why the race stopped; None while it goes on
+    tests: tuple[RoundTest, ...]
+
+    @property
+    def next_round(self) -> int | None:
+        """The repetition every cell in `alive` runs next (those it already has are kept as they are)."""
+        return None if self.finished else self.rounds + 1
+
+
+def rounds_from(cells: Sequence[str], runs: Sequence, failures: Sequence[tuple[str, int, str]], figure: str) -> Rounds:
+    """What a race is decided on, from a store's records: each cell's figure by repetition, a failed
+    run as None (a later success of the same repetition replaces it). `runs` have cell_id,
+    repetition and figures (store.RunRecord)."""
+    found: dict[str, dict[int, float | None]] = {cell: {} for cell in cells}
+    for cell, rep, _ in failures:
+        if cell in found:
+            found[cell][rep] = None
+    for run in runs:
+        if run.cell_id in found and figure in run.figures:
+            found[run.cell_id][run.repetition] = run.figures[figure]
+    return found
+
+
+def race(values: Rounds, settings: RaceSettings) -> RaceState:
+    """Replay the race over every complete round and say where it stands.
+
+    A round is complete when every cell still racing has a run at that repetition, finished or failed.
+    Nothing is decided before `min_rounds`. After each round: drop the cells Conover's test finds worse
+    than the leader; stop when one cell is left, when every cell left is within `equivalent_within` of the
+    best, or at `max_rounds`. Runs beyond a cell's drop (recorded before racing was switched on) are kept
+    in the store but take no part in the race."""
+    if not values:
+        raise ValueError("no cells to race")
+    alive = list(values)
+    drops: list[Drop] = []
+    tests: list[RoundTest] = []
+    finished = None
+    done = 0
+    for rnd in range(1, settings.max_rounds + 1):
+        if any(rnd not in values[cell] for cell in alive):
+            break
+        done = rnd
+        if rnd < settings.min_rounds:
+            continue
+        test, dropped = decide_round(values, alive, rnd, settings)
+        if test is not None:
+            tests.append(test)
+        drops += dropped
+        alive = [c for c in alive if c not in {d.cell for d in dropped}]
+        finished = _finish(values, alive, rnd, settings)
+        if finished:
+            break
+    best = _best_mean(values, alive, done, settings.lower_is_better) if done else None
+    return RaceState(tuple(alive), tuple(drops), done, best, finished, tuple(tests))
+
+
+def decide_round(
+    values: Rounds, alive: Sequence[str], rnd: int, settings: RaceSettings,
+) -> tuple[RoundTest | None, list[Drop]]:
+    """One round's decision: the Friedman test over `alive` on rounds 1..rnd, then Conover's post-hoc.
+
+    A round where a racing cell's run failed is left out of the test (a complete block design needs every
+    cell in every block, and a failed run says nothing about speed); the race goes on with the rounds
+    that are whole. No test runs with fewer than 2 whole rounds or fewer than 2 cells."""
+    cells = sorted(alive)  # the order the ranks are shuffled in must not depend on how the caller lists cells
+    blocks = [r for r in range(1, rnd + 1) if all(values[c][r] is not None for c in cells)]
+    if len(cells) < 2 or len(blocks) < 2:
+        return None, []
+    table = np.array([[values[c][r] for c in cells] for r in blocks], dtype=float)
+    ranks = np.apply_along_axis(sps.rankdata, 1, table if settings.lower_is_better else -table)
+    statistic, p = friedman(ranks)
+    sums = ranks.sum(axis=0)
+    test = RoundTest(rnd, tuple(cells), len(blocks), statistic, p, dict(zip(cells, sums.tolist())), None)
+    if p >= settings.alpha:
+        return test, []
+    cd = conover_difference(ranks, settings.alpha)
+    test = RoundTest(rnd, tuple(cells), len(blocks), statistic, p, test.rank_sums, cd)
+    leader = min(cells, key=lambda c: (test.rank_sums[c], _mean(values, c, rnd, settings.lower_is_better), c))
+    lead = test.rank_sums[leader]
+    drops = [
+        Drop(c, rnd, _evidence(test, c, leader))
+        for c in alive
+        if test.rank_sums[c] - lead > cd
+    ]
+    return test, drops
+
+
+def friedman(ranks: np.ndarray) -> tuple[float, float]:
+    """Friedman's statistic over a blocks x cells table of ranks, and its p-value from SHUFFLES random
+    permutations of the ranks within each block.
+
+    The chi-squared approximation F-race and irace use is poor for the few rounds and cells storlab races:
+    with 2 cells and 4 rounds it calls equal cells different 13 % of the time, and the F form (Iman and
+    Davenport 1980) 50 % with 2 cells and 2 rounds. Shuffling the ranks within each round draws from the
+    test's exact null distribution, ties included, whatever the number of cells and rounds; the fixed seed
+    makes the p-value a pure function of the ranks."""
+    blocks, k = ranks.shape
+    sums = ranks.sum(axis=0)
+    spread = (ranks**2).sum() - blocks * k * (k + 1) ** 2 / 4  # Conover's A1 - C1; 0 when every block is a tie
+    if spread <= 1e-9:
+        return 0.0, 1.0
+    statistic = (k - 1) * ((sums - blocks * (k + 1) / 2) ** 2).sum() / spread
+    rng = np.random.default_rng(SHUFFLE_SEED)
+    shuffled = rng.permuted(np.broadcast_to(ranks, (SHUFFLES, blocks, k)), axis=2)
+    # Within-block shuffles keep the sum of squared ranks, so the statistic orders as the sum of squared
+    # rank sums does.
+    null = (shuffled.sum(axis=1) ** 2).sum(axis=1)
+    extreme = int((null >= (sums**2).sum() - 1e-9).sum())
+    return float(statistic), (1 + extreme) / (1 + SHUFFLES)
+
+
+def conover_difference(ranks: np.ndarray, alpha: float) -> float:
+    """The least difference of rank sums that tells two cells apart after a significant Friedman test
+    (Conover 1999, eq. 5.8.5; the post-hoc of F-race): t(1 - alpha/2, (b-1)(k-1)) times
+    sqrt(2 (b A1 - sum Rj^2) / ((b-1)(k-1)))."""
+    blocks, k = ranks.shape
+    df = (blocks - 1) * (k - 1)
+    sums = ranks.sum(axis=0)
+    scatter = max(blocks * (ranks**2).sum() - (sums**2).sum(), 0.0)
+    return float(special.stdtrit(df, 1 - alpha / 2) * math.sqrt(2 * scatter / df))
+
+
+def _evidence(test: RoundTest, cell: str, leader: str) -> str:
+    return (
+        f"after round {test.round}: rank sum {test.rank_sums[cell]:g} against {test.rank_sums[leader]:g} for the "
+        f"leader {leader}, more than Conover's critical difference {test.critical_difference:.1f}; Friedman test "
+        f"over {len(test.cells)} cells x {test.blocks} rounds: chi-squared {test.statistic:.1f}, p = {test.p_value:.3f}"
+    )
+
+
+def _figures(values: Rounds, cell: str, rnd: int) -> list[float]:
+    return [v for r, v in values[cell].items() if r <= rnd and v is not None]
+
+
+def _mean(values: Rounds, cell: str, rnd: int, lower_is_better: bool) -> float:
+    """The cell's mean over rounds 1..rnd, signed so that smaller is better; inf for a cell with no figure."""
+    figures = _figures(values, cell, rnd)
+    if not figures:
+        return math.inf
+    mean = math.fsum(figures) / len(figures)
+    return mean if lower_is_better else -mean
+
+
+def _best_mean(values: Rounds, alive: Sequence[str], rnd: int, lower_is_better: bool) -> str:
+    return min(alive, key=lambda c: (_mean(values, c, rnd, lower_is_better), c))
+
+
+def _finish(values: Rounds, alive: Sequence[str], rnd: int, settings: RaceSettings) -> str | None:
+    if len(alive) == 1:
+        return f"one cell left after round {rnd}"
+    if settings.equivalent_within is not None and _all_equivalent(values, alive, rnd, settings):
+        return (
+            f"after round {rnd}, the {len(alive)} cells left are within "
+            f"{100 * settings.equivalent_within:g} % of the best (90 % confidence)"
+        )
+    if rnd >= settings.max_rounds:
+        return f"max reached: {rnd} rounds"
+    return None
+
+
+def _all_equivalent(values: Rounds, alive: Sequence[str], rnd: int, settings: RaceSettings) -> bool:
+    best = _best_mean(values, alive, rnd, settings.lower_is_better)
+    return all(
+        within(_figures(values, best, rnd), _figures(values, c, rnd), settings.equivalent_within, settings.alpha)
+        for c in alive if c != best
+    )
+
+
+def within(best: Sequence[float], other: Sequence[float], margin: float, alpha: float = ALPHA) -> bool:
+    """Two one-sided tests (Schuirmann 1987): True when the 1 - 2 alpha (90 %) Welch confidence interval of
+    the difference of the means, relative to the best's mean, lies inside +-margin. Equal-looking means
+    are not enough: the interval must be narrow too, so noisy cells keep racing."""
+    if len(best) < 2 or len(other) < 2:
+        return False
+    a, b = np.asarray(best, dtype=float), np.asarray(other, dtype=float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    diff = (b.mean() - a.mean()) / abs(a.mean())
+    if va + vb == 0:
+        return abs(diff) < margin
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = special.stdtrit(df, 1 - alpha) * math.sqrt(va + vb) / abs(a.mean())
+    return -margin < diff - half and diff + half < margin
+
+
+# -- the experiment file ---------------------------------------------------------------------------------
+
+
+class RepetitionRange(BaseModel):
+    """`repetitions = { min = 3, max = 10 }`: a race's bounds on the rounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int
+    max: int
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _count(cls, v):
+        if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= MAX_ROUNDS:
+            raise ValueError(f"expected an integer from 2 to {MAX_ROUNDS}, got {show(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class RacingKeys(BaseModel):
+    """The experiment file's keys for repetitions and racing, for the experiment model to inherit:
+    `race` is declared first so the other keys' validators can see it (`storlab run --race` sets it in
+    the raw file before validation)."""
+
+    race: bool = False
+    repetitions: int | RepetitionRange = 3
+    equivalent_within: str | None = None
+
+    @field_validator("race", mode="before")
+    @classmethod
+    def _race(cls, v):
+        if not isinstance(v, bool):
+            raise ValueError(f"expected true or false, got {show(v)}")
+        return v
+
+    @field_validator("repetitions", mode="before")
+    @classmethod
+    def _repetitions(cls, v, info: ValidationInfo):
+        racing = info.data.get("race", False)
+        if isinstance(v, dict):
+            if not racing:
+                raise ValueError(
+                    "a { min, max } table is for racing: set race = true (or run with --race), or give one number"
+                )
+            try:
+                return RepetitionRange.model_validate(v)
+            except ValidationError as exc:  # one line naming the inner key, not pydantic's union of branches
+                err = exc.errors()[0]
+                key = ".".join(str(k) for k in err["loc"])
+                cause = err.get("ctx", {}).get("error")
+                plain = {"extra_forbidden": "unknown key", "missing": "missing"}
+                what = plain.get(err["type"]) or str(cause or err["msg"])
+                raise ValueError(f"{key}: {what}" if key else what) from None
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ROUNDS:
+            raise ValueError(
+                f"expected an integer from 1 to {MAX_ROUNDS}, or {{ min = 3, max = 10 }} with race = true, got {show(v)}"
+            )
+        if racing and v < 2:
+            raise ValueError("a race needs at least 2 repetitions")
+        return v
+
+    @field_validator("equivalent_within", mode="before")
+    @classmethod
+    def _equivalent_within(cls, v, info: ValidationInfo):
+        if v is None:
+            return v
+        if not info.data.get("race", False):
+            raise ValueError("is for racing: set race = true (or run with --race)")
+        parse_percent(v)
+        return v
+
+    def race_settings(self, lower_is_better: bool = True) -> RaceSettings | None:
+        """The race these keys declare, or None when the matrix runs every repetition. One number of
+        repetitions races from min(3, N) rounds to N."""
+        if not self.race:
+            return None
+        if isinstance(self.repetitions, RepetitionRange):
+            low, high = self.repetitions.min, self.repetitions.max
+        else:
+            low, high = min(DEFAULT_MIN_ROUNDS, self.repetitions), self.repetitions
+        margin = None if self.equivalent_within is None else parse_percent(self.equivalent_within)
+        return RaceSettings(min_rounds=low, max_rounds=high, equivalent_within=margin, lower_is_better=lower_is_better)
+
+    @property
+    def most_repetitions(self) -> int:
+        """The most runs a cell can get: what a plan and its ETA count."""
+        return self.repetitions.max if isinstance(self.repetitions, RepetitionRange) else self.repetitions
+
+
+def parse_percent(text: object) -> float:
+    """'2%' -> 0.02. A bare number is refused: 2 and 0.02 would both be plausible readings."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        try:
+            value = float(text.strip()[:-1])
+        except ValueError:
+            value = math.nan
+        if 0 < value <= 50:
+            return value / 100
+    raise ValueError(f'expected a percentage above 0 and at most 50, such as "2%", got {show(text)}')
+
+
+

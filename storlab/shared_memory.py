@@ -1,0 +1,153 @@
+"""Shared memory a PostgreSQL leaves behind when it dies without shutting down (storlab killed by
+SIGKILL, a set-up tool's server interrupted).
+
+PostgreSQL keeps a small System V segment (its header) and, with dynamic_shared_memory_type = posix,
+files /dev/shm/PostgreSQL.<handle>. Their names are random, so they are found the way PostgreSQL finds
+its own after a crash: the header records the device and inode of its data directory, and the handle
+of its control segment, which lists every other segment. A segment is removed only when its header
+names a data directory of the instance being cleaned (while that directory still exists), nobody is
+attached to it, and it belongs to the servers' OS user; each file only when the control segment lists
+it and it belongs to that user. Other servers' segments are never touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSV_TABLE = Path("/proc/sysvipc/shm")
+SHM_DIR = Path("/dev/shm")
+_PG_SHMEM_MAGIC = 679834894
+_PG_DSM_CONTROL_MAGIC = 0x9A503D32
+# PGShmemHeader on 64-bit Linux: int32 magic, pid_t creatorPID, Size totalsize, Size freeoffset,
+# dsm_handle dsm_control (4 bytes of padding), void *index, dev_t device, ino_t inode.
+_HEADER = struct.Struct("=iiQQI4xQQQ")
+# dsm_control_header: uint32 magic, nitems, maxitems; then items of {uint32 handle, uint32 refcnt, ...},
+# 40 bytes each on 64-bit Linux, from offset 16.
+_CONTROL_HEAD = struct.Struct("=III")
+_ITEMS_AT = 16
+_ITEM_SIZE = 40
+_IPC_RMID = 0
+_SHM_RDONLY = 0o10000
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One System V segment as /proc/sysvipc/shm lists it."""
+
+    key: int
+    shmid: int
+    creator_pid: int
+    attached: int
+    uid: int
+
+
+def segments() -> list[Segment]:
+    try:
+        lines = SYSV_TABLE.read_text().splitlines()[1:]
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        f = line.split()
+        # key shmid perms size cpid lpid nattch uid ...
+        found.append(Segment(int(f[0]), int(f[1]), int(f[4]), int(f[6]), int(f[7])))
+    return found
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    libc.shmdt.argtypes = [ctypes.c_void_p]
+    libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    return libc
+
+
+def _header(libc, shmid: int) -> tuple[int, int, int] | None:
+    """(control segment handle, device, inode of the data directory) of a PostgreSQL header segment."""
+    address = libc.shmat(shmid, None, _SHM_RDONLY)
+    if address in (None, ctypes.c_void_p(-1).value):
+        return None
+    try:
+        magic, _pid, _total, _free, handle, _index, device, inode = _HEADER.unpack(ctypes.string_at(address, _HEADER.size))
+    finally:
+        libc.shmdt(address)
+    return (handle, device, inode) if magic == _PG_SHMEM_MAGIC else None
+
+
+def _segment_files(control: Path, uid: int) -> list[Path]:
+    """The control segment and every live segment it lists, as files of the server's OS user."""
+    try:
+        if control.stat().st_uid != uid:
+            return []
+        data = control.read_bytes()
+    except OSError:
+        return []
+    if len(data) < _ITEMS_AT:
+        return []
+    magic, nitems, _maxitems = _CONTROL_HEAD.unpack_from(data)
+    if magic != _PG_DSM_CONTROL_MAGIC:
+        return []
+    files = [control]
+    for i in range(min(nitems, (len(data) - _ITEMS_AT) // _ITEM_SIZE)):
+        handle, refcnt = struct.unpack_from("=II", data, _ITEMS_AT + i * _ITEM_SIZE)
+        path = SHM_DIR / f"PostgreSQL.{handle}"
+        if refcnt > 0 and path.exists() and path.stat().st_uid == uid:
+            files.append(path)
+    return files
+
+
+def _directories(roots: list[Path]) -> dict[tuple[int, int], int]:
+    """(device, inode) -> owner of each instance directory and of the directories right inside it
+    (a data directory is one of those)."""
+    found = {}
+    for root in roots:
+        try:
+            candidates = [root, *(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())]
+        except OSError:
+            continue
+        for path in candidates:
+            st = os.stat(path)
+            found[(st.st_dev, st.st_ino)] = st.st_uid
+    return found
+
+
+def release(roots: list[Path], wait_s: float = 5.0) -> list[str]:
+    """Remove the shared memory PostgreSQL left for a data directory under `roots` (an instance's own
+    directories, before they are removed). Waits up to `wait_s` for the dead server's last processes to
+    let go; a segment still in use after that is left alone. Returns what was removed."""
+    directories = _directories(roots)
+    if not directories:
+        return []
+    libc = _libc()
+    deadline = time.monotonic() + wait_s
+    while True:
+        ours = []
+        for segment in segments():
+            if segment.uid not in directories.values():
+                continue
+            header = _header(libc, segment.shmid)
+            if header is not None and directories.get(header[1:]) == segment.uid:
+                ours.append((segment, header[0]))
+        if not any(segment.attached for segment, _ in ours) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    removed: list[str] = []
+    for segment, handle in ours:
+        if segment.attached:
+            continue
+        if handle:
+            for path in _segment_files(SHM_DIR / f"PostgreSQL.{handle}", segment.uid):
+                try:
+                    path.unlink()
+                    removed.append(str(path))
+                except FileNotFoundError:
+                    pass
+        if libc.shmctl(segment.shmid, _IPC_RMID, None) == 0:
+            removed.append(f"shared memory segment {segment.shmid}")
+    return removed

@@ -1,0 +1,27 @@
+"""Sizes as users write them, one grammar for the experiment file and the command line: a whole
+number with an optional binary unit K, M, G or T, optionally followed by B or iB ("256MB", "1GiB",
+"64k", "4096"). Every unit is a power of 1024, as PostgreSQL, MariaDB and fio read them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: object) -> int:
+    """Bytes; ValueError naming the accepted forms."""
+    match = _SIZE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f'expected a size such as "256MB" or "1GB", got {json.dumps(text, default=str)}')
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def format_size(n: int) -> str:
+    """The largest unit that keeps a whole number: 1048576 -> '1MB', 1536 -> '1536B'... '1.5KB' never."""
+    for unit in ("T", "G", "M", "K"):
+        if n and n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit}B"
+    return f"{n}B"

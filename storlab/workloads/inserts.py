@@ -1,0 +1,148 @@
+"""What the seeds' insert workloads share: N sessions, each inserting `rows_per_connection` rows
+generated in the server, `batch` rows per transaction, through one procedure per engine that loops
+in the server with COMMIT inside its loop and records every transaction's start and commit.
+
+A kind built on this brings its table and its INSERT statement; the statement inserts `take` rows
+(a variable of the procedure) and, on MariaDB, may read them from the Sequence engine's `seq_1_to_{batch}`.
+It may number its rows from the loop's position: PostgreSQL's `i` (the transaction, from 1) and
+`batch`, MariaDB's `done` (the rows inserted before this transaction).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from pydantic import field_validator, model_validator
+
+from storlab import factors
+from storlab.engines.base import Table
+from storlab.workloads.driver import ProcedureLoad, batches
+from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Warmup, Workload, WorkloadParams
+
+# Limits that keep a run finite (README, "Limits"). Transactions per run are bounded because each
+# session records two times per transaction in the server (two arrays, or a MEMORY table) and the
+# client then holds them all; the seeds' largest runs had 160,000 (seed 000).
+MAX_CONNECTIONS = 1024
+MAX_ROWS_PER_CONNECTION = 10**9
+MAX_BATCH = 10**6
+MAX_TRANSACTIONS = 10**7
+
+POSTGRES_LOOP = """
+CREATE PROCEDURE lab_insert_loop(total bigint, batch int,
+                                 INOUT starts float8[] DEFAULT NULL, INOUT ends float8[] DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+DECLARE
+    n int := ceil(total::numeric / batch);
+    take int;
+BEGIN
+    starts := array_fill(0::float8, ARRAY[n]);
+    ends := array_fill(0::float8, ARRAY[n]);
+    FOR i IN 1..n LOOP
+        take := least(batch, total - (i - 1)::bigint * batch);
+        starts[i] := date_part('epoch', clock_timestamp());
+        {insert};
+        COMMIT;
+        ends[i] := date_part('epoch', clock_timestamp());
+    END LOOP;
+END $$"""
+POSTGRES_CALL = "CALL lab_insert_loop(%s, %s)"
+
+# NOW() inside a routine is the time its CALL began: SYSDATE(6) is the real time. The commit times go
+# to a MEMORY temporary table (no IO, outside the transactions) and come back as the last result set.
+MARIADB_LOOP = """
+CREATE PROCEDURE lab_insert_loop(total BIGINT, batch INT)
+BEGIN
+    DECLARE done BIGINT DEFAULT 0;
+    DECLARE take INT;
+    DECLARE t0 DECIMAL(20,6);
+    SET max_heap_table_size = 1073741824;
+    DROP TEMPORARY TABLE IF EXISTS lab_commits;
+    CREATE TEMPORARY TABLE lab_commits (started DECIMAL(20,6) NOT NULL, committed DECIMAL(20,6) NOT NULL) ENGINE=MEMORY;
+    WHILE done < total DO
+        SET take = LEAST(batch, total - done);
+        SET t0 = UNIX_TIMESTAMP(SYSDATE(6));
+        START TRANSACTION;
+        {insert};
+        COMMIT;
+        INSERT INTO lab_commits VALUES (t0, UNIX_TIMESTAMP(SYSDATE(6)));
+        SET done = done + take;
+    END WHILE;
+    SELECT started, committed FROM lab_commits;
+    DROP TEMPORARY TABLE lab_commits;
+END"""
+MARIADB_CALL = "CALL lab_insert_loop(%s, %s)"
+
+LOOPS = {"postgres": (POSTGRES_LOOP, POSTGRES_CALL), "mariadb": (MARIADB_LOOP, MARIADB_CALL)}
+
+INSERT_FIGURES = (
+    ELAPSED,
+    Figure("rows_per_s", "rows/s", "rows/s", "higher"),
+    Figure("latency_p99_ms", "ms", "p99 txn ms", "lower"),
+    Figure("latency_p50_ms", "ms", "p50 txn ms", "lower", shown=False),
+    Figure("latency_p95_ms", "ms", "p95 txn ms", "lower", shown=False),
+    Figure("transactions_per_s", "txn/s", "txn/s", "higher", shown=False),
+    Figure("rows", "rows", "rows", shown=False),
+    Figure("transactions", "txn", "transactions", shown=False),
+)
+
+
+class InsertParams(Warmup, WorkloadParams):
+    connections: int | list[int] = 16
+    rows_per_connection: int | list[int] = 100_000
+    batch: int | list[int] = 1000
+
+    @field_validator("connections", mode="before")
+    @classmethod
+    def _connections(cls, v):
+        return factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
+
+    @field_validator("rows_per_connection", mode="before")
+    @classmethod
+    def _rows(cls, v):
+        return factors.factor(v, factors.at_most(MAX_ROWS_PER_CONNECTION), "a positive integer")
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch(cls, v):
+        return factors.factor(v, factors.at_most(MAX_BATCH), "a positive integer")
+
+    @model_validator(mode="after")
+    def _finite(self):
+        most = max(factors.values(self.connections)) * math.ceil(
+            max(factors.values(self.rows_per_connection)) / min(factors.values(self.batch)))
+        if most > MAX_TRANSACTIONS:
+            raise factors.KeyProblem(("workload", "batch"), f"up to {most:,} transactions in one run; the limit is "
+                                     f"{MAX_TRANSACTIONS:,} (connections x rows_per_connection / batch)")
+        return self
+
+
+class InsertWorkload(Workload):
+    """Subclasses set `tables`, `statements` (engine -> the INSERT of `take` rows) and `row_bytes`."""
+
+    Params: ClassVar[type[WorkloadParams]] = InsertParams
+    figures = INSERT_FIGURES
+    tables: ClassVar[dict[str, Table]]
+    statements: ClassVar[dict[str, str]]
+    row_bytes: ClassVar[dict[str, Footprint]]  # engine -> bytes each row writes (measured: `du` before and after)
+
+    def rows(self, params: dict[str, Any]) -> int:
+        return int(params["connections"]) * int(params["rows_per_connection"])
+
+    def footprint(self, engine: str, params: dict[str, Any]) -> Footprint:
+        per_row, rows = self.row_bytes[engine], self.rows(params)
+        return Footprint(data=rows * per_row.data, log=rows * per_row.log)
+
+    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+        loop, _ = LOOPS[instance.engine]
+        insert = self.statements[instance.engine].format(batch=int(params["batch"]))
+        with instance.connect() as conn:
+            instance.create_table(conn, self.tables[instance.engine])
+            conn.execute(loop.replace("{insert}", insert))
+
+    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> Load:
+        _, call = LOOPS[instance.engine]
+        rows, batch = int(params["rows_per_connection"]), int(params["batch"])
+        plan = batches(rows, batch)
+        return ProcedureLoad(instance, [(call, (rows, batch), plan) for _ in range(int(params["connections"]))],
+                             float(params.get("warmup_s") or 0))

@@ -1,0 +1,129 @@
+"""What every workload kind declares: its parameters (the `[workload]` keys it accepts, each a factor
+when given a list), what it prepares in a fresh instance, the load it runs, and the figures it
+reports. The runner and the answer know workloads only through this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from storlab import factors
+
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number a run reports: stored as (name, value, unit); `better` says which way is good."""
+
+    name: str
+    unit: str
+    label: str  # its column title
+    better: str | None = None  # "lower", "higher", or None for a count
+    shown: bool = True  # a column of `storlab show`
+
+
+ELAPSED = Figure("elapsed_s", "s", "elapsed s", "lower")
+
+
+@dataclass
+class Measurement:
+    """One run of a load, every figure on the run's own time axis (0 = the load's first start)."""
+
+    elapsed_s: float
+    figures: dict[str, float]
+    timeline: list[tuple[float, str, float]] = field(default_factory=list)
+    start_epoch: float = 0.0  # the load's first start, epoch seconds, to place the probes' samples
+
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Footprint:
+    """What one run of a load writes: tables and indexes (over the data files), and log."""
+
+    data: int = 0
+    log: int = 0
+
+
+class Load(Protocol):
+    """The sessions of one run: opened first, so the probes can be pointed at them, then run at once."""
+
+    def open(self) -> list[int]:
+        """Connect every session; the engine's session ids."""
+
+    def run(self, on_progress: Progress | None = None) -> Measurement: ...
+
+    def close(self) -> None: ...
+
+
+MAX_WARMUP_S = 3600
+
+
+class WorkloadParams(BaseModel):
+    """The `[workload]` table; each kind adds its own keys and refuses the others."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def check_engine(self, engine: str) -> None:
+        """Raise factors.KeyProblem naming a key this engine cannot honour (the default: all can)."""
+
+    def sql_files(self) -> list[tuple[str, str]]:
+        """(key, file) for each SQL file these parameters name, as written (relative to the experiment file)."""
+        return []
+
+
+class Warmup(BaseModel):
+    """`warmup_s`, for kinds that run many transactions: the first seconds of each run are left out of
+    its figures (caches and the WAL fill up, sessions ramp up), though they stay on its timeline."""
+
+    warmup_s: float | list[float] | None = None
+
+    @field_validator("warmup_s", mode="before")
+    @classmethod
+    def _warmup(cls, v):
+        return None if v is None else factors.factor(v, factors.seconds(MAX_WARMUP_S), f"a number of seconds from 0 to {MAX_WARMUP_S}")
+
+
+class Workload:
+    """One kind of load. Subclasses set the class attributes and implement prepare and load."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[WorkloadParams]]
+    figures: ClassVar[tuple[Figure, ...]]  # the first is the headline the ranking uses
+    # Said under `storlab show`: how the kind runs, where a user could assume otherwise.
+    note: ClassVar[str | None] = None
+    # Reads what it prepared: each measured run starts from a restarted server (its buffers empty).
+    cold: ClassVar[bool] = False
+    # Its repetitions share what it prepared (a scan's table): a cell's runs happen on one instance,
+    # one after another, instead of interleaved with the other cells'.
+    prepared_once: ClassVar[bool] = False
+
+    def sessions(self, params: dict[str, Any]) -> int:
+        """How many sessions the load opens (the server's max_connections must allow them)."""
+        return int(params.get("connections", 1))
+
+    def footprint(self, engine: str, params: dict[str, Any]) -> Footprint | None:
+        """What one run writes, measured for the kind's own SQL; None when it cannot be told (the
+        user's own SQL), and the capacity check then says nothing."""
+        return None
+
+    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+        """Create what the load needs in a fresh instance, before any probe starts. `files` holds
+        the text of every SQL file the experiment names, read once when it was loaded."""
+        raise NotImplementedError
+
+    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> Load:
+        raise NotImplementedError
+
+
+KINDS: dict[str, Workload] = {}
+
+
+def register(cls: type[Workload]) -> type[Workload]:
+    """A class decorator: the kind becomes known by its name (its Params' `kind` literal)."""
+    KINDS[cls.name] = cls()
+    return cls
+

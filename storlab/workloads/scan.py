@@ -1,0 +1,147 @@
+"""scan (seed 002): a full scan of a heap of the seeds' wide rows, from cold.
+
+The table (`table_mb` of seed 002's eleven-column rows, generated in the server) is built once per
+cell, spread over the cell's data files and placements (the `data_on` ratio and `striping` apply),
+vacuumed so no scan sets hint bits; then every repetition scans it cold: the server restarted (its
+buffers empty), the table's files evicted from the OS page cache, then one
+`SELECT count(col1), …, count(col11)` with `dop` parallel workers (PostgreSQL's
+max_parallel_workers_per_gather; MariaDB runs a query on one thread). The repetitions of a cell share
+the table and run one after another on its instance; `show` says so.
+
+Figures: elapsed, MB/s (the table's bytes over the elapsed time), and the server's CPU time for the
+query, its parallel workers included (seed 002's CPU time against elapsed time)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from storlab import factors
+from storlab.workloads.inserts import LOOPS
+from storlab.workloads.kind import ELAPSED, Figure, Footprint, Measurement, Progress, Workload, WorkloadParams, register
+from storlab.workloads.tables import WIDE, WIDE_VALUES
+
+MAX_TABLE_MB = 1024 * 1024
+MAX_DOP = 64
+# Bytes of heap each wide row takes (measured: 157 with PostgreSQL's tuple headers, 336 in InnoDB's
+# clustered pages): the rows to generate for `table_mb`.
+ROW_BYTES = {"postgres": 157, "mariadb": 336}
+SCAN = "SELECT " + ", ".join(f"count(col{i})" for i in range(1, 12)) + " FROM lab_wide"
+# Rows written by the insert procedure in transactions of this many, so the build's WAL is recycled.
+BUILD_BATCH = 200_000
+FREEZE = {"postgres": "VACUUM (FREEZE, ANALYZE) lab_wide", "mariadb": "ANALYZE TABLE lab_wide"}
+SET_DOP = "SET max_parallel_workers_per_gather = {dop}"
+PLANNED_WORKERS = "EXPLAIN (FORMAT JSON) " + SCAN
+# Row numbers go on from batch to batch: the loop's transaction number (PostgreSQL) or the rows it
+# has inserted so far (MariaDB).
+BUILD = {
+    "postgres": "INSERT INTO lab_wide SELECT " + WIDE_VALUES.format(g="(g + (i - 1)::bigint * batch)")
+                + " FROM generate_series(1, take) AS g",
+    "mariadb": "INSERT INTO lab_wide SELECT " + WIDE_VALUES.format(g="(seq + done)") + " FROM seq_1_to_{batch} LIMIT take",
+}
+
+
+class ScanParams(WorkloadParams):
+    kind: Literal["scan"]
+    table_mb: int | list[int] = 256
+    dop: int | list[int] | None = None
+
+    @field_validator("table_mb", mode="before")
+    @classmethod
+    def _size(cls, v):
+        return factors.factor(v, factors.at_most(MAX_TABLE_MB), "a number of MB")
+
+    @field_validator("dop", mode="before")
+    @classmethod
+    def _dop(cls, v):
+        if v is None:
+            return v
+        dop = factors.factor(v, factors.non_negative_int, "a number of parallel workers (0 for none)")
+        if max(factors.values(dop)) > MAX_DOP:
+            raise ValueError(f"{max(factors.values(dop))} is more than the limit of {MAX_DOP}")
+        return dop
+
+    def check_engine(self, engine: str) -> None:
+        if engine == "mariadb" and self.dop is not None:
+            raise factors.KeyProblem(("workload", "dop"), "MariaDB runs a query on one thread: dop is PostgreSQL's "
+                                     "parallel workers (for MariaDB's read-ahead, set innodb_read_ahead_threshold)")
+
+
+class ScanLoad:
+    """One session, one cold scan."""
+
+    def __init__(self, instance: Any, dop: int):
+        self.instance = instance
+        self.dop = dop
+        self.conn: Any = None
+
+    def open(self) -> list[int]:
+        self.conn = self.instance.connect()
+        if self.instance.engine == "postgres":
+            self.conn.execute(SET_DOP.format(dop=int(self.dop)))
+        return [self.instance.session_id(self.conn)]
+
+    def run(self, on_progress: Progress | None = None) -> Measurement:
+        figures = {"workers_planned": float(self._planned_workers())}
+        cpu_before = self.instance.cpu_s()
+        started = time.time()
+        self.conn.cursor().execute(SCAN)
+        elapsed = time.time() - started
+        figures["cpu_s"] = self.instance.cpu_s() - cpu_before
+        size_mb = self.instance.table_bytes(self.conn, "lab_wide") / 2**20
+        figures.update(elapsed_s=elapsed, table_mb=size_mb, mb_per_s=size_mb / elapsed if elapsed > 0 else 0.0)
+        if on_progress:
+            on_progress(1, 1)
+        return Measurement(elapsed, figures, [], started)
+
+    def _planned_workers(self) -> int:
+        """How many parallel workers PostgreSQL plans for the scan (MariaDB: none)."""
+        if self.instance.engine != "postgres":
+            return 0
+        plan = self.conn.execute(PLANNED_WORKERS).fetchone()[0][0]["Plan"]
+        return int(plan.get("Workers Planned", 0))
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+@register
+class Scan(Workload):
+    name = "scan"
+    Params = ScanParams
+    figures = (
+        ELAPSED,
+        Figure("mb_per_s", "MB/s", "MB/s", "higher"),
+        Figure("cpu_s", "s", "CPU s", "lower"),
+        Figure("workers_planned", "workers", "workers", shown=False),
+        Figure("table_mb", "MB", "table MB", shown=False),
+    )
+    note = ("scan: each cell's table is built once; every repetition scans it cold (server restarted, the "
+            "table's files evicted from the OS page cache), one after another on the same instance")
+    cold = True
+    prepared_once = True
+
+    def sessions(self, params: dict[str, Any]) -> int:
+        return 1
+
+    def footprint(self, engine: str, params: dict[str, Any]) -> Footprint:
+        size = int(params["table_mb"]) * 2**20
+        return Footprint(data=size, log=size if engine == "postgres" else 0)  # the build's WAL, and the freeze's
+
+    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+        rows = int(params["table_mb"]) * 2**20 // ROW_BYTES[instance.engine]
+        batch = min(rows, BUILD_BATCH)
+        loop, call = LOOPS[instance.engine]
+        with instance.connect() as conn:
+            instance.create_table(conn, WIDE[instance.engine])
+            conn.execute(loop.replace("{insert}", BUILD[instance.engine].format(batch=batch)))
+            instance.call_load(conn, call, (rows, batch))
+            result = conn.execute(FREEZE[instance.engine])
+            if instance.engine == "mariadb":
+                result.fetchall()
+
+    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]):
+        return ScanLoad(instance, int(params.get("dop") or 0))

@@ -1,0 +1,297 @@
+"""Broken experiment files, as a careless or hostile user writes them: each one is refused when it loads
+(`storlab run --dry-run` included) with exit 2 and exactly one line, before anything is created."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from storlab import experiment
+from storlab.cli import main
+from storlab.errors import UserError
+
+BASE = """\
+name = "fz"
+engine = "postgres"
+repetitions = 2
+
+[placements]
+disk = "{disk}"
+ram = "tmpfs"
+
+[layout]
+data_files = [1, 2]
+data_on = "disk"
+log_on = "ram"
+
+[workload]
+kind = "random-insert"
+connections = 2
+rows_per_connection = 1000
+batch = 100
+"""
+
+MARIADB = BASE.replace('engine = "postgres"', 'engine = "mariadb"')
+SETTINGS = "\n[engine_settings]\n"
+LOTS = "[" + ", ".join(str(i) for i in range(1, 1002)) + "]"
+TWO_HUNDRED = "[" + ", ".join(str(i) for i in range(1, 201)) + "]"
+RUNS_OLD = BASE[BASE.index("repetitions"):BASE.index("data_on")]
+
+# (case, replace this, with that, the expected line after "storlab: "; {disk} is the lab directory)
+CASES = [
+    ("repetitions a date", "repetitions = 2", "repetitions = 1979-05-27",
+     "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, got 1979-05-27"),
+    ("kind a datetime", 'kind = "random-insert"', "kind = 1979-05-27T07:32:00",
+     "fz.toml:15: workload.kind: expected one of bulk-insert, custom, random-insert, scan, sequential-insert, got 1979-05-27T07:32:00"),
+    ("connections a time", "connections = 2", "connections = 07:32:00",
+     "fz.toml:16: workload.connections: expected a positive integer or a list of them, got 07:32:00"),
+    ("a date inside a factor", "data_files = [1, 2]", "data_files = [1, 1979-05-27]",
+     "fz.toml:10: layout.data_files: expected a positive integer or a list of them, got 1979-05-27"),
+    ("placement a date", 'disk = "{disk}"', "disk = 1979-05-27",
+     'fz.toml:6: placements.disk: expected a directory path, "tmpfs" or a device table such as { loop = "4GB" }, got 1979-05-27'),
+    ("engine_settings a number", "repetitions = 2", "repetitions = 2\nengine_settings = 5",
+     "fz.toml:4: engine_settings: expected a table of settings, got 5"),
+    ("layout a number", "repetitions = 2", "repetitions = 2\nlayout = 5",
+     "fz.toml: not valid TOML: Cannot overwrite a value (at line 10, column 8)"),
+    ("exclude not a list", "repetitions = 2", "repetitions = 2\nexclude = 5",
+     "fz.toml:4: exclude: expected a valid list, got 5"),
+    ("exclude rule not a table", "repetitions = 2", "repetitions = 2\nexclude = [5]",
+     "fz.toml:4: exclude: expected a table, got 5"),
+    ("repetitions without end", "repetitions = 2", "repetitions = 9223372036854775807",
+     "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, got 9223372036854775807"),
+    ("too many cells", "data_files = [1, 2]", f"data_files = {LOTS}",
+     "fz.toml:9: layout: 1,001 cells; the limit is 1,000"),
+    ("too many runs", RUNS_OLD, RUNS_OLD.replace("= 2\n", "= 51\n").replace("[1, 2]", TWO_HUNDRED),
+     "fz.toml:3: repetitions: 200 cells x 51 repetitions; the limit is 10,000 runs"),
+    ("too many connections", "connections = 2", "connections = 5000",
+     "fz.toml:16: workload.connections: 5,000 is more than the limit of 1,024"),
+    ("too many transactions", "rows_per_connection = 1000\nbatch = 100", "rows_per_connection = 100_000_000\nbatch = 1",
+     "fz.toml:18: workload.batch: up to 200,000,000 transactions in one run; the limit is 10,000,000 "
+     "(connections x rows_per_connection / batch)"),
+    ("too many data files", "data_files = [1, 2]", "data_files = 5000",
+     "fz.toml:10: layout.data_files: 5,000 is more than the limit of 1,024"),
+    ("a ratio weight of 0", 'data_on = "disk"', "data_on = { disk = 0, ram = 1 }",
+     'fz.toml:11: layout.data_on: ratio weight for "disk" must be an integer from 1 to 1000, got 0'),
+    ("a duplicate value", "data_files = [1, 2]", "data_files = [1, 1]",
+     "fz.toml:10: layout.data_files: 1 is listed twice; each value of a factor makes one cell"),
+    ("a duplicate ratio, keys in another order", 'data_on = "disk"', "data_on = [{ disk = 1, ram = 2 }, { ram = 2, disk = 1 }]",
+     'fz.toml:11: layout.data_on: {"ram": 2, "disk": 1} is listed twice; each value of a factor makes one cell'),
+    ("a duplicate setting value", "batch = 100", 'batch = 100\n\n[engine_settings]\nwork_mem = ["4MB", "4MB"]',
+     'fz.toml:21: engine_settings.work_mem: "4MB" is listed twice; each value of a factor makes one cell'),
+    ("two factors named alike", "batch = 100", "batch = [100, 200]\n\n[engine_settings]\nbatch = [1, 2]",
+     "fz.toml:21: engine_settings.batch: a factor named batch already comes from workload.batch; rename one"),
+    ("a name of 300 characters", 'name = "fz"', f'name = "{"a" * 300}"',
+     "fz.toml:1: name: 300 characters; the limit is 64"),
+    ("a placement name with a space", 'disk = "{disk}"\nram = "tmpfs"', '"my disk" = "{disk}"\nram = "tmpfs"',
+     "fz.toml:6: placements.my disk: not a placement name: use 1 to 32 letters, digits or '_'"),
+    ("a placement name with a quote", 'ram = "tmpfs"', "ram = \"tmpfs\"\n\"x'y\" = \"{disk}/b\"",
+     "fz.toml:8: placements.x'y: not a placement name: use 1 to 32 letters, digits or '_'"),
+    ("Disk and disk", 'ram = "tmpfs"', 'ram = "tmpfs"\nDisk = "{disk}/other"',
+     "fz.toml:8: placements.Disk: the same name as placements.disk when case is ignored"),
+    ("two names for one directory", 'ram = "tmpfs"', 'ram = "tmpfs"\nshm = "/dev/shm"',
+     "fz.toml:8: placements.shm: the same directory as placements.ram (/dev/shm); one name per place"),
+    ("two names through a relative path", 'ram = "tmpfs"', 'ram = "tmpfs"\nsame = "./disk/../disk"',
+     "fz.toml:8: placements.same: the same directory as placements.disk ({disk}); one name per place"),
+    ("a placement that is a file", 'disk = "{disk}"', 'disk = "/etc/passwd"',
+     "fz.toml:6: placements.disk: /etc/passwd is not a directory"),
+    ("a placement under a file", 'disk = "{disk}"', 'disk = "/etc/passwd/lab"',
+     "fz.toml:6: placements.disk: /etc/passwd/lab cannot be made: /etc/passwd is not a directory"),
+    ("a placement in /proc", 'disk = "{disk}"', 'disk = "/proc/storlab"',
+     "fz.toml:6: placements.disk: /proc/storlab is inside /proc: choose a directory on a real file system, outside /proc"),
+    ("a placement in /sys", 'disk = "{disk}"', 'disk = "/sys/kernel/storlab"',
+     "fz.toml:6: placements.disk: /sys/kernel/storlab is inside /sys: choose a directory on a real file system, outside /sys"),
+    ("a placement in /root", 'disk = "{disk}"', 'disk = "/root/storlab-harden-test"',
+     "fz.toml:6: placements.disk: /root/storlab-harden-test is inside /root: choose a directory on a real file "
+     "system, outside /root"),
+    ("a placement that is a device", 'disk = "{disk}"', 'disk = "/dev/zero"',
+     'fz.toml:6: placements.disk: /dev/zero is inside /dev: choose a directory on a real file system (or "tmpfs")'),
+    ("a placement name too long for a tablespace", 'ram = "tmpfs"', f'ram = "tmpfs"\n{"p" * 33} = "{{disk}}/x"',
+     f"fz.toml:8: placements.{'p' * 33}: not a placement name: use 1 to 32 letters, digits or '_'"),
+    ("an exclude value that matches nothing", "repetitions = 2", "repetitions = 2\nexclude = [{ data_files = 3 }]",
+     "fz.toml:4: exclude: data_files = 3 matches no cell (data_files is never 3)"),
+    ("an exclude of true for 1", "repetitions = 2", "repetitions = 2\nexclude = [{ data_files = true }]",
+     "fz.toml:4: exclude: data_files = true matches no cell (data_files is never true)"),
+    ("an exclude of a date", "repetitions = 2", "repetitions = 2\nexclude = [{ data_files = 1979-05-27 }]",
+     "fz.toml:4: exclude: data_files = 1979-05-27 matches no cell (data_files is never 1979-05-27)"),
+    ("an exclude that leaves nothing", "repetitions = 2", "repetitions = 2\nexclude = [{ data_files = 1 }, { data_files = 2 }]",
+     "fz.toml:4: exclude: every cell is excluded; nothing would run"),
+    ("an empty exclude rule", "repetitions = 2", "repetitions = 2\nexclude = [{}]",
+     "fz.toml:4: exclude: an empty rule excludes every cell"),
+    ("a log of 0 MB", 'log_on = "ram"', 'log_on = "ram"\nlog_size = "0MB"',
+     'fz.toml:13: layout.log_size: "0MB" is less than two WAL segments of 16MB (PostgreSQL keeps at least two)'),
+    ("a setting name with a newline", "batch = 100", 'batch = 100\n\n[engine_settings]\n"fsync = off\\nx" = 1',
+     'fz.toml:20: engine_settings: the key "fsync = off\\nx" holds a control character'),
+    ("a setting value with a newline", "batch = 100", 'batch = 100\n\n[engine_settings]\nwork_mem = "4MB\\nfsync = off"',
+     'fz.toml:21: engine_settings.work_mem: "4MB\\nfsync = off" holds a control character; only printable text is allowed'),
+    ("an escape sequence in a value", "batch = 100", 'batch = 100\n\n[engine_settings]\nwork_mem = ["\\u001b[2J", "4MB"]',
+     'fz.toml:21: engine_settings.work_mem: "\\u001b[2J" holds a control character; only printable text is allowed'),
+    ("a setting name that is an assignment", "batch = 100", 'batch = 100\n\n[engine_settings]\n"fsync=off" = 1',
+     "fz.toml:21: engine_settings.fsync=off: not a setting name: use at most 63 letters, digits, '_' or '$', "
+     "and one '.' for an extension's setting"),
+    ("a table too deep for a setting", "batch = 100", "batch = 100\n\n[engine_settings]\na = { b = { c = 1 } }",
+     'fz.toml:21: engine_settings.a.b: expected a string, number or boolean, got {"c": 1}'),
+    ("a setting that is not a number", "batch = 100", "batch = 100\n\n[engine_settings]\nwork_mem = nan",
+     "fz.toml:21: engine_settings.work_mem: expected a finite number, got NaN"),
+    ("the same setting twice", "batch = 100", "batch = 100\n\n[engine_settings]\nwork_mem = 1\nWORK_MEM = 2",
+     "fz.toml:22: engine_settings.WORK_MEM: the same setting as work_mem"),
+    ("listen_addresses", "batch = 100", 'batch = 100\n\n[engine_settings]\nlisten_addresses = "*"',
+     "fz.toml:21: engine_settings.listen_addresses: storlab sets it: the instance listens on its own unix socket "
+     "only, never on TCP"),
+    ("port", "batch = 100", "batch = 100\n\n[engine_settings]\nport = 5432",
+     "fz.toml:21: engine_settings.port: storlab sets it: the instance listens on its own unix socket only, never on TCP"),
+    ("unix_socket_directories", "batch = 100", 'batch = 100\n\n[engine_settings]\nUnix_Socket_Directories = "/tmp"',
+     "fz.toml:21: engine_settings.Unix_Socket_Directories: storlab sets it: the instance listens on its own unix "
+     "socket only, never on TCP"),
+    ("hba_file", "batch = 100", 'batch = 100\n\n[engine_settings]\nhba_file = "/tmp/x"',
+     "fz.toml:21: engine_settings.hba_file: storlab sets it: the instance's authentication is storlab's"),
+    ("pg_wait_sampling's period", "batch = 100", "batch = 100\n\n[engine_settings]\npg_wait_sampling.profile_period = 1",
+     "fz.toml:21: engine_settings.pg_wait_sampling.profile_period: storlab sets it: the wait statistics depend on it"),
+    ("min_wal_size beside log_size", 'log_on = "ram"', 'log_on = "ram"\nlog_size = "64MB"\n\n[engine_settings]\nmin_wal_size = "1GB"',
+     "fz.toml:16: engine_settings.min_wal_size: layout.log_size sets it in this experiment"),
+]
+
+MARIADB_CASES = [
+    ("skip_networking", "skip_networking = false", "skip_networking"),
+    ("skip-networking spelled with dashes", '"skip-networking" = 0', "skip-networking"),
+    ("bind_address", 'bind_address = "0.0.0.0"', "bind_address"),
+    ("loose-bind-address", '"loose-bind-address" = "0.0.0.0"', "loose-bind-address"),
+    ("port", "port = 3306", "port"),
+    ("extra_port", "extra_port = 3307", "extra_port"),
+    ("socket", 'socket = "/tmp/x.sock"', "socket"),
+]
+
+
+def _body(old: str, new: str, disk: Path, base: str = BASE) -> str:
+    text = base.format(disk=disk)
+    old, new = old.replace("{disk}", str(disk)), new.replace("{disk}", str(disk))
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize("case, old, new, expected", CASES, ids=[c[0] for c in CASES])
+def test_broken_file_gives_one_line_and_exit_2(lab_root, case, old, new, expected):
+    disk = lab_root / "disk"
+    path = lab_root / "fz.toml"
+    path.write_text(_body(old, new, disk))
+    result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
+    assert result.exit_code == 2, (result.stdout, result.exception)
+    assert result.stderr == f"storlab: {expected.replace('{disk}', str(disk))}\n"
+    assert not (lab_root / "results").exists() and not disk.exists()  # nothing made before the checks pass
+    assert not Path("/root/storlab-harden-test").exists()
+
+
+@pytest.mark.parametrize("case, setting, name", MARIADB_CASES, ids=[c[0] for c in MARIADB_CASES])
+def test_mariadb_settings_storlab_owns_are_refused(lab_root, case, setting, name):
+    path = lab_root / "fz.toml"
+    path.write_text(_body("batch = 100", f"batch = 100\n\n[engine_settings]\n{setting}", lab_root / "disk", MARIADB))
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"storlab: fz.toml:21: engine_settings.{name}: storlab sets it: ")
+    assert result.stderr.count("\n") == 1
+
+
+def test_mariadb_layout_owned_settings_name_the_layout_key(lab_root):
+    body = _body('log_on = "ram"', 'log_on = "ram"\npage_size = "16k"\n\n[engine_settings]\ninnodb_page_size = "8k"',
+                 lab_root / "disk", MARIADB)
+    path = lab_root / "fz.toml"
+    path.write_text(body)
+    with pytest.raises(UserError, match=r"^fz.toml:16: engine_settings.innodb_page_size: layout.page_size sets it"):
+        experiment.load(path)
+
+
+def test_unreachable_placement_is_named_and_not_made(lab_root, tmp_path):
+    private = tmp_path / "private" / "disk"  # pytest's tmp dirs are mode 0700, closed to other users
+    path = lab_root / "fz.toml"
+    path.write_text(_body('disk = "{disk}"', f'disk = "{private}"', lab_root / "disk"))
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2
+    blocked = next(p for p in reversed(tmp_path.parents) if not os.stat(p).st_mode & 0o001)
+    assert result.stderr == (f"storlab: fz.toml:6: placements.disk: {private} is not reachable by the servers' OS user "
+                             f"storlab ({blocked} is mode 0700); choose a directory outside it\n")
+    assert not private.parent.exists()
+
+
+def test_nothing_is_made_when_a_later_placement_is_wrong(lab_root):
+    deep = lab_root / "new" / "deep"
+    path = lab_root / "fz.toml"
+    path.write_text(_body('ram = "tmpfs"', 'ram = "tmpfs"\nbad = "/proc/x"', deep))
+    for args in (["--dry-run"], []):
+        result = invoke("run", str(path), *args, "--out", str(lab_root / "results"))
+        assert result.exit_code == 2 and "placements.bad" in result.stderr
+        assert not (lab_root / "new").exists() and not (lab_root / "results").exists()
+
+
+# -- the file itself -----------------------------------------------------------------------------
+
+
+def test_a_fifo_is_refused_without_waiting(lab_root):
+    fifo = lab_root / "exp.toml"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "storlab", "run", str(fifo), "--dry-run"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == f"storlab: {fifo}: not a regular file (a FIFO, device or socket); give a TOML file\n"
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: Path("/dev/zero"), "storlab: /dev/zero: not a regular file (a FIFO, device or socket); give a TOML file"),
+    (lambda p: p, "storlab: {p}: is a directory, not an experiment file"),
+    (lambda p: _sparse(p / "huge.toml", 2**40), "storlab: {p}/huge.toml: 1,099,511,627,776 bytes; an experiment file "
+                                               "is at most 1,048,576 bytes"),
+    (lambda p: _bytes(p / "bin.toml", b'name = "x"\x00\x01\x02'), "storlab: bin.toml: a binary file, not TOML text"),
+    (lambda p: _bytes(p / "latin.toml", 'name = "x"\nengine = "postgres"\n# caf\u00e9\n'.encode("latin-1")),
+     "storlab: latin.toml:3: not UTF-8 text (byte 0xe9); save the file as UTF-8"),
+    (lambda p: _bytes(p / "empty.toml", b""), "storlab: empty.toml: name: missing"),
+    (lambda p: p / "missing.toml", "storlab: {p}/missing.toml: no such experiment file"),
+])
+def test_files_that_are_not_experiment_files(lab_root, make, expected):
+    path = make(lab_root)
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr == expected.replace("{p}", str(lab_root)) + "\n"
+
+
+def test_a_utf8_byte_order_mark_is_fine(lab_root):
+    path = _bytes(lab_root / "bom.toml", b"\xef\xbb\xbf" + BASE.format(disk=lab_root / "disk").encode())
+    assert experiment.load(path).name == "fz"
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def _bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+# -- every key, every TOML type ------------------------------------------------------------------
+
+VALUES = ["1979-05-27", "07:32:00", "1979-05-27T07:32:00Z", "1.5", "true", "-1", "0", '""', '"x"', "[]", "[[]]",
+          "{}", "{ a = 1 }", "[1979-05-27]", "nan", "inf", "9223372036854775807", '"[/]"', '"$x$"', '"a\\u0000b"']
+KEYS = ["name", "engine", "repetitions", "disk", "ram", "data_files", "data_on", "log_on", "kind", "connections",
+        "rows_per_connection", "batch"]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_any_toml_value_anywhere_is_refused_in_one_line_or_loads(lab_root, key):
+    base = BASE.format(disk=lab_root / "disk")
+    line = next(line for line in base.splitlines() if line.startswith(f"{key} ="))
+    for i, value in enumerate(VALUES):
+        path = lab_root / f"v{i}.toml"
+        path.write_text(base.replace(line, f"{key} = {value}"))
+        try:
+            experiment.load(path)
+        except UserError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(f"v{i}.toml")

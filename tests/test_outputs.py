@@ -1,0 +1,123 @@
+"""What show, waits, compare and export print and write, compared whole (pyperf's manner) on a results
+store kept as test data: tests/data/explain, a real PostgreSQL run recorded by
+tests/data/record-explain.sh. The expected texts are in tests/data/explain-expected. Also the
+experiment file's JSON Schema (the examples validate against it, a broken file does not) and the
+parquet export's typed columns."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from storlab.cli import main
+from storlab.schema import experiment_schema
+from storlab.workloads import KINDS
+
+DATA = Path(__file__).parent / "data"
+EXPECTED = DATA / "explain-expected"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    shutil.copytree(DATA / "explain", tmp_path / "results")
+    return tmp_path / "results" / "quickstart"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["show"], "show.txt"),
+    (["waits"], "waits.txt"),
+    (["waits", "--cell", "4ca", "--resources"], "waits-resources-4ca.txt"),
+    (["compare"], "compare.txt"),
+    (["compare", "--baseline", "0e0"], "compare-baseline-0e0.txt"),
+])
+def test_terminal_output_is_exactly_as_expected(store, args, expected):
+    done = invoke(args[0], store, *args[1:])
+    assert done.exit_code == 0, done.output
+    assert done.stdout == (EXPECTED / expected).read_text()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_export_is_exactly_as_expected(store, fmt):
+    done = invoke("export", store, "--format", fmt)
+    assert done.exit_code == 0, done.output
+    assert done.stdout == f"wrote {store / f'runs.{fmt}'}\n"
+    assert (store / f"runs.{fmt}").read_text() == (EXPECTED / f"runs.{fmt}").read_text()
+
+
+def test_parquet_has_the_factors_as_typed_columns_and_the_same_rows_as_csv(store):
+    assert invoke("export", store, "--format", "csv").exit_code == 0
+    done = invoke("export", store, "--format", "parquet")
+    assert done.exit_code == 0, done.output
+    table = pq.read_table(store / "runs.parquet")
+    schema = table.schema
+    assert schema.field("data_files").type == pa.int64() and schema.field("log_on").type == pa.string()
+    assert schema.field("repetition").type == pa.int64() and schema.field("elapsed_s").type == pa.float64()
+    assert schema.field("started_at").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("waiting_tasks").type.value_type.field("resource").type == pa.string()
+    rows = table.to_pylist()
+    with open(store / "runs.csv", newline="") as f:
+        expected = list(csv.DictReader(f))
+    assert len(rows) == len(expected) == 8
+    for row, want in zip(rows, expected):
+        assert (row["cell"], row["data_files"], row["log_on"], row["repetition"]) == \
+            (want["cell"], int(want["data_files"]), want["log_on"], int(want["repetition"]))
+        assert row["elapsed_s"] == float(want["elapsed_s"]) and row["rows"] == float(want["rows"])
+        assert row["started_at"].timestamp() == pytest.approx(float(want["started_at"]), abs=1e-6)
+    as_json = json.loads((EXPECTED / "runs.json").read_text())
+    assert [r["waiting_tasks"] for r in rows] == [r["waiting_tasks"] for r in as_json]
+    assert [r["waits"] for r in rows] == [r["waits"] for r in as_json]
+
+
+def test_schema_is_the_models_and_checks_the_examples():
+    done = invoke("schema")
+    assert done.exit_code == 0
+    schema = json.loads(done.stdout)
+    assert schema == experiment_schema()
+    workload = schema["properties"]["workload"]
+    assert workload["discriminator"]["propertyName"] == "kind"
+    assert set(workload["discriminator"]["mapping"]) == set(KINDS)
+    validator = jsonschema.Draft202012Validator(schema)
+    examples = sorted(EXAMPLES.glob("*.toml"))
+    assert len(examples) >= 4
+    for example in examples:
+        errors = list(validator.iter_errors(tomllib.loads(example.read_text())))
+        assert errors == [], (example.name, [e.message for e in errors])
+
+
+@pytest.mark.parametrize("change, where", [
+    (lambda e: e["workload"].update(batch="1000"), "batch"),  # a number as text
+    (lambda e: e["workload"].update(setup="x.sql"), "setup"),  # a key of another kind
+    (lambda e: e["layout"].update(data_on={"disk": "7"}), "data_on"),  # a ratio's weight as text
+    (lambda e: e.update(engine="oracle"), "engine"),
+    (lambda e: e.update(repetition=3), "repetition"),  # a misspelt key
+])
+def test_schema_refuses_what_storlab_refuses(change, where):
+    experiment = tomllib.loads((EXAMPLES / "quickstart.toml").read_text())
+    validator = jsonschema.Draft202012Validator(experiment_schema())
+    assert list(validator.iter_errors(experiment)) == []
+    change(experiment)
+    errors = list(validator.iter_errors(experiment))
+    assert errors, where
+    assert any(where in json.dumps(list(e.absolute_path)) + e.message + json.dumps([list(c.absolute_path) for c in e.context])
+               for e in errors), [e.message for e in errors]
+
+
+def test_parquet_without_pyarrow_says_how_to_install_it(store, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # as on a machine without it
+    done = invoke("export", store, "--format", "parquet")
+    assert done.exit_code == 2 and not (store / "runs.parquet").exists()
+    assert done.output == "storlab: --format parquet needs pyarrow, which is not installed: pip install 'storlab[parquet]'\n"

@@ -1,0 +1,232 @@
+import itertools
+import random
+
+import numpy as np
+import pytest
+from pydantic import ConfigDict, ValidationError
+from scipy import stats as sps
+
+from storlab.racing import RaceSettings, RacingKeys, RepetitionRange, conover_difference, friedman, race, within
+
+# Elapsed seconds of 5 cells as a race records them: A is the best, B close behind (it wins round 2),
+# C and D in the middle, E far behind. C, D and E stop after round 3, so they have no round 4.
+RACE = {
+    "A": {1: 40.1, 2: 41.0, 3: 39.8, 4: 40.3},
+    "B": {1: 40.9, 2: 40.6, 3: 40.5, 4: 41.2},
+    "C": {1: 44.2, 2: 46.0, 3: 44.9},
+    "D": {1: 45.3, 2: 45.4, 3: 46.3},
+    "E": {1: 60.3, 2: 58.9, 3: 61.7},
+}
+SETTINGS = RaceSettings(min_rounds=3, max_rounds=10)
+
+
+def _rounds(values, last):
+    return {cell: {r: v for r, v in runs.items() if r <= last} for cell, runs in values.items()}
+
+
+def _exact_p(ranks: np.ndarray) -> float:
+    """The Friedman test's exact p-value: every arrangement of the ranks within rounds 2.. against round 1."""
+    observed = (ranks.sum(axis=0) ** 2).sum()
+    k = ranks.shape[1]
+    hits = total = 0
+    for orders in itertools.product(itertools.permutations(range(k)), repeat=len(ranks) - 1):
+        sums = ranks[0] + sum(row[list(o)] for row, o in zip(ranks[1:], orders))
+        hits += (sums**2).sum() >= observed - 1e-9
+        total += 1
+    return hits / total
+
+
+def test_the_race_drops_the_clearly_worse_cells_after_min_rounds():
+    state = race(RACE, SETTINGS)
+    # Round 3, ranks per round: A 1 2 1, B 2 1 2, C 3 4 3, D 4 3 4, E 5 5 5 -> rank sums 4 5 10 11 15.
+    # Friedman: (k-1) sum (Rj - 9)^2 / (A1 - C1) = 4 x 82 / (165 - 135) = 10.93.
+    # Conover: t(0.975, 8) x sqrt(2 (3 x 165 - 487) / 8) = 2.306 x 1.414 = 3.26: C (+6), D (+7), E (+11) go.
+    assert [(d.cell, d.round) for d in state.drops] == [("C", 3), ("D", 3), ("E", 3)]
+    test = state.tests[0]
+    assert test.round == 3 and test.blocks == 3 and test.rank_sums == {"A": 4, "B": 5, "C": 10, "D": 11, "E": 15}
+    assert test.statistic == pytest.approx(10.9333, abs=1e-4)
+    assert test.critical_difference == pytest.approx(3.2612, abs=1e-4)
+    ranks = np.array([[1, 2, 3, 4, 5], [2, 1, 4, 3, 5], [1, 2, 3, 4, 5]], dtype=float)
+    assert test.p_value == pytest.approx(_exact_p(ranks), abs=0.003)  # exact: 40 of 14,400 arrangements
+    assert state.drops[0].evidence.startswith(
+        "after round 3: rank sum 10 against 4 for the leader A, more than Conover's critical difference 3.3; "
+        "Friedman test over 5 cells x 3 rounds: chi-squared 10.9, p = "
+    )
+    # Round 4, A against B: A won 3 rounds of 4, which two cells often do by chance (sign test p = 0.625).
+    assert state.tests[1].p_value > 0.5
+    assert state.alive == ("A", "B") and state.rounds == 4 and state.best == "A"
+    assert state.finished is None and state.next_round == 5
+
+
+def test_nothing_is_decided_before_min_rounds():
+    early = race(_rounds(RACE, 2), SETTINGS)
+    assert early.drops == () and early.tests == () and early.rounds == 2 and early.next_round == 3
+    # With min 4, round 4 is only complete once C, D and E have run it: E stays although it is far behind.
+    waiting = race(RACE, RaceSettings(min_rounds=4, max_rounds=10))
+    assert waiting.drops == () and waiting.rounds == 3 and waiting.next_round == 4
+    assert set(waiting.alive) == set(RACE)
+
+
+def test_resume_replays_the_same_drops_in_the_same_rounds():
+    full = race(RACE, SETTINGS)
+    assert race(_rounds(RACE, 3), SETTINGS).drops == full.drops
+    assert set(race(dict(reversed(list(RACE.items()))), SETTINGS).drops) == set(full.drops)
+    # Runs a dropped cell has beyond its drop (recorded before racing was switched on) change nothing.
+    more = {cell: dict(runs) for cell, runs in RACE.items()}
+    more["C"][4], more["D"][4], more["E"][4] = 44.0, 45.0, 60.0
+    assert race(more, SETTINGS) == full
+
+
+def test_max_stops_the_race_and_a_raised_max_goes_on():
+    stopped = race(_rounds(RACE, 3), RaceSettings(min_rounds=3, max_rounds=3))
+    assert stopped.finished == "max reached: 3 rounds" and stopped.next_round is None
+    raised = race(RACE, RaceSettings(min_rounds=3, max_rounds=6))
+    assert raised.drops == stopped.drops and raised.finished is None and raised.next_round == 5
+
+
+def test_a_failed_run_leaves_its_round_out_of_the_test():
+    failed = {cell: dict(runs) for cell, runs in RACE.items()}
+    failed["C"][2] = None
+    state = race(failed, SETTINGS)
+    # Rounds 1 and 3 rank the cells alike, A to E: (k-1) sum (Rj - 6)^2 / (A1 - C1) = 4 x 40 / 20 = 8.
+    # Of the 120 orders of round 3 only that one is as extreme: p = 1/120. Conover's difference is 0.
+    test = state.tests[0]
+    assert test.blocks == 2 and test.statistic == pytest.approx(8.0)
+    assert test.p_value == pytest.approx(1 / 120, abs=0.003) and test.critical_difference == 0
+    assert [(d.cell, d.round) for d in state.drops] == [("B", 3), ("C", 3), ("D", 3), ("E", 3)]
+    assert "5 cells x 2 rounds" in state.drops[0].evidence
+    assert state.finished == "one cell left after round 3" and state.alive == ("A",)
+
+
+def test_a_cell_that_always_fails_is_never_tested_and_never_dropped():
+    always_failing = {"A": {1: 1.0, 2: 1.1, 3: 0.9}, "F": {1: None, 2: None, 3: None}}
+    state = race(always_failing, RaceSettings(min_rounds=2, max_rounds=3))
+    assert state.tests == () and state.drops == ()
+    assert state.finished == "max reached: 3 rounds" and state.best == "A"
+
+
+def test_the_race_stops_when_the_cells_left_are_equivalent():
+    even = {
+        "W": {1: 100.0, 2: 100.4, 3: 99.7},
+        "X": {1: 100.3, 2: 99.8, 3: 100.2},
+        "Y": {1: 99.9, 2: 100.1, 3: 100.5},
+        "Z": {1: 100.2, 2: 100.0, 3: 99.8},
+    }
+    state = race(even, RaceSettings(min_rounds=3, max_rounds=10, equivalent_within=0.02))
+    assert state.drops == () and state.tests[0].p_value > 0.5  # rank sums 7 8 8 7: no cell stands out
+    assert state.best == "Z"  # mean 100.0
+    assert state.finished == "after round 3, the 4 cells left are within 2 % of the best (90 % confidence)"
+    # Y's 90 % interval against Z is about -0.31 % to +0.65 %: not inside 0.5 %.
+    assert race(even, RaceSettings(min_rounds=3, max_rounds=10, equivalent_within=0.005)).finished is None
+    noisy = dict(even, Y={1: 96.0, 2: 104.0, 3: 100.5})  # close means, but too noisy to say "within 2 %"
+    assert race(noisy, RaceSettings(min_rounds=3, max_rounds=10, equivalent_within=0.02)).finished is None
+
+
+def test_within_is_two_one_sided_tests():
+    # diff 1 %, se sqrt(2 x 0.04 / 3) = 0.163, t(0.95, 4) = 2.132: the 90 % interval is 0.65 % to 1.35 %.
+    best, other = [100.0, 100.2, 99.8], [101.0, 101.2, 100.8]
+    assert within(best, other, 0.02) and not within(best, other, 0.012)
+    assert not within(best, [101.0], 0.02)
+
+
+def test_two_cells_need_the_rounds_an_exact_test_needs():
+    # B is slower in every round. The exact (sign) test cannot call that before round 6 (p = 2/64), where the
+    # chi-squared approximation would drop B after 4 rounds on p = 0.046 although 2 equal cells do that
+    # 1 time in 8.
+    two = {"A": {r: 10.0 + r / 100 for r in range(1, 7)}, "B": {r: 11.0 for r in range(1, 7)}}
+    settings = RaceSettings(min_rounds=2, max_rounds=10)
+    assert race(_rounds(two, 5), settings).drops == ()
+    assert [t.p_value for t in race(_rounds(two, 5), settings).tests][2:] == pytest.approx([2 / 16, 2 / 32], abs=0.01)
+    state = race(two, settings)
+    assert [(d.cell, d.round) for d in state.drops] == [("B", 6)]
+    assert state.tests[-1].p_value == pytest.approx(2 / 64, abs=0.01)
+    assert state.finished == "one cell left after round 6"
+
+
+def test_ties_share_ranks_and_the_statistic_matches_scipy():
+    table = np.array([[10, 10, 12], [10, 11, 12], [11, 11, 11], [12, 12, 12]], dtype=float)
+    ranks = np.apply_along_axis(sps.rankdata, 1, table)
+    statistic, _ = friedman(ranks)
+    assert statistic == pytest.approx(sps.friedmanchisquare(*table.T).statistic)
+    assert friedman(np.full((3, 4), 2.5)) == (0.0, 1.0)  # every round a tie: no evidence at all
+    assert conover_difference(ranks, 0.05) > 0
+
+
+def test_higher_is_better_races_the_same_way():
+    throughput = {cell: {r: 1000.0 / v for r, v in runs.items()} for cell, runs in RACE.items()}
+    state = race(throughput, RaceSettings(min_rounds=3, max_rounds=10, lower_is_better=False))
+    assert [(d.cell, d.round) for d in state.drops] == [("C", 3), ("D", 3), ("E", 3)] and state.best == "A"
+
+
+def _runs_used(state, cells):
+    dropped = {d.cell: d.round for d in state.drops}
+    return sum(dropped.get(c, state.rounds) for c in cells)
+
+
+def test_racing_finds_the_full_matrix_best_with_half_the_runs():
+    """16 cells, one 15 % faster than the next, the others spread up to 60 % slower (as a real storage
+    matrix's factors spread them), CV 5 %. The full matrix runs 5 repetitions of each; racing from 2 to 5
+    rounds must name the same best cell and use at most half the runs. Replaying the whole matrix at once
+    is the same as racing round by round: the race ignores what a cell ran after its drop."""
+    rng = random.Random(16)
+    names = [f"c{i:02d}" for i in range(16)]
+    means = [0.85] + [1.0 + 0.6 * i / 14 for i in range(15)]
+    settings = RaceSettings(min_rounds=2, max_rounds=5)
+    trials, same, used = 100, 0, 0
+    for _ in range(trials):
+        matrix = {n: {r: m * rng.gauss(1.0, 0.05) for r in range(1, 6)} for n, m in zip(names, means)}
+        full_best = min(names, key=lambda n: sum(matrix[n].values()))
+        state = race(matrix, settings)
+        same += state.best == full_best
+        used += _runs_used(state, names)
+    assert same / trials >= 0.95
+    assert used / (trials * 16 * 5) <= 0.50
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValidationError):
+        RaceSettings(min_rounds=4, max_rounds=3)
+    with pytest.raises(ValidationError):
+        RaceSettings(min_rounds=1)
+    with pytest.raises(ValueError):
+        race({}, SETTINGS)
+
+
+class _File(RacingKeys):
+    model_config = ConfigDict(extra="forbid")
+
+
+def test_the_experiment_keys_give_the_race():
+    assert _File.model_validate({}).race_settings() is None and _File.model_validate({}).most_repetitions == 3
+    ranged = _File.model_validate({"race": True, "repetitions": {"min": 2, "max": 5}, "equivalent_within": "2%"})
+    assert ranged.repetitions == RepetitionRange(min=2, max=5) and ranged.most_repetitions == 5
+    assert ranged.race_settings() == RaceSettings(min_rounds=2, max_rounds=5, equivalent_within=0.02)
+    five = _File.model_validate({"race": True, "repetitions": 5})
+    assert five.race_settings() == RaceSettings(min_rounds=3, max_rounds=5)
+    assert five.race_settings(lower_is_better=False).lower_is_better is False
+    assert _File.model_validate({"race": True, "repetitions": 2}).race_settings() == RaceSettings(min_rounds=2, max_rounds=2)
+
+
+@pytest.mark.parametrize("raw, key, message", [
+    ({"repetitions": {"min": 3, "max": 10}}, "repetitions",
+     "a { min, max } table is for racing: set race = true (or run with --race), or give one number"),
+    ({"race": True, "repetitions": {"min": 1, "max": 10}}, "repetitions", "min: expected an integer from 2 to 100, got 1"),
+    ({"race": True, "repetitions": {"min": 4, "max": 3}}, "repetitions", "max (3) is below min (4)"),
+    ({"race": True, "repetitions": {"min": 4}}, "repetitions", "max: missing"),
+    ({"race": True, "repetitions": {"min": 4, "max": 5, "most": 6}}, "repetitions", "most: unknown key"),
+    ({"race": True, "repetitions": 1}, "repetitions", "a race needs at least 2 repetitions"),
+    ({"repetitions": 0}, "repetitions",
+     "expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, got 0"),
+    ({"race": "yes"}, "race", 'expected true or false, got "yes"'),
+    ({"race": 1}, "race", "expected true or false, got 1"),
+    ({"equivalent_within": "2%"}, "equivalent_within", "is for racing: set race = true (or run with --race)"),
+    ({"race": True, "equivalent_within": 0.02}, "equivalent_within",
+     'expected a percentage above 0 and at most 50, such as "2%", got 0.02'),
+    ({"race": True, "equivalent_within": "80%"}, "equivalent_within",
+     'expected a percentage above 0 and at most 50, such as "2%", got "80%"'),
+])
+def test_the_experiment_keys_say_what_is_wrong(raw, key, message):
+    with pytest.raises(ValidationError) as caught:
+        _File.model_validate(raw)
+    error = caught.value.errors()[0]
+    assert error["loc"] == (key,) and str(error["ctx"]["error"]) == message

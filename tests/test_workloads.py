@@ -1,0 +1,226 @@
+"""Every workload kind on both engines, against real servers storlab provisions (small scale), and
+the arithmetic of the figures they report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from storlab import experiment
+from storlab.engines import provision
+from storlab.errors import UserError
+from storlab.layout import spec_for
+from storlab.workloads import KINDS, kind
+from storlab.workloads.custom import split
+from storlab.workloads.driver import Transactions, buckets, measure, timeline
+from tests.conftest import prepared, run_load, storlab_processes
+
+ENGINES = ["postgres", "mariadb"]
+
+
+def instance(engine: str, lab_dir, data_files: int = 2, **layout):
+    spec = spec_for({"data_files": data_files, "data_on": "disk", **layout}, {}, {"disk": lab_dir})
+    return provision(engine, spec, keep=False, connections=8)
+
+
+# -- the figures' arithmetic (no server) ------------------------------------------------------------
+
+
+def test_a_short_last_second_is_folded_into_the_one_before():
+    # 2.1 s of steady commits: the last 0.1 s must not be drawn as a collapse of throughput.
+    ends = np.linspace(0.01, 2.1, 210)
+    tx = Transactions(ends - 0.005, ends, np.full(210, 100.0), [])
+    points = {(t, m): v for t, m, v in timeline(tx)}
+    assert list(buckets(2.1)) == [0.0, 1.0, pytest.approx(2.1)]
+    rates = [points[(0.0, "rows_per_s")], points[(1.0, "rows_per_s")]]
+    assert rates == [pytest.approx(10_000, rel=0.02), pytest.approx(10_000, rel=0.02)]
+    assert (2.0, "rows_per_s") not in points
+
+
+def test_a_real_drop_in_the_last_second_stays_visible():
+    ends = np.concatenate([np.linspace(0.01, 2.0, 200), np.linspace(2.1, 2.9, 10)])
+    tx = Transactions(ends - 0.001, ends, np.full(len(ends), 1.0), [])
+    points = {(t, m): v for t, m, v in timeline(tx)}
+    assert points[(2.0, "rows_per_s")] < points[(1.0, "rows_per_s")] / 5
+
+
+def test_figures_of_transactions():
+    starts = np.array([0.0, 0.5, 1.0, 1.5])
+    ends = starts + np.array([0.010, 0.020, 0.030, 0.040])
+    measured = measure(Transactions(starts + 100, ends + 100, np.array([10.0, 10, 10, 5]), []))
+    assert measured.elapsed_s == pytest.approx(1.54)
+    assert measured.start_epoch == 100
+    assert measured.figures["rows"] == 35 and measured.figures["transactions"] == 4
+    assert measured.figures["rows_per_s"] == pytest.approx(35 / 1.54)
+    assert measured.figures["latency_p50_ms"] == pytest.approx(25)
+
+
+def test_sql_files_split_into_statements_that_know_their_line():
+    text = "-- set up\nCREATE TABLE t (a text);\nINSERT INTO t VALUES (';');\n\nDO $$ BEGIN PERFORM 1; END $$;\n"
+    statements = split(text, "postgres", "setup.sql")
+    assert [s.sql for s in statements] == ["CREATE TABLE t (a text)", "INSERT INTO t VALUES (';')",
+                                           "DO $$ BEGIN PERFORM 1; END $$"]
+    assert [s.where for s in statements] == ["setup.sql statement 1 (line 2)", "setup.sql statement 2 (line 3)",
+                                             "setup.sql statement 3 (line 5)"]
+    assert [s.sql for s in split("# c\nSELECT 'a\\';' ; SELECT `x;y` FROM t", "mariadb", "m.sql")] == [
+        "SELECT 'a\\';'", "SELECT `x;y` FROM t"]
+
+
+def test_every_kind_is_registered_with_its_headline_first():
+    assert set(KINDS) >= {"random-insert", "sequential-insert", "bulk-insert", "custom"}
+    for work in KINDS.values():
+        assert work.figures[0].name == "elapsed_s" and work.figures[0].better == "lower"
+
+
+# -- the experiment file, per kind ------------------------------------------------------------------
+
+HEAD = """
+name = "w"
+engine = "{engine}"
+[placements]
+disk = "/var/tmp/storlab-w"
+[layout]
+data_on = "disk"
+{layout}
+[workload]
+"""
+
+
+def load_error(write_experiment, workload: str, engine: str = "postgres", layout: str = "", files=()) -> str:
+    for name, text in files:
+        write_experiment(text, name)
+    path = write_experiment(HEAD.format(engine=engine, layout=layout) + workload, "w.toml")
+    with pytest.raises(UserError) as caught:
+        experiment.load(path)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("workload, expected", [
+    ('kind = "bulk-insert"\nrows = 1000\nbatch = 10\n', "w.toml:12: workload.batch: unknown key"),
+    ('kind = "random-insert"\ntransaction = "t.sql"\n', "w.toml:11: workload.transaction: unknown key"),
+    ('kind = "custom"\nconnections = 2\n', "w.toml:9: workload.transaction: missing"),
+    ('kind = "scan-everything"\n', 'w.toml:10: workload.kind: expected one of'),
+    ('connections = 2\n', "w.toml:9: workload.kind: missing (one of"),
+    ('kind = "sequential-insert"\nbatch = [10, 0]\n', 'w.toml:11: workload.batch: expected a positive integer or a list of them, got 0'),
+    ('kind = "random-insert"\nrows_per_connection = 100_000_000\nbatch = 1\n',
+     "w.toml:12: workload.batch: up to 1,600,000,000 transactions in one run; the limit is 10,000,000"),
+    ('kind = "custom"\ntransaction = "missing.sql"\n', "w.toml:11: workload.transaction: cannot read SQL file"),
+])
+def test_workload_keys_are_checked_per_kind(write_experiment, workload, expected):
+    assert load_error(write_experiment, workload).startswith(expected)
+
+
+@pytest.mark.parametrize("engine, layout, expected", [
+    ("mariadb", 'log_growth = "16MB"', "w.toml:8: layout.log_growth: MariaDB's redo log is one fixed, circular file"),
+    ("postgres", 'log_growth = "3MB"', "w.toml:8: layout.log_growth: the WAL segment size must be a power of two"),
+    ("postgres", 'log_growth = "2GB"', "w.toml:8: layout.log_growth: the WAL segment size must be a power of two"),
+    ("postgres", 'log_growth = "64MB"\nlog_size = "64MB"', 'w.toml:9: layout.log_size: "64MB" is less than two WAL segments of 64MB'),
+    ("postgres", 'log_size = "16MB"', 'w.toml:8: layout.log_size: "16MB" is less than two WAL segments of 16MB'),
+])
+def test_log_growth_is_checked_per_engine(write_experiment, engine, layout, expected):
+    message = load_error(write_experiment, 'kind = "sequential-insert"\n', engine, layout)
+    assert message.startswith(expected), message
+
+
+def test_custom_files_are_read_with_the_experiment(write_experiment):
+    write_experiment("CREATE TABLE t (a int);\n", "setup.sql")
+    write_experiment("INSERT INTO t VALUES (1);\n", "txn.sql")
+    path = write_experiment(HEAD.format(engine="postgres", layout="") +
+                            'kind = "custom"\nsetup = "setup.sql"\ntransaction = "txn.sql"\n', "w.toml")
+    exp = experiment.load(path)
+    assert exp.sql == {"setup.sql": "CREATE TABLE t (a int);\n", "txn.sql": "INSERT INTO t VALUES (1);\n"}
+    before = exp.identity()["sql"]
+    write_experiment("INSERT INTO t VALUES (2);\n", "txn.sql")
+    assert experiment.load(path).identity()["sql"] != before  # an edited file is another experiment
+
+
+# -- every kind against real servers ------------------------------------------------------------------
+
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", ENGINES)
+def test_random_and_sequential_inserts(engine, lab_dir):
+    with instance(engine, lab_dir) as inst:
+        for name, sequential in (("random-insert", False), ("sequential-insert", True)):
+            with inst.connect() as conn:
+                conn.execute("DROP TABLE IF EXISTS lab_insert")
+                conn.execute("DROP PROCEDURE IF EXISTS lab_insert_loop")
+            measured, _ = run_load(inst, name, connections=3, rows_per_connection=2_500, batch=1000)
+            assert measured.figures["rows"] == 7_500 and measured.figures["transactions"] == 9  # 1000, 1000, 500 each
+            with inst.connect() as conn:
+                assert conn.execute("SELECT count(*), count(DISTINCT c1) FROM lab_insert").fetchone() == (7_500, 7_500)
+                if sequential:  # ever-increasing; MariaDB's interleaved auto-increment may leave gaps
+                    low, high = conn.execute("SELECT min(c1), max(c1) FROM lab_insert").fetchone()
+                    assert low == 1 and (high == 7_500 if engine == "postgres" else 7_500 <= high < 15_000)
+    assert storlab_processes() == []
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bulk_insert_fills_the_wide_heap_over_the_data_files(engine, lab_dir):
+    with instance(engine, lab_dir, data_files=2) as inst:
+        measured, _ = run_load(inst, "bulk-insert", rows=20_000)
+        figures = measured.figures
+        assert figures["rows"] == 20_000 and figures["table_mb"] > 2
+        assert figures["mb_per_s"] == pytest.approx(figures["table_mb"] / measured.elapsed_s)
+        with inst.connect() as conn:
+            assert conn.execute("SELECT count(*), count(DISTINCT id), max(col11) FROM lab_wide").fetchone() == (
+                20_000, 20_000, "AW00020000")
+            table = "lab_wide_1" if engine == "postgres" else "lab_wide PARTITION (p1)"
+            share = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            assert 8_000 < share < 12_000  # the second data file holds its half
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", ENGINES)
+def test_custom_sql_runs_and_names_its_mistakes(engine, lab_dir):
+    files = {"setup.sql": "CREATE TABLE kv (k int PRIMARY KEY, v int);\nINSERT INTO kv VALUES (1, 0);\n",
+             "txn.sql": "UPDATE kv SET v = v + 1 WHERE k = 1;\nINSERT INTO kv SELECT max(k) + 1, 0 FROM kv;\n"}
+    with instance(engine, lab_dir, data_files=1) as inst:
+        measured, _ = run_load(inst, "custom", files, setup="setup.sql", transaction="txn.sql",
+                               connections=2, transactions_per_connection=50)
+        assert measured.figures["transactions"] == 100
+        with inst.connect() as conn:
+            assert conn.execute("SELECT v FROM kv WHERE k = 1").fetchone()[0] == 100  # the try was rolled back
+        broken = {"setup.sql": "CREATE TABLE kv2 (k int);\n\nSELEC 1;\n", "txn.sql": "SELECT 1;\n"}
+        with pytest.raises(UserError, match=r"^setup.sql statement 2 \(line 3\): .*"):
+            prepared(inst, "custom", broken, setup="setup.sql", transaction="txn.sql", connections=1,
+                     transactions_per_connection=1)
+        with pytest.raises(UserError, match=r"^txn.sql statement 1 \(line 1\): "):
+            prepared(inst, "custom", {"txn.sql": "INSERT INTO nowhere VALUES (1);"}, transaction="txn.sql",
+                     connections=1, transactions_per_connection=1)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_servers_times_agree_with_the_clients_view(engine, lab_dir):
+    """Each session's CALL, timed by the client, holds the server's first start and last commit of
+    that session, and exceeds it by no more than the round trips around it (0.25 s on a busy 2-core
+    machine: connection set-up is done before, the result set is a few kB)."""
+    params = {"connections": 4, "rows_per_connection": 3_000, "batch": 10}
+    with instance(engine, lab_dir, data_files=1) as inst:
+        work, _ = prepared(inst, "random-insert", **params)
+        load = work.load(inst, params, {})
+        try:
+            load.open()
+            tx = load.transactions()
+        finally:
+            load.close()
+    assert len(tx.ends) == 4 * 300 and np.all(tx.ends >= tx.starts)
+    for client_start, client_end, server_first, server_last in tx.sessions:
+        assert client_start <= server_first + 0.005 and server_last <= client_end + 0.005
+        assert (client_end - client_start) - (server_last - server_first) < 0.25
+
+
+@pytest.mark.engine
+def test_log_growth_is_the_wal_segment_size(lab_dir):
+    with instance("postgres", lab_dir, data_files=1, log_growth="1MB", log_size="4MB") as inst:
+        with inst.connect() as conn:
+            assert conn.execute("SHOW wal_segment_size").fetchone()[0] == "1MB"
+            assert conn.execute("SHOW min_wal_size").fetchone()[0] == "4MB"
+        run_load(inst, "sequential-insert", connections=2, rows_per_connection=20_000, batch=5000)
+        with inst.connect() as conn:
+            segments = conn.execute("SELECT count(*) FROM pg_ls_waldir()").fetchone()[0]
+        assert segments >= 4  # 40,000 rows of the seeds' table need more than a few 1 MB segments
+    assert kind("sequential-insert").figures[0].name == "elapsed_s"
