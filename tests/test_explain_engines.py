@@ -142,6 +142,8 @@ def test_mariadb_waiting_tasks_name_the_partition_files(tmp_path_factory):
     ids = cell_ids(out)
     four = storlab("waits", out, "--cell", ids[4], "--resources")
     assert four.returncode == 0, four.stderr
-    files = resources_block(four.stdout, "wait/io/file/innodb/innodb_data_file")
-    assert len({name for name, _ in files if re.fullmatch(r"lab_insert#P#p[0-3]\.ibd", name)}) >= 2, four.stdout
+    files = {name for name, _ in resources_block(four.stdout, "wait/io/file/innodb/innodb_data_file")}
+    # The partitions' own files, named; how many a 0.5 s sampler catches in a short run is luck.
+    partitions = {name for name in files if re.fullmatch(r"lab_insert#P#p[0-3]\.ibd", name)}
+    assert partitions and files - partitions <= {"ibdata1", "— (not named)"}, four.stdout
     assert storlab_processes() == []
