@@ -51,7 +51,10 @@ class Chromium:
         self.log = open(Path(self.profile) / "chromium.log", "wb")
         self.child = processes.start(
             ["bash", "-c", script, "bash", binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            pass_fds=(to_browser, from_browser), stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+            pass_fds=(to_browser, from_browser), stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            # Chromium's singleton directory (org.chromium.Chromium.*) goes under TMPDIR and outlives
+            # the browser: inside the profile, it is removed with it.
+            env={**os.environ, "TMPDIR": self.profile})
         os.close(to_browser)
         os.close(from_browser)
         self._buffer = b""
