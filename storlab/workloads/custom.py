@@ -17,9 +17,8 @@ from storlab import factors
 from storlab.errors import UserError
 from storlab.workloads.client import ClientLoad, Statement
 from storlab.workloads.driver import session_error
-from storlab.workloads.kind import ELAPSED, Figure, Load, Warmup, Workload, WorkloadParams, register
+from storlab.workloads.kind import ELAPSED, Connections, Figure, Load, Warmup, Workload, WorkloadParams, register
 
-MAX_CONNECTIONS = 1024
 MAX_TRANSACTIONS = 10**7  # per run, as the insert kinds (inserts.py says why)
 
 # A statement ends at a semicolon outside quotes, quoted identifiers, dollar quotes and comments.
@@ -57,18 +56,13 @@ class CustomParams(Warmup, WorkloadParams):
     kind: Literal["custom"]
     setup: str | None = None
     transaction: str | list[str]
-    connections: int | list[int] = 16
+    connections: Connections = 16
     transactions_per_connection: int | list[int] = 1000
 
     @field_validator("setup", "transaction", mode="before")
     @classmethod
     def _files(cls, v):
         return None if v is None else factors.factor(v, factors.text, "a SQL file's path")
-
-    @field_validator("connections", mode="before")
-    @classmethod
-    def _connections(cls, v):
-        return factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
 
     @field_validator("transactions_per_connection", mode="before")
     @classmethod

@@ -18,12 +18,11 @@ from pydantic import field_validator, model_validator
 from storlab import factors
 from storlab.engines.base import Table
 from storlab.workloads.driver import ProcedureLoad, batches
-from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Warmup, Workload, WorkloadParams
+from storlab.workloads.kind import ELAPSED, Connections, Figure, Footprint, Load, Warmup, Workload, WorkloadParams
 
 # Limits that keep a run finite (README, "Limits"). Transactions per run are bounded because each
 # session records two times per transaction in the server (two arrays, or a MEMORY table) and the
 # client then holds them all; the seeds' largest runs had 160,000 (seed 000).
-MAX_CONNECTIONS = 1024
 MAX_ROWS_PER_CONNECTION = 10**9
 MAX_BATCH = 10**6
 MAX_TRANSACTIONS = 10**7
@@ -88,14 +87,9 @@ INSERT_FIGURES = (
 
 
 class InsertParams(Warmup, WorkloadParams):
-    connections: int | list[int] = 16
+    connections: Connections = 16
     rows_per_connection: int | list[int] = 100_000
     batch: int | list[int] = 1000
-
-    @field_validator("connections", mode="before")
-    @classmethod
-    def _connections(cls, v):
-        return factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
 
     @field_validator("rows_per_connection", mode="before")
     @classmethod

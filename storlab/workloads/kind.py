@@ -5,9 +5,9 @@ reports. The runner and the answer know workloads only through this."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Annotated, Any, Callable, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
 from storlab import factors
 
@@ -60,6 +60,11 @@ class Load(Protocol):
 
 
 MAX_WARMUP_S = 3600
+MAX_CONNECTIONS = 1024
+
+# `connections`, a factor like any workload key, for every kind whose load runs in several sessions.
+Connections = Annotated[int | list[int], BeforeValidator(
+    lambda v: factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer"))]
 
 
 class WorkloadParams(BaseModel):
