@@ -24,7 +24,8 @@ from pathlib import Path
 
 from storlab import queue, shared_store
 from storlab.dialects import POSTGRESQL, Connection
-from storlab.engines import postgres, provision
+from storlab.engines import provision
+from storlab.engines.postgres import instance as postgres
 from storlab.layout import spec_for
 from storlab.store import RunResult
 from storlab.waits import Wait, WaitCapture

@@ -19,7 +19,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from storlab.engines import mariadb, postgres, provision
+from storlab.engines import provision
+from storlab.engines.mariadb import instance as mariadb
+from storlab.engines.postgres import instance as postgres
 from storlab.layout import spec_for
 from storlab.workloads import kind
 from storlab.workloads.random_insert import RANDOM_UUID

@@ -9,9 +9,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from storlab import racing, settle, system, waiting_tasks
-from storlab.experiment import HOST_FACTOR
-from storlab.stats import CellVerdict, Summary, Verdicts, against_best, summarize
+from storlab import effects, racing, settle, system, waiting_tasks
+from storlab.effects import FactorAnswer, Observation
+from storlab.experiment import HOST_FACTOR, short_name
+from storlab.matrix import format_value
+from storlab.stats import CellVerdict, Summary, Verdicts, against_baseline_paired, against_best_paired, summarize
 from storlab.store import CellRecord, RunRecord, Store
 from storlab.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.workloads import KINDS, Figure
@@ -75,6 +77,31 @@ class Results:
     # The machines the kept runs were measured on: (host, or the hosts that share its facts, or None
     # when runs name no host; its facts). One per host when the host is a factor.
     machines: list[tuple[str | None, dict]] = field(default_factory=list)
+    answer: FactorAnswer | None = None  # what each factor does (storlab.effects); None without a factor or a run
+    stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
+
+    @property
+    def settling(self) -> racing.Settling | None:
+        """`until = "settled"`, as the store keeps it."""
+        held = (self.experiment.get("answer") or {}).get("settling")
+        return racing.Settling(**held) if held else None
+
+    @property
+    def rounds(self) -> int:
+        """The rounds with runs: the highest repetition of any kept run."""
+        return max((r.repetition for c in self.cells for r in c.runs), default=0)
+
+    @property
+    def settled(self) -> bool:
+        """Every factor's every level different or equivalent (until settled: from its `min` rounds on)."""
+        settling = self.settling
+        return self.answer is not None and self.answer.settled and \
+            (settling is None or self.rounds >= settling.min_rounds)
+
+    def paired_values(self) -> dict[str, dict[int, float]]:
+        """Each measured cell's headline figure by round (its repetition)."""
+        return {c.cell.id: {r.repetition: r.figures[self.headline.name] for r in c.runs if self.headline.name in r.figures}
+                for c in self.measured}
 
     @property
     def pooled_hosts(self) -> bool:
@@ -100,15 +127,21 @@ class Results:
         return matches[0] if len(matches) == 1 else None
 
     def verdicts(self) -> Verdicts:
-        """Every measured cell against the best, corrected for the number of comparisons."""
-        return against_best({c.cell.id: c.values() for c in self.measured}, self.lower_is_better)
+        """Every measured cell against the best, paired by round as the factor effects are, corrected
+        for the number of comparisons."""
+        return against_best_paired(self.paired_values(), self.lower_is_better)
+
+    def against(self, baseline: str) -> Verdicts:
+        """Every measured cell against `baseline`, paired by round."""
+        return against_baseline_paired(self.paired_values(), baseline, self.lower_is_better)
 
     def ranking(self) -> list[Ranked]:
         if not self.measured:
             return []
         verdicts = self.verdicts()
         sign = 1 if self.lower_is_better else -1
-        cells = sorted(self.measured, key=lambda c: (sign * c.headline.mean, c.cell.id != verdicts.reference))
+        # The cell the verdicts hold the others against comes first, whichever mean is lowest.
+        cells = sorted(self.measured, key=lambda c: (c.cell.id != verdicts.reference, sign * c.headline.mean))
         best = cells[0]
         return [
             Ranked(c, sign * 100.0 * (c.headline.mean - best.headline.mean) / best.headline.mean,
@@ -191,12 +224,58 @@ def load(store: Store) -> Results:
     if experiment.get("race") and cells:
         values = racing.rounds_from([c.cell.id for c in cells], kept, failures, figures[0].name)
         race = racing.race(values, racing.RaceSettings(**experiment["race"]))
-    return Results(
+    results = Results(
         experiment=experiment, cells=cells, figures=figures, note=note, set_aside=set_aside,
         facts_notes=notes, failures=failures,
         facts=machines[0][1] if machines else None, machines=sorted(machines, key=lambda m: m[0] or ""),
-        race=race, conditions=settle.describe([r.conditions for r in kept]),
+        race=race, conditions=settle.describe([r.conditions for r in kept]), stopped=experiment.get("stopped"),
     )
+    results.answer = factor_answer(results)
+    return results
+
+
+def factor_answer(results: Results) -> FactorAnswer | None:
+    """What each factor does to the headline figure: the kept runs read as the factorial experiment
+    they are, the rounds as blocks (storlab.effects). Until settled, at the look the last round made,
+    so `show` says what `storlab run` decided on. Factors by their short names, as labels name them."""
+    declared = {short_name(d): values for d, values in results.experiment.get("factors", {}).items()}
+    if not any(len(values) > 1 for values in declared.values()):
+        return None
+    head = results.headline.name
+    observations = [
+        Observation(c.cell.id, r.repetition, {short_name(d): v for d, v in c.cell.factors.items()}, r.figures[head])
+        for c in results.cells for r in c.runs if head in r.figures
+    ]
+    if not observations:
+        return None
+    settings = results.experiment.get("answer") or {}
+    references = {k: v for k, v in (settings.get("reference") or {}).items() if k in declared}
+    look = max_looks = None
+    settling = results.settling
+    if settling is not None:
+        max_looks = settling.max_rounds - settling.min_rounds + 1
+        look = min(max(results.rounds - settling.min_rounds + 1, 1), max_looks)
+    try:
+        return effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
+                               margin=settings.get("equivalent_within") or effects.DEFAULT_MARGIN, look=look,
+                               max_looks=max_looks, headline=head)
+    except ValueError:  # a figure no log can take (zero, say): the ranking still answers
+        return None
+
+
+def verdicts_line(results: Results) -> str:
+    """Each factor's verdicts in a few words: 'log_on different, data_files equivalent'."""
+    if results.answer is None or not results.answer.effects:
+        return "no factor to settle"
+    by_factor: dict[str, list[str]] = {}
+    for e in results.answer.effects:
+        verdict = e.verdict if len(_levels(results.answer, e.factor)) == 1 else f"{format_value(e.level)} {e.verdict}"
+        by_factor.setdefault(e.factor, []).append(verdict)
+    return ", ".join(f"{factor} {'; '.join(v)}" for factor, v in by_factor.items())
+
+
+def _levels(answer: FactorAnswer, factor: str) -> list:
+    return [e for e in answer.effects if e.factor == factor]
 
 
 def fmt_seconds(value: float | None) -> str:

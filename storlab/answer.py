@@ -1,4 +1,5 @@
-"""The answer in the terminal: the ranking with confidence intervals, the wait tables, comparisons."""
+"""The answer in the terminal: what each factor does first, then the ranking with confidence intervals,
+the wait tables, comparisons; and the same answer as JSON (docs/answer-json.md)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from storlab import waiting_tasks
-from storlab.analysis import CellResult, Ranked, Results, fmt_figure
+from storlab import effects, waiting_tasks
+from storlab.analysis import CellResult, Ranked, Results, fmt_figure, verdicts_line
+from storlab.effects import FactorAnswer, LevelEffect
 from storlab.errors import UserError
-from storlab.stats import NOISY_CV, against_baseline, describe_outliers, noise_warning
+from storlab.matrix import format_value
+from storlab.stats import NOISY_CV, describe_outliers, noise_warning
 
 
 def _plain(*cells) -> list[Text]:
@@ -44,6 +47,9 @@ def _cv(result: CellResult) -> str:
 def show(results: Results, console: Console) -> None:
     exp = results.experiment
     head = results.headline
+    if results.answer is not None:
+        factor_answer(results, console)
+        console.print()
     console.print(Text.assemble((str(exp.get("name", "?")), "bold"),
                                 f" on {exp.get('engine', '?')}: {head.label}, mean ± 95 % CI"))
     others = [f for f in results.figures[1:] if f.shown]
@@ -95,6 +101,117 @@ def show(results: Results, console: Console) -> None:
         console.print(Text.assemble(("warning: ", "yellow"), note))
     for cell_id, rep, message in results.failures:
         console.print(Text.assemble(("failed run: ", "red"), f"cell {cell_id} repetition {rep}: {message}"))
+
+
+def _p(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:.0e}" if value < 0.001 else f"{value:.3f}"
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.0f}" if fraction >= 0.1 else f"{100 * fraction:.1f}"
+
+
+def verdict_text(effect: LevelEffect, margin: float) -> str:
+    """'different: better', 'equivalent: within ±5 %', or what the noise still hides."""
+    if effect.verdict == effects.DIFFERENT:
+        return f"different: {'better' if effect.better else 'worse'}"
+    if effect.verdict == effects.EQUIVALENT:
+        return f"equivalent: within ±{_percent(margin)} %"
+    if not math.isfinite(effect.hidden):
+        return "undecided: too few runs to tell"
+    return f"undecided: no effect beyond ±{_percent(effect.hidden)} % can be ruled out yet"
+
+
+def _ratio(effect: LevelEffect) -> tuple[str, str]:
+    if not math.isfinite(effect.ci_low):
+        return f"{effect.ratio:.2f}x", "—"
+    return f"{effect.ratio:.2f}x", f"[{effect.ci_low:.2f}, {effect.ci_high:.2f}]"
+
+
+def confidence(answer: FactorAnswer) -> str:
+    """The intervals' level: 95 %, or what a look of an experiment run until settled spends."""
+    return f"{round(100 * (1 - answer.alpha), 1):g} % CI"
+
+
+def effects_table(answer: FactorAnswer, rows: list[LevelEffect], conditional: bool = False) -> Table:
+    table = Table(show_edge=False)
+    columns = [("factor", "left"), ("level", "left"), ("against", "left")]
+    columns += [("given", "left")] if conditional else []
+    columns += [("ratio", "right"), (confidence(answer), "right"), ("adjusted p", "right"), ("verdict", "left")]
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
+    for e in rows:
+        given = ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())
+        table.add_row(*_plain(e.factor, format_value(e.level), format_value(e.reference), *([given] if conditional else []),
+                              *_ratio(e), _p(e.adjusted_p), verdict_text(e, answer.margin)))
+    return table
+
+
+def factor_answer(results: Results, console: Console) -> None:
+    """What each factor does to the headline: each level against its factor's reference level."""
+    answer = results.answer
+    exp, head = results.experiment, results.headline
+    order = ", each in a random order" if exp.get("order_seed") is not None else ""
+    console.print(Text.assemble((str(exp.get("name", "?")), "bold"),
+                                f": what each factor does to {head.label}, {answer.runs} runs in {answer.rounds} "
+                                f"rounds{order} (ratio: level / reference, geometric means)"))
+    if answer.effects:
+        console.print(effects_table(answer, answer.effects))
+    for line in interaction_lines(answer):
+        console.print(Text(line))
+    if answer.conditional:
+        console.print(effects_table(answer, answer.conditional, conditional=True))
+    for line in answer.not_estimable:
+        console.print(Text(f"not estimable: {line}"))
+    line = noise_line(answer)
+    if line:
+        console.print(Text.assemble(("noise: ", "yellow"), line))
+    console.print(Text(status_line(results)))
+
+
+def interaction_lines(answer: FactorAnswer) -> list[str]:
+    significant = [i for i in answer.interactions if i.significant]
+    lines = [f"{a} and {b} interact (adjusted p {_p(i.adjusted_p)}): each one's effect at each level of the other below"
+             for i in significant for a, b in [i.factors]]
+    quiet = [i for i in answer.interactions if not i.significant]
+    if quiet:
+        lines.append("no significant interaction: " + ", ".join(f"{a} x {b} (adjusted p {_p(i.adjusted_p)})"
+                                                          for i in quiet for a, b in [i.factors]))
+    return lines
+
+
+def noise_line(answer: FactorAnswer) -> str | None:
+    """How much runs vary once the rounds' drift is taken out, and the effect each undecided factor
+    could still hide."""
+    if not math.isfinite(answer.residual_cv):
+        return None
+    line = f"runs vary {_percent(answer.residual_cv)} % (residual CV, the rounds' drift taken out)"
+    hidden = hidden_effects(answer)
+    if hidden:
+        line += "; still hidden in it: " + ", ".join(f"{f} up to ±{_percent(h)} %" for f, h in hidden.items())
+    return line
+
+
+def hidden_effects(answer: FactorAnswer) -> dict[str, float]:
+    """Each undecided factor's largest effect the noise still allows (its levels' largest)."""
+    hidden: dict[str, float] = {}
+    for e in answer.effects:
+        if e.verdict == effects.UNDECIDED and math.isfinite(e.hidden):
+            hidden[e.factor] = max(hidden.get(e.factor, 0.0), e.hidden)
+    return hidden
+
+
+def status_line(results: Results) -> str:
+    """Settled or not, and why the runs stopped when the last `storlab run` said so."""
+    if results.stopped:
+        return results.stopped
+    if results.settled:
+        return f"settled after {results.rounds} rounds: {verdicts_line(results)}"
+    more = "more rounds would tell (repetitions, or until = \"settled\")" if results.settling is None else \
+        "more rounds would tell (run the same command to go on)"
+    return f"not settled after {results.rounds} rounds: {verdicts_line(results)}; {more}"
 
 
 def race_lines(results: Results) -> list[str]:
@@ -224,7 +341,7 @@ def compare_cells(results: Results, console: Console, baseline: str | None = Non
         if base is None or base.headline is None:
             raise UserError(f"--baseline {baseline}: no such cell with finished runs")
     head = results.headline
-    verdicts = against_baseline({c.cell.id: c.values() for c in measured}, base.cell.id, results.lower_is_better)
+    verdicts = results.against(base.cell.id)
     table = Table(title=Text(f"{head.label} against {base.cell.label} ({base.cell.id})"), show_edge=False,
                   title_justify="left")
     for col in ("cell", "factors", head.label, "change", "p", "adjusted p", "verdict"):
@@ -238,3 +355,59 @@ def compare_cells(results: Results, console: Console, baseline: str | None = Non
                               _fmt(v.p_value, 3), _fmt(v.adjusted_p, 3), v.verdict))
     console.print(table)
     console.print(Text(f"verdicts: {verdicts.correction}, at 5 %"))
+
+
+# -- the answer as JSON (storlab show --json; its schema: storlab/answer_schema.json, docs/answer-json.md) --
+
+SCHEMA_VERSION = 1
+
+
+def _number(value: float | None) -> float | None:
+    """JSON has no nan or infinity: an unknown figure is null."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def as_json(results: Results) -> dict:
+    """The whole answer: what each factor does, settled or not and why, the noise, and the ranking."""
+    exp, head = results.experiment, results.headline
+    answer = results.answer
+    settling = results.settling
+    ranking = []
+    verdicts = results.verdicts() if results.measured else None
+    for place, ranked in enumerate(results.ranking(), 1):
+        c, v = ranked.result, ranked.versus_best
+        ranking.append({
+            "place": place, "cell": c.cell.id, "label": c.cell.label,
+            "factors": {k.split(".", 1)[1]: value for k, value in c.cell.factors.items()},
+            "runs": len(c.runs), "mean": _number(c.headline.mean),
+            "ci_half_width": _number(c.headline.half_width) if c.headline.n > 1 else None,
+            "cv": _number(c.headline.cv) if c.headline.n > 1 else None,
+            "distance_percent": _number(ranked.distance_percent),
+            "verdict": "best" if v is None else v.verdict,
+            "p_value": None if v is None else _number(v.p_value),
+            "adjusted_p": None if v is None else _number(v.adjusted_p),
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": {"name": exp.get("name"), "engine": exp.get("engine"),
+                       "factors": {k.split(".", 1)[1]: v for k, v in exp.get("factors", {}).items()},
+                       "order_seed": exp.get("order_seed")},
+        "headline": {"name": head.name, "unit": head.unit, "label": head.label,
+                     "better": "lower" if results.lower_is_better else "higher"},
+        "rounds": results.rounds,
+        "settled": results.settled,
+        "status": status_line(results) if answer is not None else None,
+        "stopped": results.stopped,
+        "until_settled": None if settling is None else
+        {"min_rounds": settling.min_rounds, "max_rounds": settling.max_rounds, "budget_s": settling.budget_s},
+        "factor_effects": None if answer is None else answer.to_json(),
+        "noise": {"residual_cv": None if answer is None else _number(answer.residual_cv),
+                  "hidden": {} if answer is None else hidden_effects(answer),
+                  "lines": ([noise_line(answer)] if answer is not None and noise_line(answer) else []) + noise_lines(results)},
+        "ranking": ranking,
+        "ranking_correction": None if verdicts is None else verdicts.correction,
+        "not_run": [c.cell.id for c in results.cells if c.headline is None],
+        "race": race_lines(results),
+        "failures": [{"cell": cell, "repetition": rep, "message": message} for cell, rep, message in results.failures],
+        "warnings": list(results.facts_notes),
+    }

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from storlab import engines
 from storlab.errors import UserError
 from storlab.experiment import Experiment
 from storlab.layout import spec_for
@@ -21,41 +22,16 @@ from storlab.workloads import KINDS
 from storlab.workloads.kind import Footprint
 
 MB = 1024**2
-# What an empty instance holds before the workload: PostgreSQL's catalog (16 MB: its template has no
-# template0 database) and one WAL segment;
-# MariaDB's datadir (ibdata1, system tables: 30 MB). The log's own floor comes from the settings.
-CATALOG_BYTES = {"postgres": 16 * MB, "mariadb": 30 * MB}
-PG_WAL_SEGMENT = 16 * MB
-PG_MIN_WAL = 80 * MB  # PostgreSQL's default min_wal_size: recycled segments it keeps
-PG_MAX_WAL = 1024 * MB  # its default max_wal_size: a checkpoint then lets WAL be recycled
-INNODB_REDO = 96 * MB  # MariaDB's default innodb_log_file_size, allocated whole at install
 WARN_SHARE = 0.5  # warn when one run needs more than half of what is free
-
-
-def _setting_bytes(settings: dict[str, Any], name: str, default: int, unit: int) -> int:
-    """A size setting as the engine reads it: a bare number counts in `unit` (PostgreSQL's WAL sizes
-    in MB, MariaDB's in bytes)."""
-    value = next((v for k, v in settings.items() if k.lower() == name), None)
-    if value is None or isinstance(value, bool):
-        return default
-    try:
-        return value * unit if isinstance(value, int) else parse_size(str(value))
-    except ValueError:
-        return default  # the engine check names a value it cannot read
 
 
 def run_footprint(engine: str, layout: dict[str, Any], workload: dict[str, Any], settings: dict[str, Any]) -> Footprint:
     """One run of one cell: the workload's writes (as its kind estimates them; nothing for a kind that
-    cannot tell) plus the instance's own floor."""
+    cannot tell) plus the instance's own floor (its catalog; its log as the engine keeps it)."""
     work = KINDS[workload["kind"]].footprint(engine, workload) or Footprint()
     log_size = parse_size(layout["log_size"]) if layout.get("log_size") else None
-    if engine == "postgres":
-        floor = max(log_size or 0, _setting_bytes(settings, "min_wal_size", PG_MIN_WAL, MB))
-        ceiling = _setting_bytes(settings, "max_wal_size", max(2 * (log_size or 0), PG_MAX_WAL), MB)
-        log = max(floor, min(work.log, ceiling)) + PG_WAL_SEGMENT
-    else:
-        log = log_size or _setting_bytes(settings, "innodb_log_file_size", INNODB_REDO, 1)
-    return Footprint(data=CATALOG_BYTES[engine] + work.data, log=log)
+    rules = engines.engine(engine)
+    return Footprint(data=rules.catalog_bytes + work.data, log=rules.log_bytes(log_size, work.log, settings))
 
 
 def needs(experiment: Experiment, cells: list, paths: dict[str, Path]) -> dict[str, tuple[int, str]]:

@@ -16,8 +16,10 @@ class _Group(click.Group):
     """Turns the lab's two error kinds into one line and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context):
-        # A polite kill (SIGTERM) takes the same path as Ctrl-C: servers stopped, finished runs kept.
+        # A polite kill (SIGTERM) or a closed terminal (SIGHUP) takes the same path as Ctrl-C: servers
+        # stopped, finished runs kept.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.default_int_handler)
         try:
             return super().invoke(ctx)
         except UserError as exc:
@@ -45,13 +47,18 @@ def _console() -> Console:
 
 
 def _out(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
-    """--out: a folder name, never the empty one (which would mean the working folder)."""
+    """--out: a folder name, never the empty one (which would mean the working folder), nor a system
+    or shared folder (storlab may run as root: a run once wrote /storlab.sqlite)."""
     if value is None:
         return None
+    from storlab.placements import results_folder_problem
     from storlab.store import check_folder
 
     if not value.strip():
         raise UserError("--out: an empty folder name; give a folder, or leave --out out")
+    problem = results_folder_problem(Path(value))
+    if problem:
+        raise UserError(f"--out: {problem}")
     check_folder(Path(value))
     return Path(value)
 
@@ -99,18 +106,20 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--out", callback=_out, help="Results folder (default results/io-<path>).")
 def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None) -> None:
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
-    from storlab import iobench, system
-    from storlab.store import Store
+    from storlab import folder_lock, iobench, system
+    from storlab.store import Store, check_folder
 
     jobs = iobench.preset(preset, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
     path = _placement_path(target)
     console = _console()
-    facts = system.collect_facts([path])
-    results = iobench.run(path, jobs, size_bytes, seconds, console)
     folder = out or iobench.default_folder(path)
-    with Store.open(folder) as store:
-        store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
+    check_folder(folder)
+    with folder_lock.writing(folder):  # one writer per results folder: a run beside it would distort both
+        facts = system.collect_facts([path])
+        results = iobench.run(path, jobs, size_bytes, seconds, console)
+        with Store.open(folder) as store:
+            store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
         console.print(line, markup=False)
@@ -120,10 +129,10 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
 # -- experiment commands ---------------------------------------------------------------------
 
 
-def _load(path: str, race: bool = False):
+def _load(path: str, race: bool = False, until_settled: bool = False):
     from storlab import experiment
 
-    return experiment.load(path, race)
+    return experiment.load(path, race, until_settled=until_settled)
 
 
 def _dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -197,15 +206,19 @@ def _say(console: Console):
 @click.option("--race", is_flag=True,
               help="Race the cells (as race = true in the file): after each round of repetitions, cells "
                    "clearly worse than the best get no more runs.")
+@click.option("--until-settled", is_flag=True,
+              help='Stop once every factor is different or equivalent (as until = "settled" in the file): '
+                   "repetitions = N becomes at most N rounds.")
 def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
-        race: bool) -> None:
+        race: bool, until_settled: bool) -> None:
     """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
-    engine_settings against the installed engine, and each placement's free space."""
-    from storlab import answer, fleet, runner
+    engine_settings against the installed engine, and each placement's free space. A results folder
+    takes one run at a time: a second one into it is refused (run in parallel with --store)."""
+    from storlab import answer, fleet, folder_lock, runner
     from storlab.store import check_folder
 
-    exp = _load(experiment_file, race)
+    exp = _load(experiment_file, race, until_settled)
     console = _console()
     if dsn is not None:
         if out is not None:
@@ -229,7 +242,8 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     if exp.model.hosts:
         raise UserError(f"{exp.where(('hosts',))}: hosts: a results folder is one machine's; put the experiment in "
                         "a shared store (storlab submit FILE --store DSN) and start storlab worker on each host")
-    outcome = runner.run(exp, folder, keep, console)
+    with folder_lock.writing(folder):  # one writer per results folder
+        outcome = runner.run(exp, folder, keep, console)
     console.print()
     answer.show(_results(str(folder)), console)
     console.print(f"results: {folder}  (storlab report {folder} writes the HTML report)", markup=False)
@@ -239,11 +253,19 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 
 @main.command()
 @_store_options
-def show(folder: str | None, dsn: str | None, experiment: str | None) -> None:
-    """The answer: one row per cell, mean elapsed ± 95 % CI, the best cell."""
+@click.option("--json", "as_json", is_flag=True, help="Print the whole answer as JSON (docs/answer-json.md).")
+def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: bool) -> None:
+    """The answer: what each factor does (each level against its reference, with its verdict), then
+    one row per cell, mean elapsed ± 95 % CI, the best cell."""
     from storlab import answer
 
-    answer.show(_results(folder, dsn, experiment), _console())
+    results = _results(folder, dsn, experiment)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(answer.as_json(results), indent=2, ensure_ascii=False))
+        return
+    answer.show(results, _console())
 
 
 @main.command()
@@ -304,8 +326,9 @@ def submit(experiment_file: str, dsn: str) -> None:
 @click.option("--host", help="The host this worker runs for (default this machine's name).")
 @click.option("--experiment", help="Take only this experiment's runs.")
 @click.option("--lease", "lease_s", type=float, default=60.0, show_default=True,
-              help="Seconds a claim lasts unless renewed: a dead worker's run goes back to the queue after it.")
-@click.option("--until-done", is_flag=True, help="Stop once every run this worker may take is recorded.")
+              help="Seconds a claim lasts unless renewed (3 to 86400): a dead worker's run goes back to the queue after it.")
+@click.option("--until-done", is_flag=True,
+              help="Stop once every run this worker may take is recorded; with --experiment, fail if it refuses that one.")
 @click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
 def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, until_done: bool, keep: bool) -> None:
     """Claim runs from a shared store, run them on this host (relative placements are relative to
@@ -324,10 +347,13 @@ def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, u
 def clean(everything: bool) -> None:
     """Stop and remove what a crashed or interrupted run left behind (instances whose storlab process
     is gone, and those kept with --keep); runs still going are left alone unless --all."""
-    from storlab import instances
+    from storlab import cleanup, instances
 
-    cleaned = instances.clean(live=everything)
+    cleaned = cleanup.clean(live=everything, unreadable=True)
     for item in cleaned:
+        if item.unreadable:
+            click.echo(f"{item.instance_id}: cannot read its manifest {item.unreadable}; nothing of it was cleaned")
+            continue
         if item.live:
             what = "stopped a running instance, removed" if item.stopped else "removed a running instance's"
         else:

@@ -353,13 +353,13 @@ def remove_recorded(manifest: instances.Manifest, placement: str | None = None) 
 
 @contextmanager
 def _interrupts_held() -> Iterator[None]:
-    """A Ctrl-C (or the CLI's SIGTERM, which acts the same) in the middle of removing a device would
-    leave it half removed: hold the signal until the removal is done, then deliver it."""
+    """A Ctrl-C (or the CLI's SIGTERM or SIGHUP, which act the same) in the middle of removing a device
+    would leave it half removed: hold the signal until the removal is done, then deliver it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
     try:
         yield

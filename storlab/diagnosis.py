@@ -11,20 +11,30 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from storlab.engine_settings import blamed, mariadb_message, postgres_message
+from typing import Any, Protocol
 
 _NO_SPACE = re.compile(r"no space left on device|error (number )?28\b|errno:? ?28\b|disk full", re.IGNORECASE)
 _QUOTED = re.compile(r'"([^"]+)"|\'([^\']+)\'')
 _ABSOLUTE = re.compile(r"(?<![\w.])(/[^\s:,;'\"()]+)")
-_PG_SETTING = re.compile(r'parameter "|configuration file')
-# Lines a healthy server writes too (a client knocking while it starts, the shutdown storlab asked for).
-_ROUTINE = re.compile(
-    r"database system is (starting up|shutting down|in recovery mode)|administrator command|"
-    r"contains errors|^\[ERROR\] Aborting|could not send data to client"
-)
-LOG_TAIL_BYTES = 256 * 1024
+LOG_TAIL_BYTES = 256 * 1024  # of a server's log, read by safe_files.read_tail: enough for its last start and stop
+
+
+class ServerLog(Protocol):
+    """An engine's log grammar (its package's log.py)."""
+
+    stop_levels: tuple[tuple[str, ...], ...]  # the prefixes of lines saying it stopped, gravest first
+
+    def message(self, line: str) -> str:
+        """The line without its timestamp and process."""
+
+    def severe(self, line: str) -> bool:
+        """A message saying something went wrong."""
+
+    def routine(self, line: str) -> bool:
+        """A message a healthy server writes too (the shutdown storlab asked for)."""
+
+    def blamed(self, line: str, settings: dict[str, Any]) -> str | None:
+        """The user's setting the message names."""
 
 
 @dataclass
@@ -34,15 +44,8 @@ class Cause:
     placement: str | None = None  # the placement that ran out of space
 
 
-def messages(engine: str, text: str) -> list[str]:
-    strip = postgres_message if engine == "postgres" else mariadb_message
-    return [strip(line) for line in text.splitlines() if line.strip()]
-
-
-def _severe(engine: str, line: str) -> bool:
-    if engine == "postgres":
-        return line.startswith(("PANIC:", "FATAL:", "ERROR:")) or (line.startswith("LOG:") and bool(_PG_SETTING.search(line)))
-    return line.startswith("[ERROR]")
+def messages(log: ServerLog, text: str) -> list[str]:
+    return [log.message(line) for line in text.splitlines() if line.strip()]
 
 
 def _path_in(line: str) -> str | None:
@@ -74,12 +77,12 @@ def no_space(lines: list[str], cwd: Path | None, roots: dict[str, Path]) -> Caus
     return None
 
 
-def rejected_setting(engine: str, lines: list[str], settings: dict[str, Any]) -> Cause | None:
+def rejected_setting(log: ServerLog, lines: list[str], settings: dict[str, Any]) -> Cause | None:
     """The first severe line naming one of the user's settings (or quoting one of their values)."""
     for i, line in enumerate(lines):
-        if not _severe(engine, line) or _ROUTINE.search(line):
+        if not log.severe(line) or log.routine(line):
             continue
-        name = blamed(engine, line, settings)
+        name = log.blamed(line, settings)
         if name is None:
             name = next((k for k, v in settings.items() if isinstance(v, str) and len(v) > 1
                          and (f'"{v}"' in line or f"'{v}'" in line)), None)
@@ -89,25 +92,15 @@ def rejected_setting(engine: str, lines: list[str], settings: dict[str, Any]) ->
     return None
 
 
-def first_stop(engine: str, lines: list[str]) -> str | None:
+def first_stop(log: ServerLog, lines: list[str]) -> str | None:
     """The first line where the server says it could not go on."""
-    for level in (("PANIC:",), ("FATAL:", "[ERROR]")):
+    for level in log.stop_levels:
         for line in lines:
-            if line.startswith(level) and not _ROUTINE.search(line):
+            if line.startswith(level) and not log.routine(line):
                 return line
     return None
 
 
-def explain(engine: str, text: str, cwd: Path | None, roots: dict[str, Path], settings: dict[str, Any]) -> Cause | None:
-    lines = messages(engine, text)
-    return no_space(lines, cwd, roots) or rejected_setting(engine, lines, settings)
-
-
-def read_tail(path: Path) -> str:
-    """The end of a log (a failing server can write a lot): enough for its last start and stop."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+def explain(log: ServerLog, text: str, cwd: Path | None, roots: dict[str, Path], settings: dict[str, Any]) -> Cause | None:
+    lines = messages(log, text)
+    return no_space(lines, cwd, roots) or rejected_setting(log, lines, settings)

@@ -14,48 +14,35 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from storlab import devices, engine_settings, factors, instances, placements
+from storlab import devices, engines, factors, instances, placements, racing
+from storlab.engines.settings import value_problem
 from storlab.errors import UserError
 from storlab.factors import KeyProblem, show
-from storlab.racing import RaceSettings, RacingKeys
+from storlab.racing import RaceSettings, RacingKeys, Settling
 from storlab.sizes import format_size, parse_size
 from storlab.workloads import KINDS, Workload
 
 # Limits that keep a plan finite and a file sane (README: "Limits").
 MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 16  # tables and lists within one another; storlab's own keys use at most four
 MAX_NAME = 64  # the default results folder is results/<name>
 MAX_CELLS = 1000  # cell ids are 8 hex digits: this keeps a clash of two ids below 1 in 10,000
 MAX_RUNS = 10_000
 MAX_DATA_FILES = 1024
 MAX_RATIO_WEIGHT = 1000
 MAX_EXCLUDE_RULES = 1000
-# The smallest redo log InnoDB takes (PostgreSQL's smallest log is two WAL segments: _check_wal).
-MIN_MARIADB_LOG_SIZE = 4 * 1024**2
 MAX_LOG_SIZE = 1024**4
 
-ENGINES = ("postgres", "mariadb")
-
-# What each engine can honour; a key outside its set is an error with the engine's reason, never ignored.
-LAYOUT_KEYS_BY_ENGINE = {
-    "postgres": {"data_files", "data_on", "log_on", "log_size", "log_growth", "striping"},
-    "mariadb": {"data_files", "data_on", "log_on", "log_size", "page_size", "file_kind", "striping"},
-}
-UNHONOURED = {
-    ("postgres", "page_size"): "PostgreSQL's page is fixed at 8 kB when the server is built",
-    ("postgres", "file_kind"): "PostgreSQL spreads a table over data files as partitions only",
-    ("mariadb", "log_growth"): "MariaDB's redo log is one fixed, circular file that never grows: declare its size with log_size",
-}
+ENGINES = engines.names()
 PAGE_SIZES = ("4k", "8k", "16k", "32k", "64k")
 FILE_KINDS = ("partitions", "system-tablespace")
 STRIPINGS = ("round-robin", "contiguous")
-# initdb --wal-segsize takes a power of two from 1 to 1024 MB.
-WAL_SEGMENT_MB = tuple(2**i for i in range(11))
 # `hosts`: each host runs the whole matrix, so the host is a factor (short name "host"), listed first.
 HOST_FACTOR = "fleet.host"
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -122,7 +109,7 @@ class Layout(_Strict):
 
 
 def _setting_value(v: Any, what: str) -> str | int | float | bool:
-    problem = engine_settings.value_problem(v)
+    problem = value_problem(v)
     if problem:
         raise ValueError(f"{problem}, got {show(v)}" if problem.startswith("expected") else problem)
     return v
@@ -137,7 +124,7 @@ class ExperimentModel(RacingKeys, _Strict):
     how many runs each cell gets, and whether cells clearly worse than the best stop getting them."""
 
     name: str
-    engine: Literal["postgres", "mariadb"]
+    engine: Literal[ENGINES]
     placements: dict[str, str | dict[str, Any]]  # a directory, "tmpfs", or a device table (devices.py)
     layout: Layout = Layout()
     workload: WorkloadModel
@@ -230,39 +217,27 @@ class ExperimentModel(RacingKeys, _Strict):
                         raise KeyProblem(("layout", key), f"unknown placement {json.dumps(name)} (declared: {', '.join(sorted(declared))})")
             if key == "log_on" and any(isinstance(r, dict) for r in factors.values(self.layout.log_on)):
                 raise KeyProblem(("layout", "log_on"), "the log lives on one placement; a ratio is only for data_on")
-        honoured = LAYOUT_KEYS_BY_ENGINE[self.engine]
+        engine = engines.engine(self.engine)
+        honoured = engine.layout_keys
         for key in self.layout.model_fields_set:
             if key not in honoured and getattr(self.layout, key) is not None:
-                reason = UNHONOURED.get((self.engine, key), f"not supported by engine {self.engine}")
+                reason = engine.unhonoured.get(key, f"not supported by engine {self.engine}")
                 raise KeyProblem(("layout", key), reason)
-        if self.engine == "postgres":
-            _check_wal(self.layout)  # its smallest log depends on the WAL segment size
-        smallest = MIN_MARIADB_LOG_SIZE if self.engine == "mariadb" else 0
+        engine.check_layout(self.layout)
+        smallest = engine.min_log_bytes
         for size in factors.values(self.layout.log_size):
             if size is not None and not smallest <= parse_size(size) <= MAX_LOG_SIZE:
                 raise KeyProblem(("layout", "log_size"), f"{show(size)} is outside {format_size(smallest)} "
                                  f"to 1TB (the smallest log {self.engine} can be given, and storlab's limit)")
-        self.workload.check_engine(self.engine)
+        self.workload.check_engine(engine)
         if self.race and KINDS[self.workload.kind].prepared_once:
             raise KeyProblem(("race",), f"a {self.workload.kind}'s repetitions share what its cell prepared and run one "
                              "after another on one instance; a race needs rounds of every cell")
         given = {key for key in self.layout.model_fields_set if getattr(self.layout, key) is not None}
-        problem = engine_settings.load_problem(self.engine, self.engine_settings, given)
+        problem = engine.settings.load_problem(self.engine_settings, given)
         if problem:
             raise KeyProblem(("engine_settings", problem[0]), problem[1])
         return self
-
-
-def _check_wal(layout: Layout) -> None:
-    """The WAL segment size is a power of two from 1 MB to 1 GB, and min_wal_size (log_size) must
-    hold two segments (PostgreSQL's own rule); the default segment is 16 MB."""
-    growths = [parse_size(g) for g in factors.values(layout.log_growth) if g is not None] or [16 * 2**20]
-    for growth in growths:
-        if growth % 2**20 or growth // 2**20 not in WAL_SEGMENT_MB:
-            raise KeyProblem(("layout", "log_growth"), f"the WAL segment size must be a power of two from 1MB to 1GB, got {format_size(growth)}")
-    for size in factors.values(layout.log_size):
-        if size is not None and parse_size(size) < 2 * max(growths):
-            raise KeyProblem(("layout", "log_size"), f"{show(size)} is less than two WAL segments of {format_size(max(growths))} (PostgreSQL keeps at least two)")
 
 
 @dataclass(frozen=True)
@@ -291,6 +266,20 @@ class Experiment:
     def race(self) -> RaceSettings | None:
         return self.model.race_settings(self.workload.figures[0].better != "higher")
 
+    def settling(self) -> Settling | None:
+        """`until = "settled"`: the runs stop once the answer is settled (or at max, or the budget)."""
+        return self.model.settling()
+
+    def answer_settings(self) -> dict[str, Any]:
+        """How the answer reads the runs, as the store keeps it: each factor's reference level (by its
+        short name; the first declared value unless the file names one), the margin of equivalence,
+        and until settled."""
+        named = {k: v for k, v in (self.model.reference or {}).items()}
+        reference = {short_name(d): named.get(short_name(d), values[0]) for d, values in self.factors.items()}
+        settling = self.settling()
+        return {"reference": reference, "equivalent_within": self.model.margin,
+                "settling": None if settling is None else asdict(settling)}
+
     @property
     def workload(self) -> Workload:
         return KINDS[self.model.workload.kind]
@@ -318,8 +307,10 @@ class Experiment:
         the declared values (keys left unset are left out, so a key added to storlab later does not
         make an old folder a different experiment) and the SQL files' digests."""
         body = self.model.model_dump(mode="json", exclude_none=True)
-        for key in ("repetitions", "race", "equivalent_within"):  # how many runs, not what is measured
+        # How many runs, in what order and how the answer reads them, not what is measured.
+        for key in ("repetitions", "race", "equivalent_within", "reference", "order_seed"):
             body.pop(key, None)
+        body.get("workload", {}).pop("stall_after_s", None)  # when a run is given up, not what it measures
         if self.sql:
             body["sql"] = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(self.sql.items())}
         return body
@@ -440,6 +431,19 @@ def _read(path: Path) -> str:
         raise UserError(f"{path.name}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
 
 
+def _too_deep(raw: Any) -> tuple | None:
+    """The keys of the first value nested more than MAX_DEPTH levels, found without recursion: the
+    checks that follow recurse, and a file of nested brackets must not exhaust their stack."""
+    stack: list[tuple[tuple, Any]] = [((), raw)]
+    while stack:
+        loc, value = stack.pop()
+        if len(loc) > MAX_DEPTH:
+            return loc[:MAX_DEPTH]
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        stack.extend(((*loc, key), item) for key, item in items)
+    return None
+
+
 def _control_character(raw: Any, loc: tuple = ()) -> tuple[tuple, str] | None:
     """The first key or string value holding a control character (a newline, an escape sequence):
     user text is shown in terminals and written into configuration files, so it must be plain."""
@@ -455,25 +459,34 @@ def _control_character(raw: Any, loc: tuple = ()) -> tuple[tuple, str] | None:
     return None
 
 
-def load(path: str | Path, race: bool = False, check_placements: bool = True) -> Experiment:
+def load(path: str | Path, race: bool = False, check_placements: bool = True, until_settled: bool = False) -> Experiment:
     """Read and validate an experiment file; any mistake raises UserError naming file, line and key.
     Nothing is created: placements are checked by looking only (`check_placements`: on this
     machine; `storlab submit` leaves them to the workers, whose placements they are). `race`: as if
-    the file said `race = true` (storlab run --race)."""
+    the file said `race = true` (storlab run --race); `until_settled`: as if its repetitions said
+    until = "settled" (storlab run --until-settled)."""
     path = Path(path)
-    return parse(path, _read(path), check_placements=check_placements, race=race)
+    return parse(path, _read(path), check_placements=check_placements, race=race, until_settled=until_settled)
 
 
 def parse(path: Path, text: str, files: dict[str, str] | None = None, check_placements: bool = True,
-          race: bool = False) -> Experiment:
+          race: bool = False, until_settled: bool = False) -> Experiment:
     """An experiment from its text, as if read from `path` (relative placements are relative to its
     folder). `files`: the text of the SQL files it names, as a store keeps them (otherwise read)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib reads nested brackets by recursion
+        raise UserError(f"{path.name}: values nested too deeply; an experiment needs at most {MAX_DEPTH} levels") from None
+    deep = _too_deep(raw)
+    if deep is not None:
+        dotted = ".".join(str(k) for k in deep if not isinstance(k, int)) or "(top level)"
+        raise UserError(f"{_where(path, text, deep)}: {dotted}: nested more than {MAX_DEPTH} levels deep")
     if race:
         raw["race"] = True
+    if until_settled:
+        raw["repetitions"] = racing.until_settled(raw.get("repetitions", 3))
 
     def fail(loc: tuple, message: str) -> UserError:
         dotted = ".".join(str(k) for k in loc if not isinstance(k, int)) or "(top level)"
@@ -489,16 +502,18 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     if model.layout.data_on is None:
         raise UserError(f"{_where(path, text, ('layout',))}: layout.data_on: missing (name the placement that holds the data)")
     swept = _factors(model)
-    for check in (_check_factors, _check_excludes):
+    for check in (_check_factors, _check_excludes, _check_reference):
         problem = check(model, swept)
         if problem:
             raise fail(*problem)
     sql = {}
     for key, name in model.workload.sql_files():
         try:
-            sql[name] = _read_sql(path, name) if files is None else files[name]
+            sql[name] = _read_sql(path, name) if files is None else files[_confined(name)]
         except KeyError:
             raise fail(("workload", key), f"SQL file {name}: not kept in the store") from None
+        except ValueError as exc:
+            raise fail(("workload", key), f"SQL file {name}: {exc}") from None
         except OSError as exc:
             raise fail(("workload", key), f"cannot read SQL file {name}: {exc.strerror or exc}") from None
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=swept, sql=sql)
@@ -508,15 +523,36 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     return experiment
 
 
+def _confined(name: str) -> str:
+    """A SQL file's name, if it names a file inside the experiment file's folder (ValueError if not):
+    storlab may run as root, and an experiment must not make it read (or `submit` upload) a file of
+    someone else's."""
+    if name.startswith("/"):
+        raise ValueError("an absolute path; name a file in the experiment file's folder (or below it)")
+    if name.startswith("~"):
+        raise ValueError("'~' is not expanded; name a file in the experiment file's folder (or below it)")
+    if ".." in Path(name).parts:
+        raise ValueError("'..' leaves the experiment file's folder; name a file in it (or below it)")
+    return name
+
+
 def _read_sql(path: Path, name: str) -> str:
-    """A SQL file the workload names, relative to the experiment file, read as an experiment file
-    is (a regular file, not huge, UTF-8)."""
-    file = Path(name).expanduser()
-    file = file if file.is_absolute() else path.resolve().parent / file
+    """A SQL file the workload names, inside the experiment file's folder (no link leading out of
+    it either), read as an experiment file is (a regular file, not huge, UTF-8)."""
+    folder = path.resolve().parent
+    real = Path(os.path.realpath(folder / _confined(name)))
+    if folder not in real.parents:
+        raise ValueError(f"a link to {real}, outside the experiment file's folder; storlab reads SQL files only inside it")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        return _read(file)
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))  # what was opened, even if a name changed meanwhile
+        if folder not in opened.parents:
+            raise ValueError("it changed while read, to a file outside the experiment file's folder")
+        return _read(Path(f"/proc/self/fd/{fd}"))
     except UserError as exc:
         raise OSError(str(exc).split(": ", 1)[-1]) from None
+    finally:
+        os.close(fd)
 
 
 def short_name(dotted: str) -> str:
@@ -548,6 +584,24 @@ def _check_factors(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple
         return (next(iter(swept)).split(".", 1)[0],), f"{cells:,} cells; the limit is {MAX_CELLS:,}"
     if cells * model.most_repetitions > MAX_RUNS:
         return ("repetitions",), f"{cells:,} cells x {model.most_repetitions} repetitions; the limit is {MAX_RUNS:,} runs"
+    return None
+
+
+def _check_reference(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple[tuple, str] | None:
+    """Each reference level names a factor (by its short name) and one of its values; until settled
+    needs a factor to settle."""
+    by_short = {short_name(d): values for d, values in swept.items()}
+    if model.settling() is not None and not any(len(values) > 1 for values in swept.values()):
+        return ("repetitions",), 'until = "settled" needs a factor to settle (a key with a list of two values or more)'
+    if model.settling() is not None and KINDS[model.workload.kind].prepared_once:
+        return ("repetitions",), (f"a {model.workload.kind}'s repetitions share what its cell prepared and run one after "
+                                  'another on one instance; until = "settled" needs rounds of every cell')
+    for name, level in (model.reference or {}).items():
+        if name not in by_short:
+            known = ", ".join(by_short) or "none: no key has a list of values"
+            return ("reference", name), f"not a factor (factors: {known})"
+        if canonical(level) not in {canonical(v) for v in by_short[name]}:
+            return ("reference", name), f"{show(level)} is not one of its values ({', '.join(show(v) for v in by_short[name])})"
     return None
 
 

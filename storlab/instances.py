@@ -11,7 +11,6 @@ import json
 import os
 import pwd
 import secrets
-import shutil
 import signal
 import stat
 import subprocess
@@ -19,9 +18,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
-from storlab import diagnosis, processes, shared_memory
+from storlab import diagnosis, processes, safe_files, setting_failures
 from storlab.errors import RunFailed, UserError
 
 MARKER = ".storlab-owned"
@@ -159,26 +158,49 @@ class Manifest:
 
     @classmethod
     def all(cls) -> list["Manifest"]:
-        found = []
+        return cls.read()[0]
+
+    @classmethod
+    def read(cls) -> tuple[list["Manifest"], dict[Path, str]]:
+        """Every manifest, and the files that cannot be read as one (file -> why): `storlab clean`
+        names those, since it cannot tell what they would have it clean."""
+        found, unreadable = [], {}
         for file in sorted(state_dir().glob("*.json")):
             try:
-                found.append(cls(**json.loads(file.read_text())))
-            except (ValueError, TypeError):
-                continue
-        return found
+                manifest = cls(**json.loads(file.read_text()))
+                if not (isinstance(manifest.instance_id, str) and isinstance(manifest.dirs, list)
+                        and all(isinstance(d, str) for d in manifest.dirs)
+                        and isinstance(manifest.devices, list) and all(isinstance(d, dict) for d in manifest.devices)):
+                    raise ValueError("its fields are not a manifest's")
+                found.append(manifest)
+            except (OSError, ValueError, TypeError) as exc:
+                unreadable[file] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return found, unreadable
 
 
-def make_owned_dir(path: Path, manifest: Manifest, user: ServerUser) -> Path:
-    """Create a fresh directory for the instance, marked as storlab's and owned by the server user."""
+def make_owned_dir(path: Path, manifest: Manifest, user: ServerUser, server_writes: bool = True) -> Path:
+    """Create a fresh directory for the instance, marked as storlab's. `server_writes`: owned by the
+    server user (a socket directory); otherwise it stays storlab's (mode 0711), and only the
+    directories made in it are the server's, so no name in it can be swapped for a link."""
     if path.exists():
         raise RunFailed(f"{path} already exists; storlab will not reuse a directory it did not make for this instance")
     path.parent.mkdir(parents=True, exist_ok=True)
     manifest.dirs.append(str(path))
     manifest.save()
     path.mkdir(mode=0o700)
-    (path / MARKER).write_text(manifest.instance_id + "\n")
-    if not user.is_self:
-        os.chown(path, user.uid, user.gid)
+    # Through a descriptor: the placement's folder may be writable by others, who could swap the new
+    # name for a link before storlab marks it and hands it over.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        marker = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        with os.fdopen(marker, "w") as f:
+            f.write(manifest.instance_id + "\n")
+        if not server_writes:
+            os.fchmod(fd, 0o711)
+        elif not user.is_self:
+            os.fchown(fd, user.uid, user.gid)
+    finally:
+        os.close(fd)
     return path
 
 
@@ -186,38 +208,15 @@ def make_server_dir(path: Path, user: ServerUser) -> Path:
     """An empty subdirectory of an owned directory (initdb and tablespaces insist on empty ones)."""
     path.mkdir(mode=0o700)
     if not user.is_self:
-        os.chown(path, user.uid, user.gid)
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)
     return path
 
 
 def remove_owned_dir(path: Path, instance_id: str) -> bool:
     """Remove a directory only if storlab's marker in it names this instance. The marker goes last:
     if anything else cannot be removed (a process still writing there), the directory stays marked,
-    so a later `storlab clean` may finish the job."""
-    marker = path / MARKER
-    try:
-        owner = marker.read_text().strip()
-    except FileNotFoundError:
-        return not path.exists()
-    if owner != instance_id:
-        return False
-    try:
-        for entry in path.iterdir():
-            if entry.name == MARKER:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-        if [entry.name for entry in path.iterdir()] != [MARKER]:
-            return False
-        marker.unlink()
-        path.rmdir()
-    except FileNotFoundError:  # removed meanwhile by another storlab (clean --all and the run itself)
-        pass
-    except OSError:
-        return False
-    return not path.exists()
+    so a later `storlab clean` may finish the job. Nothing in it is followed if it is a link."""
+    return safe_files.remove_marked(path, MARKER, instance_id)
 
 
 def server_env(user: ServerUser) -> dict[str, str]:
@@ -278,10 +277,8 @@ def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None
 
 def give_to(folder: Path, user: ServerUser) -> None:
     """Hand a throwaway folder storlab made (and everything in it) to the server user."""
-    if user.is_self:
-        return
-    for path in [folder, *folder.rglob("*")]:
-        os.chown(path, user.uid, user.gid)
+    if not user.is_self:
+        safe_files.give_to(folder, user.uid, user.gid)
 
 
 class ServerProcess:
@@ -293,9 +290,12 @@ class ServerProcess:
         self.log_path = log_path
         self.manifest = manifest
         self.cwd: Path | None = None  # the server's own working directory: its log's relative paths
-        with open(log_path, "ab") as log:
+        log = safe_files.open_log(log_path, user.uid, user.gid)
+        try:
             self.proc = processes.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         env=server_env(user), uid=user.uid, gid=user.gid)
+        finally:
+            os.close(log)
         manifest.server_pid = self.proc.pid
         manifest.server_start = pid_start(self.proc.pid)
         manifest.save()
@@ -329,105 +329,15 @@ class ServerProcess:
         self.manifest.save()
 
 
-def _still_ours(pid: int, dirs: list[str]) -> bool:
-    """A pid from a manifest may have been reused: it is ours only if its command line names our dirs."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return any(d in cmdline for d in dirs)
+class Server(Protocol):
+    """What a workspace asks of its engine (storlab.engines.base.Engine): its name for the manifest,
+    its log's grammar and its symptoms to tell a failure, and the clean-up of its shared memory."""
 
+    name: str
+    log: diagnosis.ServerLog
+    symptoms: tuple[tuple[str, str], ...]
 
-def _kill_orphans(group: int, dirs: list[str]) -> bool:
-    """The server's children outlive it when it is killed (a PostgreSQL backend busy in a load notices
-    its postmaster's death only at its next wait): kill those still in its process group and working
-    in the instance's directories, and wait for them."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry.name)) != group:
-                continue
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        if any(cwd == d or cwd.startswith(d.rstrip("/") + "/") for d in dirs):
-            found.append(int(entry.name))
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    for pid in found:
-        for _ in range(100):
-            if not _exists(pid):
-                break
-            time.sleep(0.05)
-    return bool(found)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return stat_fields[0] != "Z"
-
-
-@dataclass
-class Cleaned:
-    instance_id: str
-    live: bool  # its storlab process was still running (only with clean(live=True))
-    stopped: bool
-    removed: list[str]
-    refused: list[str]
-
-
-def clean(live: bool = False, kept: bool = True) -> list[Cleaned]:
-    """Stop and remove what crashed runs left behind: instances whose storlab process is gone (pid and
-    start time, so a reused pid is not mistaken for it). `live` also stops instances of storlab runs
-    still going; without `kept`, instances kept on purpose (--keep) stay."""
-    report = []
-    # Devices last: an instance's files may sit on one, and its server must be gone before the unmount.
-    for manifest in sorted(Manifest.all(), key=lambda m: bool(m.devices)):
-        if manifest.kept and not kept:
-            continue
-        owner_running = not manifest.kept and manifest.owner_running
-        if owner_running and not live:
-            continue
-        stopped = False
-        pid = manifest.server_pid
-        if pid and running(pid, manifest.server_start) and (manifest.server_start or _still_ours(pid, manifest.dirs)):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                os.kill(pid, signal.SIGKILL)
-            for _ in range(100):
-                if not running(pid, manifest.server_start):
-                    break
-                time.sleep(0.05)
-            stopped = True
-        if pid:
-            stopped = _kill_orphans(pid, manifest.dirs) or stopped
-        removed = shared_memory.release([Path(d) for d in manifest.dirs])  # while its directories still exist
-        refused = []
-        if manifest.devices:
-            from storlab import devices  # here, not at the top: devices builds on this module
-
-            found, refused = devices.remove_recorded(manifest)
-            removed += found
-        for d in manifest.dirs:
-            if remove_owned_dir(Path(d), manifest.instance_id):
-                removed.append(d)
-            else:
-                refused.append(d)
-        if not refused:
-            manifest.forget()
-        report.append(Cleaned(manifest.instance_id, owner_running, stopped, removed, refused))
-    return report
+    def release_shared_memory(self, dirs: list[Path]) -> list[str]: ...
 
 
 @dataclass
@@ -452,26 +362,30 @@ class Workspace:
         self.server.stop(polite)
         self.start(argv).wait_ready(accepts, what)
 
-    def failure(self, exc: Exception, engine: str, settings: dict) -> Exception | None:
+    def failure(self, exc: Exception, engine: Server, settings: dict) -> Exception | None:
         """The failure in the server's own words, read while its log still exists; None to keep `exc`."""
         text = getattr(exc, "output", "")
         if self.server is not None:
-            text += "\n" + diagnosis.read_tail(self.server.log_path)
-        cause = diagnosis.explain(engine, text, self.server.cwd if self.server else None, self.roots, settings)
+            text += "\n" + safe_files.read_tail(self.server.log_path, self.user.uid, diagnosis.LOG_TAIL_BYTES)
+        cause = diagnosis.explain(engine.log, text, self.server.cwd if self.server else None, self.roots, settings)
         if cause is not None and cause.placement:
             return PlacementFull(cause.message, cause.placement)
         if cause is not None and cause.setting:
             return SettingRejected(cause.message, cause.setting)
+        said = "\n".join(diagnosis.messages(engine.log, f"{exc}\n{text}"))
+        blamed = setting_failures.caused_by(engine.symptoms, said, settings)  # started, yet fails every run
+        if blamed is not None:
+            return SettingRejected(blamed[1], blamed[0])
         if self.server is not None and not self.server.alive():
-            lines = diagnosis.messages(engine, text)
-            said = diagnosis.first_stop(engine, lines) or " | ".join(lines[-3:]) or "nothing in its log"
+            lines = diagnosis.messages(engine.log, text)
+            said = diagnosis.first_stop(engine.log, lines) or " | ".join(lines[-3:]) or "nothing in its log"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return RunFailed(f"{first}; the server's log says: {said}")
         return None
 
 
 @contextmanager
-def workspace(engine: str, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals,
+def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals,
               settings: dict | None = None) -> Iterator[Workspace]:
     """One owned directory on each placement plus a short socket directory (socket paths are limited
     to 107 bytes); on every way out the server is stopped and, unless `keep`, everything removed.
@@ -479,12 +393,13 @@ def workspace(engine: str, placements: dict[str, Path], keep: bool, stop_signal:
     user = server_user()
     for name, path in placements.items():
         check_reachable(f"placement {name}", path, user)
-    iid = new_instance_id(engine)
-    manifest = Manifest(iid, engine, owner_pid=os.getpid(), owner_start=pid_start(os.getpid()))
+    iid = new_instance_id(engine.name)
+    manifest = Manifest(iid, engine.name, owner_pid=os.getpid(), owner_start=pid_start(os.getpid()))
     manifest.save()
     ws = None
     try:
-        roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user) for name, path in placements.items()}
+        roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user, server_writes=False)
+                 for name, path in placements.items()}
         ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user))
         try:
             yield ws
@@ -498,7 +413,7 @@ def workspace(engine: str, placements: dict[str, Path], keep: bool, stop_signal:
             ws.server.stop(stop_signal)
         # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up tool's
         # server interrupted, it is storlab's job.
-        shared_memory.release([Path(d) for d in manifest.dirs])
+        engine.release_shared_memory([Path(d) for d in manifest.dirs])
         if keep:
             manifest.kept = True
             manifest.save()

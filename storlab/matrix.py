@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,12 +88,38 @@ def cells(experiment: Experiment) -> list[Cell]:
     return result
 
 
-def plan(all_cells: list[Cell], repetitions: int, done: set[tuple[str, int]]) -> list[tuple[Cell, int]]:
+def round_order(all_cells: list[Cell], seed: int | None, rnd: int) -> list[Cell]:
+    """The order of one round's cells, drawn from the experiment's seed and the round's number, so
+    whatever a run leaves behind (the page cache, the disk's write-back, a checkpoint) lands on
+    different cells in each round (randomised multiple interleaved trials, Abedi and Brecht, ICPE 2017),
+    and a resume draws the same order again. The cells of one device format stay together (a new
+    format is a new device), their groups in a drawn order too. No seed: the matrix order (runs
+    recorded before storlab kept one)."""
+    if seed is None:
+        return list(all_cells)
+    draw = random.Random(f"{seed}:{rnd}")
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in all_cells:
+        groups.setdefault(_device_format(cell), []).append(cell)
+    ordered = list(groups.values())
+    draw.shuffle(ordered)
+    for group in ordered:
+        draw.shuffle(group)
+    return [cell for group in ordered for cell in group]
+
+
+def _device_format(cell: Cell) -> tuple:
+    return tuple(json.dumps(v, sort_keys=True) for k, v in cell.factors.items() if k.startswith("placements."))
+
+
+def plan(all_cells: list[Cell], repetitions: int, done: set[tuple[str, int]],
+         seed: int | None = None) -> list[tuple[Cell, int]]:
     """Repetition 1 of every cell, then repetition 2, ...: slow drift of the machine then touches
-    every cell alike instead of favouring the cells that ran first."""
+    every cell alike instead of favouring the cells that ran first. Within each round, the order
+    drawn from `seed` (round_order)."""
     return [
         (cell, rep)
         for rep in range(1, repetitions + 1)
-        for cell in all_cells
+        for cell in round_order(all_cells, seed, rep)
         if (cell.id, rep) not in done
     ]

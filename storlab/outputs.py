@@ -9,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
+import tempfile
 from pathlib import Path
 
 from storlab.errors import UserError
 
 LEDGER = ".storlab-files"
+MAX_BYTES = 1 << 30  # a file of storlab's is never near this; a bigger one is not
 REPORT_MARK = "<!doctype html><html><head><meta charset='utf-8'><title>storlab: "
 
 
@@ -21,27 +24,51 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _read(path: Path) -> bytes | None:
+    """A regular file's bytes; None for anything else (a link is not followed, a FIFO does not block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def _ledger(folder: Path) -> dict[str, str]:
     try:
-        held = json.loads((folder / LEDGER).read_text())
-    except (OSError, ValueError):
+        held = json.loads(_read(folder / LEDGER) or b"{}")
+    except ValueError:
         return {}
     return held if isinstance(held, dict) else {}
 
 
 def _ours(path: Path, ledger: dict[str, str]) -> bool:
-    if path.is_symlink() or not path.is_file():
+    data = _read(path)
+    if data is None:
         return False
-    data = path.read_bytes()
     if path.name in ledger:
         return ledger[path.name] == _digest(data)
     return path.suffix == ".html" and data.startswith(REPORT_MARK.encode())  # a report from before the list
 
 
 def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.storlab-tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """A new file under a name no one could have planted a link at, then renamed over `path` (a
+    rename replaces a link there, never follows it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".storlab-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def claim(folder: Path, names: list[str]) -> None:

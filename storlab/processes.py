@@ -72,8 +72,9 @@ def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeo
     if child.poll() is None:
         try:
             child.send_signal(polite)
+            os.killpg(child.pid, signal.SIGCONT)  # a stopped process acts on no signal until continued
             child.wait(timeout=timeout)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
+        except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
             pass
     try:
         os.killpg(child.pid, signal.SIGKILL)

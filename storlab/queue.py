@@ -33,7 +33,7 @@ CLAIM = """
     WHERE id = (
         SELECT id FROM storlab.queue
         WHERE state IN ('queued', 'claimed') AND (state = 'queued' OR lease_until < now())
-          AND experiment_id = ANY(?) AND (host IS NULL OR host = ?)
+          AND experiment_id = ANY(?) AND (host IS NULL OR host = ?) {cell}
         ORDER BY position, id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
@@ -56,6 +56,7 @@ OUTSTANDING = """
     SELECT count(*) FROM storlab.queue
     WHERE state IN ('queued', 'claimed') AND experiment_id = ANY(?) AND (host IS NULL OR host = ?)"""
 COUNTS = "SELECT state, count(*) FROM storlab.queue WHERE experiment_id = ? GROUP BY state"
+LOCK_EXPERIMENT = "SELECT id FROM storlab.experiments WHERE id = ? FOR UPDATE"
 
 
 class LeaseLost(Exception):
@@ -82,10 +83,15 @@ def requeue_failed(db: Connection, experiment_id: int) -> int:
     return db.execute(REQUEUE_FAILED, (experiment_id,)).rowcount
 
 
-def claim(db: Connection, experiments: list[int], host: str, worker: str, lease_s: float) -> Claim | None:
-    """The first open run of `experiments` that `host` may run, now this worker's for `lease_s`."""
+def claim(db: Connection, experiments: list[int], host: str, worker: str, lease_s: float,
+          cell: str | None = None) -> Claim | None:
+    """The first open run of `experiments` that `host` may run, now this worker's for `lease_s`;
+    with `cell`, only a run of that cell (the next repetition on the instance a worker keeps)."""
     token = secrets.token_hex(16)
-    row = db.execute(CLAIM, (token, worker, lease_s, experiments, host)).fetchone()
+    if cell is None:
+        row = db.execute(CLAIM.format(cell=""), (token, worker, lease_s, experiments, host)).fetchone()
+    else:
+        row = db.execute(CLAIM.format(cell="AND cell_id = ?"), (token, worker, lease_s, experiments, host, cell)).fetchone()
     return None if row is None else Claim(*row, token)
 
 
@@ -122,6 +128,11 @@ def outstanding(db: Connection, experiments: list[int], host: str) -> int:
     return db.execute(OUTSTANDING, (experiments, host)).fetchone()[0]
 
 
+def lock_experiment(db: Connection, experiment_id: int) -> None:
+    """Until the transaction ends, no other worker gets past this for the same experiment."""
+    db.execute(LOCK_EXPERIMENT, (experiment_id,))
+
+
 def counts(db: Connection, experiment_id: int) -> dict[str, int]:
     return dict(db.execute(COUNTS, (experiment_id,)).fetchall())
 
@@ -149,6 +160,10 @@ class Lease:
         self._thread.join()
         if self._db is not None:
             self._db.close()
+
+    def give_up(self) -> None:
+        """Renew no more (its run stalled): the claim is released or lapses."""
+        self._stop.set()
 
     def check(self) -> None:
         if self.lost.is_set():

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
-from storlab import analysis, capability, io_report, outputs, system, wait_report
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+from storlab import analysis, capability, effects, io_report, outputs, system, wait_report
+from storlab import answer as answer_text
+from storlab.answer import confidence
 from storlab.analysis import CellResult, Results, fmt_figure
 from storlab.charts import plt, svg as _svg
 from storlab.experiment import short_name
@@ -36,7 +41,7 @@ TIMELINES = [("latency_p99_ms", "p99 ms", "Transaction latency (p99) over time")
              ("cpu_percent", "CPU %", "CPU over time")]
 
 
-FILES = ["report.html", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
+FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
          "transactions_per_s.png", "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
          "dop.png"]
 
@@ -76,6 +81,59 @@ def headline_chart(results: Results, png: Path) -> str:
     ax.grid(alpha=0.3)
     ax.set_title(f"{results.experiment.get('name', '')}: {results.headline.label}")
     return _svg(fig, png)
+
+
+RATIO_TICKS = [0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 5, 10]
+
+
+def forest_chart(results: Results, png: Path) -> str:
+    """What each factor does: each level's ratio to its factor's reference level and its interval, on
+    a log axis (a ratio and its inverse equally far from 1), 1.0 marked and the margin of equivalence
+    shaded; conditional rows (a factor's effect at each level of another it interacts with) below."""
+    answer = results.answer
+    rows = [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}") for e in answer.effects]
+    rows += [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}, given "
+              + ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())) for e in answer.conditional]
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(rows)))
+    ax.axvspan(1 / (1 + answer.margin), 1 + answer.margin, color="#dddddd",
+               label=f"equivalent within ±{100 * answer.margin:g} %")
+    ax.axvline(1.0, color="#555555", linewidth=1)
+    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
+    for y, (e, _) in enumerate(rows):
+        colour = colours.get(e.verdict, "#4e79a7")
+        if math.isfinite(e.ci_low):
+            ax.plot([e.ci_low, e.ci_high], [y, y], color=colour, linewidth=2)
+        ax.plot([e.ratio], [y], "o", color=colour)
+        ax.annotate(f"{e.ratio:.2f}x {e.verdict}", (e.ratio, y), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8, color=colour)
+    ax.set_xscale("log")
+    # Plain ratios as tick labels: a log axis labels its ticks in math text, which is off for user labels.
+    low, high = ax.get_xlim()
+    ax.xaxis.set_major_locator(FixedLocator([t for t in RATIO_TICKS if low <= t <= high] or [1.0]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks(range(len(rows)), [label for _, label in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.7)
+    ax.set_xlabel(f"{results.headline.label}: level / reference (geometric means, {confidence(answer)})")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"{results.experiment.get('name', '')}: what each factor does")
+    return _svg(fig, png)
+
+
+def factors_html(results: Results) -> str:
+    """The factor table as `show` prints it: each level against its reference, with its verdict."""
+    answer = results.answer
+    rows = [[e.factor, format_value(e.level), format_value(e.reference),
+             ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items()),
+             f"{e.ratio:.2f}x", "—" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]",
+             answer_text.verdict_text(e, answer.margin)] for e in answer.effects + answer.conditional]
+    notes = answer_text.interaction_lines(answer) + [f"not estimable: {line}" for line in answer.not_estimable]
+    noise = answer_text.noise_line(answer)
+    notes += [f"noise: {noise}"] if noise else []
+    notes.append(answer_text.status_line(results))
+    return (_table(["factor", "level", "against", "given", "ratio", confidence(answer), "verdict"], rows, left=4)
+            + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes))
 
 
 def timeline_chart(store: Store, results: Results, metric: str, ylabel: str, png: Path) -> str | None:
@@ -197,6 +255,12 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
     for cell_id, rep, message in results.failures:
         sections.append(f"<p class='fail'>failed run: cell {html.escape(cell_id)} repetition {rep}: {html.escape(message)}</p>")
+    if results.answer is not None and (results.answer.effects or results.answer.conditional):
+        sections.append("<h2>What each factor does</h2>"
+                        + _figure(forest_chart(results, folder / "factor_effects.png"),
+                                  "each level's ratio to its factor's reference level, with its interval; "
+                                  "the shaded band is the margin of equivalence")
+                        + factors_html(results))
     if results.measured:
         sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
                         + _figure(headline_chart(results, folder / "elapsed.png")))

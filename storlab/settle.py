@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from storlab.engines.base import Instance
+
 
 def evict(roots: Iterable[Path]) -> int:
     """Drop the clean cached pages of every file under `roots` (after a sync every page is clean);
@@ -34,7 +36,7 @@ def evict(roots: Iterable[Path]) -> int:
     return count
 
 
-def settle(instance: Any, roots: Iterable[Path]) -> dict[str, Any]:
+def settle(instance: Instance, roots: Iterable[Path]) -> dict[str, Any]:
     """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
     conditions of the run that follows."""
     instance.checkpoint()

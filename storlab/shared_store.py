@@ -106,14 +106,18 @@ def check_dsn(text: str) -> str:
         raise UserError("--store: not a valid PostgreSQL connection string (postgresql://USER@HOST/DB, or key=value pairs)") from None
     if "password" in params:
         raise UserError(PASSWORD_REFUSED)
+    if is_dsn(params.get("dbname", "")):  # libpq reads a dbname that is a connection string as one
+        check_dsn(params["dbname"])
     return text
 
 
 def connect(dsn: str, purpose: str) -> psycopg.Connection:
-    """A connection in autocommit (storlab says BEGIN itself), named in pg_stat_activity."""
+    """A connection in autocommit (storlab says BEGIN itself), named in pg_stat_activity. It speaks
+    UTF-8 whatever the database's encoding: in a SQL_ASCII database the server then passes storlab's
+    text through as written, where psycopg would otherwise hand it back as bytes."""
     try:
         return psycopg.connect(check_dsn(dsn), autocommit=True, application_name=f"storlab {purpose}"[:63],
-                               connect_timeout=CONNECT_TIMEOUT_S)
+                               client_encoding="UTF8", connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.OperationalError as exc:
         said = str(exc).strip().splitlines()
         raise UserError(f"--store: cannot connect: {said[-1] if said else type(exc).__name__}") from None

@@ -9,16 +9,19 @@ import hashlib
 import json
 import os
 import platform
+import secrets
 import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
 from storlab.dialects import SQLITE, Connection, Migration
+from storlab.file_io import FileIO
 from storlab.iosizes import IoSizes
+from storlab.traced_waits import TracedWait
 from storlab.waits import Wait, WaitCapture, WaitingTask
 from storlab.errors import UserError
 
@@ -172,6 +175,47 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE runs ADD COLUMN host TEXT;
     ALTER TABLE experiment ADD COLUMN files TEXT;
     """,
+    # 7: the seed each round's order of cells is drawn from (kept, so a resume runs the same orders),
+    # how the answer reads the runs (reference levels, equivalence margin, until settled), and why
+    # the runs stopped. An experiment from before has no seed: its runs went in the matrix order.
+    """
+    ALTER TABLE experiment ADD COLUMN order_seed INTEGER;
+    ALTER TABLE experiment ADD COLUMN answer TEXT;
+    ALTER TABLE experiment ADD COLUMN stopped TEXT;
+    """,
+    # 8: what the engine's trace points counted in each run: the time they measured in each wait
+    # (beside the sampled wait_s), every lock wait by its relation (LWLocks by tranche, resource ''),
+    # and the IO of each file of the instance. Histograms are JSON, power-of-two buckets in ns.
+    """
+    ALTER TABLE waits ADD COLUMN traced_s REAL;
+    CREATE TABLE traced_waits (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        wait_type TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        waits INTEGER NOT NULL,
+        seconds REAL NOT NULL,
+        histogram TEXT NOT NULL,
+        PRIMARY KEY (run_id, wait_type, resource)
+    );
+    CREATE TABLE file_io (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        file TEXT NOT NULL,
+        object TEXT NOT NULL,
+        placement TEXT NOT NULL,
+        reads INTEGER NOT NULL,
+        read_bytes INTEGER NOT NULL,
+        read_s REAL NOT NULL,
+        writes INTEGER NOT NULL,
+        write_bytes INTEGER NOT NULL,
+        write_s REAL NOT NULL,
+        syncs INTEGER,
+        sync_s REAL,
+        read_histogram TEXT NOT NULL,
+        write_histogram TEXT NOT NULL,
+        source TEXT NOT NULL
+    );
+    CREATE INDEX file_io_run ON file_io(run_id);
+    """,
 ]
 
 
@@ -216,6 +260,30 @@ def _header(path: Path) -> bytes:
         return f.read(len(_SQLITE_MAGIC))
 
 
+def _identity(path: Path) -> tuple[Path, int, int] | None:
+    """The store file as it is now (path, device, inode); None when it is gone."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return path, st.st_dev, st.st_ino
+
+
+def _unwritable(folder: Path, exc: sqlite3.Error) -> str | None:
+    """Why a store cannot be written, when the cause is the place and not the file: a read-only
+    folder is not a damaged store."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or not os.access(folder, os.W_OK)
+    except OSError:
+        read_only = False
+    if read_only or name.startswith("SQLITE_READONLY"):
+        return f"the results folder {folder} is read-only"
+    if name == "SQLITE_FULL":
+        return f"the disk holding {folder} is full"
+    return None
+
+
 def facts_digest(comparable: dict) -> str:
     return hashlib.sha256(json.dumps(comparable, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -243,6 +311,9 @@ def check_folder(folder: Path) -> None:
     if not probe.is_dir():
         raise UserError(f"{folder}: cannot be a results folder: {probe} is not a folder" if probe != folder
                         else f"{folder}: is not a folder")
+    store = folder / FILENAME
+    if store.exists() and not store.is_file():
+        raise UserError(f"{store}: is not a file (a folder or device is in the way of storlab's results store)")
 
 
 def exists(folder: Path) -> bool:
@@ -276,6 +347,7 @@ class Store:
         self.versioning = versioning or UserVersion()
         self.another = "use another --out folder, or restore the file"  # where a different experiment goes
         self.experiment_id: int | None = None  # its id in a shared store's catalogue
+        self.file: tuple[Path, int, int] | None = None  # a folder's store file, (path, device, inode)
         self._depth = 0
 
     @classmethod
@@ -301,7 +373,8 @@ class Store:
             db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
                 sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
         except sqlite3.Error as exc:
-            raise UserError(f"{path}: cannot open the results store: {exc}") from None
+            raise UserError(f"{path}: cannot open the results store: {_unwritable(folder, exc) or exc}") from None
+        store = None
         try:
             try:
                 store = cls(Connection(db, SQLITE), folder)
@@ -311,13 +384,19 @@ class Store:
                 db.execute("PRAGMA foreign_keys=ON")
                 if create:
                     store._migrate()
+                store.file = _identity(path)
             except sqlite3.DatabaseError as exc:
-                raise UserError(f"{path}: the results store is damaged: {exc}") from None
+                unwritable = _unwritable(folder, exc)
+                raise UserError(f"{path}: cannot write the results store: {unwritable}" if unwritable
+                                else f"{path}: the results store is damaged: {exc}") from None
             try:
                 yield store
             except sqlite3.DatabaseError as exc:
                 if getattr(exc, "sqlite_errorname", None) in _DAMAGED:
                     raise UserError(f"{path}: the results store is damaged: {exc}") from None
+                unwritable = _unwritable(folder, exc)
+                if unwritable:
+                    raise UserError(f"{path}: cannot write the results store: {unwritable}") from None
                 raise
             if create:
                 try:  # at rest a store is one file, which read-only readers then leave alone
@@ -326,6 +405,8 @@ class Store:
                     pass  # a reader is on it: it stays in WAL mode until the next close
         finally:
             db.close()
+            if store is not None and store.db.raw is not db:  # an older store read in memory
+                store.db.close()
 
     def _recognise(self, path: Path, create: bool) -> None:
         """A storlab store, or (for `create`) an empty database to make one in; anything else is refused."""
@@ -347,10 +428,18 @@ class Store:
         if create and not ours:
             self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a store from before the id
         if not create and version < len(MIGRATIONS):
-            # An older store is brought up to date once, the one write a read command makes.
-            with sqlite3.connect(path, isolation_level=None, timeout=30) as upgrade:
-                Store(Connection(upgrade, SQLITE), self.folder)._migrate()
-            upgrade.close()
+            # An older store is brought up to date once, the one write a read command makes; where
+            # storlab cannot write (a read-only folder), a copy in memory is, and the folder is left alone.
+            try:
+                with closing(sqlite3.connect(path, isolation_level=None, timeout=30)) as upgrade:
+                    Store(Connection(upgrade, SQLITE), self.folder)._migrate()
+            except sqlite3.OperationalError as exc:
+                if _unwritable(self.folder, exc) is None:
+                    raise
+                copy = sqlite3.connect(":memory:", isolation_level=None)
+                self.db.raw.backup(copy)
+                self.db = Connection(copy, SQLITE)
+                self._migrate()
 
     def _migrate(self) -> None:
         """One step per transaction; the version is read again under the lock, so two processes
@@ -384,31 +473,62 @@ class Store:
             yield self.db
         except BaseException:
             self._depth = 0
-            self.db.execute("ROLLBACK")
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                pass  # SQLite rolled it back itself (a full disk does): the first error is the one to tell
             raise
         self._depth = 0
         self.db.execute("COMMIT")
+
+    @contextmanager
+    def _keeping(self, what: str) -> Iterator[None]:
+        """Writes `what` into a folder's store, or says in one line (UserError) that it could not, and
+        why: the file was deleted or replaced under the run (its writes would go nowhere), or cannot be
+        written (read-only, full). `what` carries the run's figures, so they are not lost unsaid."""
+        self._still_there(what)
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if self.file is None:
+                raise
+            reason = _unwritable(self.folder, exc) or f"{exc}"
+            raise UserError(f"{self.file[0]}: could not record {what}: {reason}; stopped (the runs recorded "
+                            "before it are kept)") from None
+        self._still_there(what)
+
+    def _still_there(self, what: str) -> None:
+        if self.file is None:
+            return
+        path, device, inode = self.file
+        now = _identity(path)
+        if now is None or now[1:] != (device, inode):
+            how = "deleted" if now is None else "replaced"
+            raise UserError(f"{path}: the results store was {how} while storlab ran; {what} is not in it; "
+                            "stopped (run the same command to start the folder again)")
 
     # -- the experiment ----------------------------------------------------------------------
 
     def experiment(self) -> dict[str, Any] | None:
         row = self.db.execute(
-            "SELECT name, engine, source, identity, repetitions, factors, race, files FROM experiment"
+            "SELECT name, engine, source, identity, repetitions, factors, race, files, order_seed, answer, stopped "
+            "FROM experiment"
         ).fetchone()
         if row is None:
             return None
         return {
             "name": row[0], "engine": row[1], "source": row[2], "identity": json.loads(row[3]),
             "repetitions": row[4], "factors": json.loads(row[5]), "race": json.loads(row[6]) if row[6] else None,
-            "files": json.loads(row[7] or "{}"),
+            "files": json.loads(row[7] or "{}"), "order_seed": row[8], "answer": json.loads(row[9] or "{}"),
+            "stopped": row[10],
         }
 
     def bind_experiment(self, name: str, engine: str, source: str, identity: dict, repetitions: int,
                         factors: dict[str, list], cells: list[tuple[str, str, dict]], race: dict | None = None,
-                        files: dict[str, str] | None = None) -> None:
-        """Record the experiment the first time; afterwards accept it only if nothing but its repetitions
-        and its race (how many runs, which cells get them) changed. `files`: the text of the SQL files
-        it names."""
+                        files: dict[str, str] | None = None, answer: dict | None = None) -> None:
+        """Record the experiment the first time; afterwards accept it only if nothing but its repetitions,
+        its race (how many runs, which cells get them) and how the answer reads the runs changed.
+        `files`: the text of the SQL files it names; `answer`: reference levels, margin, until settled."""
         held = self.experiment()
         if held is not None and _without_none(held["identity"]) != _without_none(identity):
             changed = _first_difference(_without_none(held["identity"]), _without_none(identity))
@@ -419,14 +539,14 @@ class Store:
             if held is None:
                 db.execute(
                     """INSERT INTO experiment (id, name, engine, source, identity, repetitions, factors, created_at, race,
-                                               files)
-                       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                               files, answer)
+                       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                     (name, engine, source, json.dumps(identity), repetitions, json.dumps(factors), time.time(),
-                     json.dumps(race) if race else None, json.dumps(files or {})),
+                     json.dumps(race) if race else None, json.dumps(files or {}), json.dumps(answer or {})),
                 )
             else:
-                db.execute("UPDATE experiment SET repetitions = ?, source = ?, race = ?",
-                           (repetitions, source, json.dumps(race) if race else None))
+                db.execute("UPDATE experiment SET repetitions = ?, source = ?, race = ?, answer = ?",
+                           (repetitions, source, json.dumps(race) if race else None, json.dumps(answer or {})))
                 if files:
                     db.execute("UPDATE experiment SET files = ?", (json.dumps(files),))
             db.executemany(
@@ -434,6 +554,25 @@ class Store:
                 [(cell_id, position, label, json.dumps(cell_factors))
                  for position, (cell_id, label, cell_factors) in enumerate(cells)],
             )
+
+    def order_seed(self, fixed: int | None = None) -> int:
+        """The seed each round's order is drawn from: the file's (`fixed`), else the one kept, else a new
+        one drawn now and kept, so a resume, a race and the fleet run every round in the same order."""
+        with self.transaction() as db:
+            held = db.execute("SELECT order_seed FROM experiment").fetchone()
+            if held is None:
+                raise UserError(f"{self.where}: no experiment recorded here yet")
+            seed = fixed if fixed is not None else held[0]
+            if seed is None:
+                seed = secrets.randbelow(2**31)
+            if seed != held[0]:
+                db.execute("UPDATE experiment SET order_seed = ?", (seed,))
+        return seed
+
+    def record_stop(self, why: str | None) -> None:
+        """Why the runs stopped (settled, max reached, budget spent); None while more runs may come."""
+        with self.transaction() as db:
+            db.execute("UPDATE experiment SET stopped = ?", (why,))
 
     def cells(self) -> list[CellRecord]:
         return [
@@ -446,12 +585,12 @@ class Store:
     def record_facts(self, body: dict, comparable: dict) -> int:
         digest = facts_digest(comparable)
         with self.transaction() as db:
-            row = db.execute("SELECT id FROM facts WHERE digest = ?", (digest,)).fetchone()
-            if row:
-                db.execute("UPDATE facts SET body = ?, recorded_at = ? WHERE id = ?", (json.dumps(body), time.time(), row[0]))
-                return row[0]
+            # One statement: two processes of one machine (a worker and `storlab run --store`) may
+            # record the same facts at once, and a look before the insert would let both insert.
             return db.execute(
-                "INSERT INTO facts (digest, comparable, body, recorded_at) VALUES (?, ?, ?, ?) RETURNING id",
+                "INSERT INTO facts (digest, comparable, body, recorded_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (digest) DO UPDATE SET body = excluded.body, recorded_at = excluded.recorded_at "
+                "RETURNING id",
                 (digest, json.dumps(comparable), json.dumps(body), time.time()),
             ).fetchone()[0]
 
@@ -472,7 +611,8 @@ class Store:
         """Everything about one finished run, in one transaction: all of it is kept, or none. `host`:
         the host that measured it (by default this machine)."""
         capture = result.capture
-        with self.transaction() as db:
+        figures = ", ".join(f"{name} {value:g} {unit}" for name, value, unit in result.figures)
+        with self._keeping(f"run {repetition} of cell {cell_id} ({figures})"), self.transaction() as db:
             run_id = db.execute(
                 """INSERT INTO runs (cell_id, repetition, started_at, wait_source, wait_extras, engine_version, facts_id,
                                      host, conditions)
@@ -483,8 +623,20 @@ class Store:
             db.executemany("INSERT INTO figures (run_id, name, value, unit) VALUES (?, ?, ?, ?)",
                            [(run_id, *f) for f in result.figures])
             db.executemany(
-                "INSERT INTO waits (run_id, wait_type, wait_s, wait_count, signal_s) VALUES (?, ?, ?, ?, ?)",
-                [(run_id, w.wait_type, w.wait_s, w.wait_count, w.signal_s) for w in capture.waits],
+                "INSERT INTO waits (run_id, wait_type, wait_s, wait_count, signal_s, traced_s) VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, w.wait_type, w.wait_s, w.wait_count, w.signal_s, w.traced_s) for w in capture.waits],
+            )
+            db.executemany(
+                "INSERT INTO traced_waits (run_id, wait_type, resource, waits, seconds, histogram) VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, t.wait_type, t.resource, t.waits, t.seconds, json.dumps(t.histogram)) for t in capture.traced],
+            )
+            db.executemany(
+                "INSERT INTO file_io (run_id, file, object, placement, reads, read_bytes, read_s, writes, write_bytes, "
+                "write_s, syncs, sync_s, read_histogram, write_histogram, source) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, f.file, f.object, f.placement, f.reads, f.read_bytes, f.read_s, f.writes, f.write_bytes,
+                  f.write_s, f.syncs, f.sync_s, json.dumps(f.read_histogram), json.dumps(f.write_histogram), f.source)
+                 for f in capture.files],
             )
             db.executemany("INSERT INTO timeline (run_id, t_s, metric, value) VALUES (?, ?, ?, ?)",
                            [(run_id, *p) for p in result.timeline])
@@ -509,7 +661,7 @@ class Store:
             "ORDER BY placement, direction, size_bytes", (run_id,)))
 
     def record_failure(self, cell_id: str, repetition: int, message: str) -> None:
-        with self.transaction() as db:
+        with self._keeping(f"the failure of run {repetition} of cell {cell_id} ({message})"), self.transaction() as db:
             db.execute(
                 "INSERT INTO failures (cell_id, repetition, at, message) VALUES (?, ?, ?, ?)",
                 (cell_id, repetition, time.time(), message),
@@ -532,9 +684,29 @@ class Store:
 
     def waits(self, run_id: int) -> list[Wait]:
         return [
-            Wait(t, s, c, sig)
-            for t, s, c, sig in self.db.execute(
-                "SELECT wait_type, wait_s, wait_count, signal_s FROM waits WHERE run_id = ?", (run_id,)
+            Wait(t, s, c, sig, traced)
+            for t, s, c, sig, traced in self.db.execute(
+                "SELECT wait_type, wait_s, wait_count, signal_s, traced_s FROM waits WHERE run_id = ?", (run_id,)
+            )
+        ]
+
+    def traced_waits(self, run_id: int) -> list[TracedWait]:
+        """Each wait the engine's trace points counted in one run, by resource."""
+        return [
+            TracedWait(t, r, n, s, _histogram(h))
+            for t, r, n, s, h in self.db.execute(
+                "SELECT wait_type, resource, waits, seconds, histogram FROM traced_waits WHERE run_id = ? "
+                "ORDER BY wait_type, seconds DESC, resource", (run_id,)
+            )
+        ]
+
+    def file_io(self, run_id: int) -> list[FileIO]:
+        """The IO of each file of the instance in one run."""
+        return [
+            FileIO(*row[:12], read_histogram=_histogram(row[12]), write_histogram=_histogram(row[13]), source=row[14])
+            for row in self.db.execute(
+                "SELECT file, object, placement, reads, read_bytes, read_s, writes, write_bytes, write_s, syncs, sync_s, "
+                "read_histogram, write_histogram, source FROM file_io WHERE run_id = ? ORDER BY file", (run_id,)
             )
         ]
 
@@ -577,6 +749,11 @@ class Store:
         )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, r), flags=json.loads(r[-1])) for r in cursor.fetchall()]
+
+
+def _histogram(text: str) -> dict[int, int]:
+    """A histogram as JSON keeps its buckets as text."""
+    return {int(bucket): count for bucket, count in json.loads(text).items()}
 
 
 def _without_none(value: Any) -> Any:

@@ -5,19 +5,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from storlab.file_io import FileIO
+    from storlab.traced_waits import TracedWait
 
 TOP_PERCENT = 95.0
 
 
 @dataclass
 class Wait:
-    """One row of a wait table. Counts and per-wait signal time only where the source measures them."""
+    """One row of a wait table. Counts and per-wait signal time only where the source measures them;
+    `traced_s`: the time the engine's trace points measured over `wait_count` waits, where the
+    sampled `wait_s` comes from another source."""
 
     wait_type: str
     wait_s: float
     wait_count: int | None = None
     signal_s: float | None = None
+    traced_s: float | None = None
 
 
 @dataclass
@@ -27,6 +34,8 @@ class WaitCapture:
     source: str
     waits: list[Wait]
     extras: dict[str, float] = field(default_factory=dict)
+    traced: list[TracedWait] = field(default_factory=list)  # each wait counted by the engine's trace points
+    files: list[FileIO] = field(default_factory=list)  # IO per file of the instance
 
 
 class WaitProbe(Protocol):
@@ -99,7 +108,7 @@ def top_share(waits: list[Wait], percent: float = TOP_PERCENT) -> list[WaitRow]:
                 wait_s=w.wait_s,
                 percentage=share,
                 wait_count=w.wait_count,
-                avg_wait_s=(w.wait_s / w.wait_count) if w.wait_count else None,
+                avg_wait_s=((w.wait_s if w.traced_s is None else w.traced_s) / w.wait_count) if w.wait_count else None,
                 signal_s=w.signal_s,
             )
         )
@@ -114,17 +123,20 @@ def mean_per_run(runs: list[list[Wait]]) -> list[Wait]:
     wait_s: dict[str, float] = defaultdict(float)
     counts: dict[str, float | None] = {}
     signals: dict[str, float | None] = {}
+    traced: dict[str, float | None] = {}
     for run in runs:
         for w in run:
             wait_s[w.wait_type] += w.wait_s
             counts[w.wait_type] = _add(counts.get(w.wait_type, 0), w.wait_count)
             signals[w.wait_type] = _add(signals.get(w.wait_type, 0), w.signal_s)
+            traced[w.wait_type] = _add(traced.get(w.wait_type, 0), w.traced_s)
     return [
         Wait(
             wait_type=name,
             wait_s=total / n,
             wait_count=None if counts[name] is None else counts[name] / n,
             signal_s=None if signals[name] is None else signals[name] / n,
+            traced_s=None if traced[name] is None else traced[name] / n,
         )
         for name, total in wait_s.items()
     ]

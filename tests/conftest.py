@@ -11,9 +11,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
-from storlab import instances
+from storlab import cleanup, instances
 from tests.devicetools import mounted
 
 
@@ -75,7 +76,7 @@ def image_dir():
     test left is cleaned through storlab's own manifest before the directory goes."""
     path = Path(tempfile.mkdtemp(prefix="storlab-test-img-", dir="/var/tmp"))
     yield path
-    instances.clean(live=True)
+    cleanup.clean(live=True)
     if not mounted(path):
         shutil.rmtree(path, ignore_errors=True)
 
@@ -124,7 +125,6 @@ def instances_up() -> list:
 def stop_storlab(proc: subprocess.Popen) -> None:
     """A storlab run a test started, ended on every way out as a user would: Ctrl-C (it stops its
     servers and removes its instance), else killed, and what it left cleaned."""
-    from storlab import instances
 
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -133,4 +133,27 @@ def stop_storlab(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    instances.clean(live=True)
+    cleanup.clean(live=True)
+
+
+def stop_instance(manifest: instances.Manifest) -> list[int]:
+    """SIGSTOP every process of an instance, its server and the server's children: a stalled server."""
+    server = psutil.Process(manifest.server_pid)
+    server.suspend()  # first, so it forks no child after the listing
+    children = server.children(recursive=True)
+    for process in children:
+        process.suspend()
+    return [server.pid, *(p.pid for p in children)]
+
+
+def stopped_processes(pids: list[int]) -> list[int]:
+    """Those of `pids` that are still there (a zombie is gone), or stopped."""
+    left = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            left.append(pid)
+    return left

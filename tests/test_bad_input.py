@@ -45,7 +45,7 @@ RUNS_OLD = BASE[BASE.index("repetitions"):BASE.index("data_on")]
 # (case, replace this, with that, the expected line after "storlab: "; {disk} is the lab directory)
 CASES = [
     ("repetitions a date", "repetitions = 2", "repetitions = 1979-05-27",
-     "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, got 1979-05-27"),
+     "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, or { max = 12, until = \"settled\" }, got 1979-05-27"),
     ("kind a datetime", 'kind = "random-insert"', "kind = 1979-05-27T07:32:00",
      "fz.toml:15: workload.kind: expected one of bulk-insert, custom, random-insert, scan, sequential-insert, got 1979-05-27T07:32:00"),
     ("connections a time", "connections = 2", "connections = 07:32:00",
@@ -63,7 +63,7 @@ CASES = [
     ("exclude rule not a table", "repetitions = 2", "repetitions = 2\nexclude = [5]",
      "fz.toml:4: exclude: expected a table, got 5"),
     ("repetitions without end", "repetitions = 2", "repetitions = 9223372036854775807",
-     "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, got 9223372036854775807"),
+     "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, or { max = 12, until = \"settled\" }, got 9223372036854775807"),
     ("too many cells", "data_files = [1, 2]", f"data_files = {LOTS}",
      "fz.toml:9: layout: 1,001 cells; the limit is 1,000"),
     ("too many runs", RUNS_OLD, RUNS_OLD.replace("= 2\n", "= 51\n").replace("[1, 2]", TWO_HUNDRED),
@@ -75,6 +75,10 @@ CASES = [
      "(connections x rows_per_connection / batch)"),
     ("too many data files", "data_files = [1, 2]", "data_files = 5000",
      "fz.toml:10: layout.data_files: 5,000 is more than the limit of 1,024"),
+    ("500 nested brackets", "data_files = [1, 2]", "data_files = " + "[" * 500 + "1" + "]" * 500,
+     "fz.toml: values nested too deeply; an experiment needs at most 16 levels"),
+    ("20 nested brackets", "data_files = [1, 2]", "data_files = " + "[" * 20 + "1" + "]" * 20,
+     "fz.toml:10: layout.data_files: nested more than 16 levels deep"),
     ("a ratio weight of 0", 'data_on = "disk"', "data_on = { disk = 0, ram = 1 }",
      'fz.toml:11: layout.data_on: ratio weight for "disk" must be an integer from 1 to 1000, got 0'),
     ("a duplicate value", "data_files = [1, 2]", "data_files = [1, 1]",
@@ -97,17 +101,29 @@ CASES = [
      "fz.toml:8: placements.shm: the same directory as placements.ram (/dev/shm); one name per place"),
     ("two names through a relative path", 'ram = "tmpfs"', 'ram = "tmpfs"\nsame = "./disk/../disk"',
      "fz.toml:8: placements.same: the same directory as placements.disk ({disk}); one name per place"),
-    ("a placement that is a file", 'disk = "{disk}"', 'disk = "/etc/passwd"',
-     "fz.toml:6: placements.disk: /etc/passwd is not a directory"),
-    ("a placement under a file", 'disk = "{disk}"', 'disk = "/etc/passwd/lab"',
-     "fz.toml:6: placements.disk: /etc/passwd/lab cannot be made: /etc/passwd is not a directory"),
+    ("a placement that is a file", 'disk = "{disk}"', 'disk = "fz.toml"',
+     "fz.toml:6: placements.disk: {lab}/fz.toml is not a directory"),
+    ("a placement under a file", 'disk = "{disk}"', 'disk = "fz.toml/lab"',
+     "fz.toml:6: placements.disk: {lab}/fz.toml/lab cannot be made: {lab}/fz.toml is not a directory"),
     ("a placement in /proc", 'disk = "{disk}"', 'disk = "/proc/storlab"',
-     "fz.toml:6: placements.disk: /proc/storlab is inside /proc: choose a directory on a real file system, outside /proc"),
+     "fz.toml:6: placements.disk: /proc/storlab is inside /proc, a system folder: choose a directory of your own, outside /proc"),
     ("a placement in /sys", 'disk = "{disk}"', 'disk = "/sys/kernel/storlab"',
-     "fz.toml:6: placements.disk: /sys/kernel/storlab is inside /sys: choose a directory on a real file system, outside /sys"),
+     "fz.toml:6: placements.disk: /sys/kernel/storlab is inside /sys, a system folder: choose a directory of your own, "
+     "outside /sys"),
     ("a placement in /root", 'disk = "{disk}"', 'disk = "/root/storlab-harden-test"',
-     "fz.toml:6: placements.disk: /root/storlab-harden-test is inside /root: choose a directory on a real file "
-     "system, outside /root"),
+     "fz.toml:6: placements.disk: /root/storlab-harden-test is inside /root, a system folder: choose a directory of "
+     "your own, outside /root"),
+    ("a placement at /", 'disk = "{disk}"', 'disk = "/"',
+     "fz.toml:6: placements.disk: / is a system folder: choose a directory of your own below it"),
+    ("a placement in /etc", 'disk = "{disk}"', 'disk = "/etc/storlab"',
+     "fz.toml:6: placements.disk: /etc/storlab is inside /etc, a system folder: choose a directory of your own, outside /etc"),
+    ("a placement at /usr", 'disk = "{disk}"', 'disk = "/usr"',
+     "fz.toml:6: placements.disk: /usr is a system folder: choose a directory of your own, outside /usr"),
+    ("a placement in /dev", 'disk = "{disk}"', 'disk = "/dev/storlab"',
+     'fz.toml:6: placements.disk: /dev/storlab is inside /dev: choose a directory on a real file system (or "tmpfs")'),
+    ("a placement in /var/lib", 'disk = "{disk}"', 'disk = "/var/lib/storlab-harden-test"',
+     "fz.toml:6: placements.disk: /var/lib/storlab-harden-test is inside /var/lib, a system folder: choose a directory "
+     "of your own, outside /var/lib"),
     ("a placement that is a device", 'disk = "{disk}"', 'disk = "/dev/zero"',
      'fz.toml:6: placements.disk: /dev/zero is inside /dev: choose a directory on a real file system (or "tmpfs")'),
     ("a placement name too long for a tablespace", 'ram = "tmpfs"', f'ram = "tmpfs"\n{"p" * 33} = "{{disk}}/x"',
@@ -184,7 +200,7 @@ def test_broken_file_gives_one_line_and_exit_2(lab_root, case, old, new, expecte
     path.write_text(_body(old, new, disk))
     result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
     assert result.exit_code == 2, (result.stdout, result.exception)
-    assert result.stderr == f"storlab: {expected.replace('{disk}', str(disk))}\n"
+    assert result.stderr == f"storlab: {expected.replace('{disk}', str(disk)).replace('{lab}', str(lab_root))}\n"
     assert not (lab_root / "results").exists() and not disk.exists()  # nothing made before the checks pass
     assert not Path("/root/storlab-harden-test").exists()
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances, shared_memory
+from storlab import cleanup, instances
+from storlab.engines.postgres import shared_memory
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 
 TINY = """
@@ -114,9 +115,30 @@ def test_a_reused_pid_is_not_the_owner(lab_dir):
     reused = instances.Manifest("pobbbbbbbb", "postgres", owner_pid=me, owner_start=instances.pid_start(me) - 1)
     for manifest in (live, reused):
         manifest.save()
-    assert [c.instance_id for c in instances.clean()] == ["pobbbbbbbb"]  # same pid, another start: gone
+    assert [c.instance_id for c in cleanup.clean()] == ["pobbbbbbbb"]  # same pid, another start: gone
     assert [m.instance_id for m in instances.Manifest.all()] == ["poaaaaaaaa"]
-    assert [(c.instance_id, c.live) for c in instances.clean(live=True)] == [("poaaaaaaaa", True)]
+    assert [(c.instance_id, c.live) for c in cleanup.clean(live=True)] == [("poaaaaaaaa", True)]
+    assert instances.Manifest.all() == []
+
+
+def test_a_manifest_that_cannot_be_read_is_reported_by_clean():
+    me = os.getpid()
+    good = instances.Manifest("poaaaaaaaa", "postgres", owner_pid=me, owner_start=instances.pid_start(me) - 1)
+    good.save()
+    broken = instances.state_dir() / "pobbbbbbbb.json"
+    broken.write_text('{"instance_id": "pobbbbbbbb", "engine": "postg')  # cut short, as by a full disk
+    alien = instances.state_dir() / "mayyyyyyyy.json"
+    alien.write_text('{"instance_id": "mayyyyyyyy", "engine": "mariadb", "owner_pid": 1, "dirs": "/"}')
+    cleaned = storlab("clean")
+    assert cleaned.returncode == 0, cleaned.stderr
+    lines = cleaned.stdout.splitlines()
+    assert [line for line in lines if "cannot read its manifest" in line] == [
+        f"mayyyyyyyy: cannot read its manifest {alien}: its fields are not a manifest's; nothing of it was cleaned",
+        f"pobbbbbbbb: cannot read its manifest {broken}: Unterminated string starting at: line 1 column 41 (char 40); "
+        "nothing of it was cleaned",
+    ]
+    assert "poaaaaaaaa: removed nothing" in lines
+    assert broken.exists() and alien.exists()  # left for someone to look at
     assert instances.Manifest.all() == []
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from storlab import devices, instances
+from storlab import cleanup, devices, instances
 from storlab.devices import DeviceFormat, DevicePool, DeviceSpec, device_spec, device_specs
 from storlab.errors import RunFailed, UserError
 from tests.devicetools import attached, child, leftovers, manifests, mounted, needs_root, nothing_left, read_line
@@ -173,7 +173,7 @@ def test_ctrl_c_leaves_nothing_and_clean_spares_a_live_run(image_dir):
     try:
         mount_point = read_line(proc)
         assert len(mounted(image_dir)) == 1
-        assert instances.clean(live=False, kept=False) == []  # its owner is alive: not an orphan
+        assert cleanup.clean(live=False, kept=False) == []  # its owner is alive: not an orphan
         assert len(mounted(image_dir)) == 1 and (Path(mount_point) / "lost+found").exists()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) != 0
@@ -224,7 +224,7 @@ def test_clean_never_touches_a_mount_or_loop_device_it_did_not_make(image_dir):
                 {"placement": "slow", "dir": str(foreign), "image": str(image), "mount_point": str(foreign / "mnt"), "loop": loop},
             ])
             manifest.save()
-            cleaned = instances.clean(live=False, kept=False)
+            cleaned = cleanup.clean(live=False, kept=False)
             assert len(cleaned) == 1 and cleaned[0].removed == []
             assert any("not storlab's image" in r for r in cleaned[0].refused)
             assert any("no storlab marker" in r for r in cleaned[0].refused)
@@ -235,5 +235,5 @@ def test_clean_never_touches_a_mount_or_loop_device_it_did_not_make(image_dir):
             subprocess.run(["umount", str(foreign / "mnt")], check=True)
     finally:
         subprocess.run(["losetup", "--detach", loop], check=True)
-    cleaned = instances.clean(live=False, kept=False)  # the marked directory, now with nothing mounted
+    cleaned = cleanup.clean(live=False, kept=False)  # the marked directory, now with nothing mounted
     assert cleaned[0].removed == [f"deleted {ours}"] and not ours.exists() and foreign.exists()

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from storlab import engine_settings, instances
+from storlab import instances
 from storlab.engines import provision
+from storlab.engines.mariadb.settings import conf_value as mariadb_value
+from storlab.engines.postgres.settings import conf_value as postgres_value
 from storlab.layout import spec_for
 from tests.conftest import storlab_processes
 
@@ -139,6 +141,6 @@ def test_mariadb_values_stay_one_line(lab_dir):
 
 
 def test_values_are_written_so_that_no_line_can_be_added():
-    assert engine_settings.postgres_value("x'\\") == "'x''\\\\'"
-    assert engine_settings.mariadb_value('x"\\') == '"x\\"\\\\"'
-    assert engine_settings.mariadb_value("") == '""'
+    assert postgres_value("x'\\") == "'x''\\\\'"
+    assert mariadb_value('x"\\') == '"x\\"\\\\"'
+    assert mariadb_value("") == '""'

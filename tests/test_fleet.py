@@ -18,15 +18,17 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from storlab import experiment, instances, matrix, shared_store
+from storlab import experiment, instances, matrix, runner, shared_store
 from storlab.cli import main
 from storlab.dialects import POSTGRESQL, SQLITE, PerDialect
-from storlab.engines import postgres, provision
+from storlab.engines import provision
+from storlab.engines.postgres import instance as postgres
 from storlab.errors import UserError
 from storlab.layout import spec_for
-from storlab.store import MIGRATIONS, RunResult
+from storlab.store import MIGRATIONS, RunResult, Store
 from storlab.waits import Wait, WaitCapture
-from tests.conftest import storlab_processes
+from tests.conftest import stop_instance, stopped_processes, storlab_processes
+from tests.devicetools import attached, mounted
 
 EXPERIMENT = """
 name = "{name}"
@@ -392,3 +394,166 @@ def test_a_stopped_worker_hands_its_claim_back(store_server, write_experiment, l
                             (cell_id, rep)).fetchone() == (None, None)
     assert set(storlab_processes()) == {store_server.server_pid} and instances.Manifest.all() == [
         m for m in instances.Manifest.all() if m.owner_pid == os.getpid()]
+
+
+# -- the fleet runs a cell as `storlab run` does ---------------------------------------------
+
+RACE = """
+name = "race"
+engine = "postgres"
+race = true
+repetitions = {{ min = 3, max = 4 }}
+
+[placements]
+disk = "{disk}"
+
+[layout]
+data_on = "disk"
+log_on = "disk"
+
+[workload]
+kind = "random-insert"
+connections = 2
+rows_per_connection = 1000
+batch = [1, 10, 100]
+"""
+
+
+def in_folder(folder: Path) -> list[tuple[str, int]]:
+    with Store.open(folder, create=False) as store:
+        return sorted((r.cell_id, r.repetition) for r in store.runs())
+
+
+@pytest.mark.engine
+def test_a_race_in_the_fleet_runs_and_drops_as_storlab_run_does(store_server, write_experiment, lab_dir, lab_root, tmp_path):
+    """A commit per row against one per 10 and per 100 rows: the same cells get dropped in the same
+    round whoever runs the race; the fleet queues each round only once the one before is complete,
+    so a dropped cell's later rounds are never queued, let alone run."""
+    source = write_experiment(RACE.format(disk=lab_dir))
+    exp = experiment.load(source)
+    cells = matrix.cells(exp)
+    here = storlab("run", str(source), "--out", str(tmp_path / "r"), env=store_server.env())
+    assert here.returncode == 0, here.stderr
+    with Store.open(tmp_path / "r", create=False) as store:
+        local = runner.race_state(exp, cells, store)
+    submitted = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
+    assert submitted.returncode == 0 and "(3 queued)" in submitted.stdout, submitted.stdout + submitted.stderr
+    worker = start_worker(store_server, "db1", lab_root / "db1")
+    out, err = worker.communicate(timeout=600)
+    assert worker.returncode == 0, err
+    runs = sorted((c, r) for c, r, _ in recorded(store_server))
+    rows = queue_rows(store_server)
+    assert sorted(r[:2] for r in rows) == runs and {r[3] for r in rows} == {"done"}
+    with shared_store.open(store_server.dsn, "race", create=False) as store:
+        fleet = runner.race_state(exp, cells, store)
+    assert local.drops and local.finished
+    assert [(d.cell, d.round) for d in fleet.drops] == [(d.cell, d.round) for d in local.drops]
+    assert fleet.finished == local.finished and runs == in_folder(tmp_path / "r")
+    assert len(runs) < len(cells) * exp.repetitions
+    assert set(storlab_processes()) == {store_server.server_pid}
+
+
+SCAN = """
+name = "scan"
+engine = "postgres"
+repetitions = 2
+
+[placements]
+fast = {{ loop = "256MB", image_dir = "{images}", sector = 4096, fs = "ext4", read_ahead_kb = [0, 128] }}
+
+[layout]
+data_on = "fast"
+
+[workload]
+kind = "scan"
+table_mb = 20
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(os.geteuid() != 0, reason="device placements need root")
+def test_the_fleet_scans_on_a_loop_device_one_instance_per_cell(store_server, write_experiment, image_dir, lab_root,
+                                                                 tmp_path):
+    """The worker keeps a device pool (the device made for one read-ahead is reused for the other),
+    and a scan's second repetition is claimed onto the instance its first prepared, as `storlab run`
+    runs it."""
+    image_dir.chmod(0o755)
+    source = write_experiment(SCAN.format(images=image_dir))
+    here = storlab("run", str(source), "--out", str(tmp_path / "r"), env=store_server.env())
+    assert here.returncode == 0, here.stderr
+    submitted = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
+    assert submitted.returncode == 0, submitted.stderr
+    worker = start_worker(store_server, "db1", lab_root / "db1")
+    out, err = worker.communicate(timeout=600)
+    assert worker.returncode == 0, err
+    cells = {c.id: c for c in matrix.cells(experiment.load(source))}
+    for cell in cells.values():
+        assert f"scan: {cell.label} #2: running on the instance of #1" in out
+    assert {r[3] for r in queue_rows(store_server)} == {"done"}
+    with shared_store.open(store_server.dsn, "scan", create=False) as store:
+        runs = store.runs()
+    assert sorted((r.cell_id, r.repetition) for r in runs) == in_folder(tmp_path / "r")
+    for run in runs:
+        seen = run.conditions["devices"]["fast"]
+        assert (seen["logical_sector"], seen["filesystem"]) == (4096, "ext4")
+        assert seen["read_ahead_kb"] == cells[run.cell_id].factors["placements.fast.read_ahead_kb"]
+    assert not mounted(image_dir) and not attached(image_dir)
+    assert set(storlab_processes()) == {store_server.server_pid}
+
+
+@pytest.mark.engine
+def test_a_stalled_run_goes_back_to_the_queue(store_server, write_experiment, lab_root):
+    """Every process of the worker's instance stopped: after the declared 3 s without an answer its
+    run is given up (its lease no longer renewed), the instance killed, and the run queued again; the
+    worker's next instance answers and the run is recorded, as attempt 2."""
+    source = write_experiment(body(reps=1, rows=300000) + "stall_after_s = 3\n")
+    assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
+    proc = start_worker(store_server, "db1", lab_root / "db1")
+    stopped: list[int] = []
+    try:
+        cell_id, rep, manifest = mid_run(store_server, proc)
+        time.sleep(0.5)  # most likely inside the load
+        stopped = stop_instance(manifest)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in stopped_processes(stopped):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert "the server stopped answering for 3 s; its instance was stopped; back in the queue" in out
+    rows = queue_rows(store_server)
+    assert {r[3] for r in rows} == {"done"} and next(r for r in rows if r[:2] == (cell_id, rep))[4] == 2
+    assert len(recorded(store_server)) == 2
+    with store_server.admin() as conn:
+        assert conn.execute("SELECT count(*) FROM storlab_experiment_1.failures").fetchone()[0] == 0
+    assert stopped and stopped_processes(stopped) == []
+    assert set(storlab_processes()) == {store_server.server_pid}
+
+
+@pytest.mark.engine
+def test_a_queue_row_the_experiment_does_not_plan_is_failed_not_run(store_server, write_experiment, lab_root):
+    """Anyone who can submit can write the queue: a row naming a cell the experiment does not have,
+    or a repetition beyond its plan, is marked failed with the reason, never run, never a traceback."""
+    source = write_experiment(body(reps=1, rows=200))
+    assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
+    cell = matrix.cells(experiment.load(source))[0]
+    with store_server.admin() as conn:
+        conn.execute("INSERT INTO storlab.queue (experiment_id, cell_id, repetition, position) "
+                     "VALUES (1, 'nosuchcell', 1, -2), (1, %s, 5000, -1)", (cell.id,))
+    proc = start_worker(store_server, "db1", lab_root / "db1")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    states = {(c, r): s for c, r, _, s, *_ in queue_rows(store_server)}
+    assert states.pop(("nosuchcell", 1)) == "failed" and states.pop((cell.id, 5000)) == "failed"
+    assert set(states.values()) == {"done"} and len(recorded(store_server)) == 2
+    with store_server.admin() as conn:
+        failures = conn.execute("SELECT cell_id, repetition, message FROM storlab_experiment_1.failures "
+                                "ORDER BY id").fetchall()
+    assert failures == [
+        ("nosuchcell", 1, "the queue names cell 'nosuchcell', which experiment fleet does not have"),
+        (cell.id, 5000, f"the queue names repetition 5000 of cell {cell.id}; experiment fleet has 1 to 1"),
+    ]
+    assert "fleet: nosuchcell #1: failed: the queue names cell 'nosuchcell'" in out
+    assert set(storlab_processes()) == {store_server.server_pid}

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from storlab import instances
-from storlab.engines import mariadb, provision
+from storlab.engines import provision
+from storlab.engines.mariadb import instance as mariadb
 from storlab.errors import UserError
 from storlab.layout import spec_for
 from storlab.workloads.random_insert import RANDOM_UUID
@@ -214,3 +215,16 @@ def test_server_is_unprivileged_and_stops_on_error(lab_dir):
     assert _gone(pid) and not socket.exists()
     assert storlab_processes() == []
     assert not list(lab_dir.glob("storlab-*"))
+
+
+def test_no_option_file_can_open_it_to_the_network(lab_dir):
+    """skip-networking and the socket are on the server's command line, after its option file: lines
+    added to my.cnf change nothing at the next start."""
+    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    with provision("mariadb", spec, keep=False, connections=2) as inst:
+        with open(inst.roots["disk"] / "my.cnf", "a") as f:
+            f.write("skip-networking = 0\nport = 33999\nbind-address = 127.0.0.1\nsocket = /tmp/storlab-test.sock\n")
+        inst.restart()
+        with inst.admin() as conn:
+            assert conn.execute("SELECT @@skip_networking, @@socket").fetchone() == (1, str(inst.socket))
+    assert storlab_processes() == []

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances
-from storlab.engines import postgres, provision
-from storlab.errors import RunFailed
+from storlab import cleanup, instances
+from storlab.engines import provision
+from storlab.engines.postgres import instance as postgres
+from storlab.errors import RunFailed, UserError
 from storlab.layout import spec_for
-from tests.conftest import prepared, storlab_processes
+from tests.conftest import prepared, run_load, storlab_processes
 
 pytestmark = pytest.mark.engine
 
@@ -98,7 +99,7 @@ def test_keep_leaves_directories_and_clean_removes_them(lab_dir):
     kept = list(lab_dir.glob("storlab-*"))
     assert len(kept) == 1 and (kept[0] / "pgdata" / "PG_VERSION").exists()
     assert storlab_processes() == []
-    cleaned = instances.clean()
+    cleaned = cleanup.clean()
     assert [c.refused for c in cleaned] == [[]]
     assert not kept[0].exists()
 
@@ -111,7 +112,45 @@ def test_never_removes_a_directory_it_did_not_make(lab_dir):
     assert (foreign / "precious").exists()
     manifest = instances.Manifest("po00000000", "postgres", owner_pid=1, dirs=[str(foreign)])
     manifest.save()
-    assert instances.clean(live=True)[0].refused == [str(foreign)]
+    assert cleanup.clean(live=True)[0].refused == [str(foreign)]
     assert (foreign / "precious").exists()
     with pytest.raises(RunFailed, match="will not reuse"):
         instances.make_owned_dir(foreign, manifest, instances.server_user())
+
+
+def test_no_configuration_file_can_open_it_to_the_network(lab_dir):
+    """What keeps an instance private is on the server's command line: lines added to its
+    postgresql.auto.conf (a file the servers' user can write) change nothing at the next start."""
+    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    with provision("postgres", spec, keep=False, connections=2) as inst:
+        conf = inst.roots["disk"] / "pgdata" / "postgresql.auto.conf"
+        with open(conf, "a") as f:
+            f.write("listen_addresses = '127.0.0.1'\nport = 55499\nunix_socket_directories = '/tmp'\n")
+        inst.restart()
+        with inst.connect() as conn:
+            assert conn.execute("SHOW listen_addresses").fetchone()[0] == ""
+            assert conn.execute("SHOW port").fetchone()[0] == str(postgres.PORT)
+            assert conn.execute("SHOW unix_socket_directories").fetchone()[0] == str(inst.socket_dir)
+    assert storlab_processes() == []
+
+
+def test_a_placement_path_with_a_quote_is_quoted_or_refused_in_one_line(lab_root):
+    """The log's placement may hold a quote (its path is quoted wherever it is written); PostgreSQL
+    refuses one in a tablespace's location, so a data placement with one is refused before anything starts."""
+    placements = {"disk": lab_root / "disk", "log": lab_root / "o'neil's \\ log"}
+    for path in placements.values():
+        path.mkdir()
+    spec = spec_for({"data_files": 2, "data_on": "disk", "log_on": "log"}, {}, placements)
+    with provision("postgres", spec, keep=False, connections=2) as inst:
+        run_load(inst, "random-insert", connections=2, rows_per_connection=500, batch=100)
+        with inst.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM lab_insert").fetchone()[0] == 1000
+            wal = Path(conn.execute("SHOW data_directory").fetchone()[0], "pg_wal").resolve()
+    assert wal.is_relative_to(placements["log"])
+    quoted = spec_for({"data_files": 2, "data_on": "log"}, {}, placements)
+    with pytest.raises(UserError, match=r"^placement log: .*o'neil's .* cannot hold a tablespace \(PostgreSQL refuses "
+                                        r"a ' in a tablespace's location\); choose another directory$"):
+        with provision("postgres", quoted, keep=False, connections=2):
+            pass
+    assert storlab_processes() == [] and instances.Manifest.all() == []
+    assert not list(placements["log"].iterdir())

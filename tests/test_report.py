@@ -20,8 +20,8 @@ from tests.browser import Chromium
 
 RECORDED = Path(__file__).parent / "data" / "explain"
 IO_FOLDER = "io-var-tmp-storlab-testdata-disk"
-CHARTS = ["elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png", "latency_p99_ms.png",
-          "mb_s.png", "cpu_percent.png", "io.png"]
+CHARTS = ["factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
+          "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png"]
 
 
 def invoke(*args):

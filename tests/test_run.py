@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances
-from tests.conftest import storlab_processes
+from storlab import experiment, instances, matrix, stall
+from storlab.errors import UserError
+from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
 pytestmark = pytest.mark.engine
 
@@ -169,3 +171,58 @@ def test_markup_and_math_in_values_run_and_render(write_experiment, lab_dir, tmp
         assert result.returncode == 0, (command, result.stderr)
     shown = storlab("show", str(out)).stdout
     assert all(f'application_name="{v}"' in shown for v in ("[/]", "$x$", "[red]", "[blue]"))
+
+
+def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, lab_dir, tmp_path):
+    """Every process of the first run's instance stopped (SIGSTOP): that run fails once the server has
+    not answered for the declared 3 s, its instance is killed, and the second run is recorded."""
+    out = tmp_path / "results"
+    path = write_experiment(TINY.format(reps=2, disk=lab_dir, rows=150000).replace("data_files = [1, 4]", "data_files = 1")
+                            + "stall_after_s = 3\n")
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not instances_up():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(1.0)  # most likely inside the load (anywhere, the server stops answering alike)
+        manifest = instances_up()[0]
+        stopped_at = time.time()
+        stopped = stop_instance(manifest)
+        assert stopped
+        output, errors = proc.communicate(timeout=180)  # it hung for good before
+    finally:
+        stop_storlab(proc)
+        for pid in stopped_processes(stopped):  # whatever a failing test left, continued and ended
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1, output + errors
+    said = "the server stopped answering for 3 s; its instance was stopped"
+    assert f"#1: {said}" in output and errors.strip() == "storlab: 1 runs failed; run the same command again to retry them"
+    with sqlite3.connect(out / "storlab.sqlite") as db:
+        failures = db.execute("SELECT cell_id, repetition, message, at FROM failures").fetchall()
+        runs = db.execute("SELECT cell_id, repetition FROM runs").fetchall()
+    assert [(rep, message) for _, rep, message, _ in failures] == [(1, said)]
+    assert failures[0][3] - stopped_at < 3 + 30  # failed soon after the declared deadline, not when resumed
+    assert runs == [(failures[0][0], 2)]  # the experiment went on
+    assert stopped_processes(stopped) == [] and storlab_processes() == []
+    assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+
+
+@pytest.mark.parametrize("value", ["[3, 4]", "1", "true", '"60s"', "90000", "nan"])
+def test_a_bad_stall_deadline_is_one_line(write_experiment, lab_dir, value):
+    path = write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10) + f"stall_after_s = {value}\n")
+    with pytest.raises(UserError) as caught:
+        experiment.load(path)
+    assert str(caught.value) == (f"exp.toml:{TINY.count(chr(10)) + 1}: workload.stall_after_s: expected a number of "
+                                 f"seconds from 2 to 86400 (one value, not a factor), got {value.replace('nan', 'NaN')}")
+
+
+def test_the_stall_deadline_is_not_part_of_what_is_measured(write_experiment, lab_dir):
+    """Changing when a run is given up leaves the results folder's experiment the same."""
+    default = experiment.load(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10)))
+    declared = experiment.load(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10) + "stall_after_s = 5\n"))
+    assert default.identity() == declared.identity()
+    assert stall.stall_after(matrix.cells(default)[0].workload) == stall.DEFAULT_STALL_S
+    assert stall.stall_after(matrix.cells(declared)[0].workload) == 5

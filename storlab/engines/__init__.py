@@ -1,19 +1,29 @@
-"""One adapter per engine; `provision` picks it by the experiment's engine name."""
+"""The engines storlab drives, one package each, found here by the name an experiment file gives:
+`engine(name)` is everything storlab knows of it (storlab.engines.base.Engine). An engine is added
+by writing its package and naming it below."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from storlab.engines.base import Engine, Instance
+from storlab.engines.mariadb import Mariadb
+from storlab.engines.postgres import Postgres
 from storlab.layout import InstanceSpec
 
+_REGISTRY: dict[str, Engine] = {e.name: e for e in (Postgres(), Mariadb())}
 
-def provision(engine: str, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager:
-    if engine == "postgres":
-        from storlab.engines import postgres
 
-        return postgres.provision(spec, keep, connections)
-    if engine == "mariadb":
-        from storlab.engines import mariadb
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
 
-        return mariadb.provision(spec, keep, connections)
-    raise ValueError(f"unknown engine {engine}")
+
+def engine(name: str) -> Engine:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name} (storlab knows {', '.join(names())})") from None
+
+
+def provision(name: str, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
+    return engine(name).provision(spec, keep, connections)

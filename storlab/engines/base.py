@@ -1,15 +1,21 @@
-"""What the rest of storlab may ask of an engine's running instance. Engine things only: connect,
+"""What the rest of storlab may ask of an engine (`Engine`: its rules, its settings, its log, how an
+instance is provisioned) and of its running instance (`Instance`). Engine things only: connect,
 identify sessions, spread a table over the cell's data files, hand back what a load procedure
 recorded, cancel sessions, capture waits. Workloads bring their own SQL; engines never import them."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from storlab.diagnosis import ServerLog
+from storlab.engines.settings import Settings
+from storlab.layout import InstanceSpec
 from storlab.waits import WaitProbe
 
 
@@ -69,3 +75,52 @@ class Instance(Protocol):
 
     def waiting_tasks_probe(self) -> Any:
         """A reader of the workload's waiting sessions and what each waits on (waiting_tasks.WaitingSessions)."""
+
+    def parallel_workers(self, conn: Any, workers: int) -> None:
+        """Let the session's queries use up to `workers` parallel workers (an engine that runs a query
+        on one thread ignores it: see Engine.parallel_query)."""
+
+    def planned_workers(self, conn: Any, query: str) -> int:
+        """How many parallel workers the engine plans for `query`."""
+
+
+class Engine(ABC):
+    """One database engine, as the experiment file names it (`name`); its package registers it in
+    storlab.engines."""
+
+    name: str
+    title: str  # as its users write it: PostgreSQL
+    settings: Settings  # its settings grammar and the check of a user's settings
+    log: ServerLog  # its server log's grammar, for failed runs
+    symptoms: tuple[tuple[str, str], ...]  # (setting, pattern): a setting that started yet fails every run
+    # Layout keys it honours; a key outside them is an error with the engine's reason, never ignored.
+    layout_keys: frozenset[str]
+    unhonoured: dict[str, str]  # layout key -> why this engine cannot honour it
+    min_log_bytes = 0  # the smallest log it can be given
+    parallel_query: bool  # one query can use parallel workers (a scan's dop)
+    catalog_bytes: int  # what an empty instance holds before the workload (capacity's floor)
+
+    @abstractmethod
+    def installed(self) -> None:
+        """Nothing when the server is installed; RunFailed naming the package to install otherwise."""
+
+    @abstractmethod
+    def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
+        """Create and start an instance with the cell's layout; stopped (and removed unless `keep`) on
+        every way out."""
+
+    def check_layout(self, layout: Any) -> None:
+        """Refuse (factors.KeyProblem) what the experiment's layout asks and this engine's own rules
+        forbid, beyond the keys it honours."""
+
+    @abstractmethod
+    def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
+        """What its log holds on disk after a run that writes `written` bytes of log (capacity)."""
+
+    def release_shared_memory(self, dirs: list[Path]) -> list[str]:
+        """Shared memory a killed server of this engine left for an instance in `dirs` (before they are
+        removed); what was removed."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"<engine {self.name}>"

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import field_validator
 
 from storlab import factors
+from storlab.engines.base import Instance
 from storlab.workloads.tables import WIDE, WIDE_VALUES
 from storlab.workloads.inserts import InsertWorkload
 from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Measurement, Progress, WorkloadParams, register
@@ -34,7 +35,7 @@ class BulkInsertParams(WorkloadParams):
 class _SizedLoad:
     """The insert, then the size of what it wrote: MB/s is the table's bytes over the elapsed time."""
 
-    def __init__(self, instance: Any, inner: Load):
+    def __init__(self, instance: Instance, inner: Load):
         self.instance = instance
         self.inner = inner
 
@@ -78,10 +79,10 @@ class BulkInsert(InsertWorkload):
     def rows(self, params: dict[str, Any]) -> int:
         return int(params["rows"])
 
-    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
         super().prepare(instance, self._as_insert(params), files)
 
-    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
         return _SizedLoad(instance, super().load(instance, self._as_insert(params), files))
 
     @staticmethod

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from storlab.engines.base import Instance
 from storlab.errors import RunFailed
 from storlab.workloads.driver import PROGRESS_PERIOD_S, Transactions, measure, session_error
 from storlab.workloads.kind import Measurement, Progress
@@ -32,7 +33,7 @@ class _Session:
 
 
 class ClientLoad:
-    def __init__(self, instance: Any, statements: list[Statement], transactions: int, connections: int,
+    def __init__(self, instance: Instance, statements: list[Statement], transactions: int, connections: int,
                  warmup_s: float = 0.0):
         self.instance = instance
         self.warmup_s = warmup_s

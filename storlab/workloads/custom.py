@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from storlab import factors
+from storlab.engines.base import Instance
 from storlab.errors import UserError
 from storlab.workloads.client import ClientLoad, Statement
 from storlab.workloads.driver import session_error
@@ -115,7 +116,7 @@ class Custom(Workload):
             raise UserError(f"{name}: no SQL statement in the transaction file")
         return statements
 
-    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
         transaction = self._transaction(instance.engine, params, files)
         with instance.connect() as conn:
             if params.get("setup"):
@@ -127,7 +128,7 @@ class Custom(Workload):
             finally:
                 conn.cursor().execute("ROLLBACK")
 
-    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
         return ClientLoad(instance, self._transaction(instance.engine, params, files),
                           int(params["transactions_per_connection"]), int(params["connections"]),
                           float(params.get("warmup_s") or 0))

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from storlab.engines.base import Instance
 from storlab.errors import RunFailed
 from storlab.workloads.kind import Measurement, Progress
 
@@ -54,7 +55,7 @@ def session_error(exc: BaseException) -> str:
 class ProcedureLoad:
     """`calls[i]` is session i's procedure call and the rows of each transaction it will run."""
 
-    def __init__(self, instance: Any, calls: list[tuple[str, tuple, np.ndarray]], warmup_s: float = 0.0):
+    def __init__(self, instance: Instance, calls: list[tuple[str, tuple, np.ndarray]], warmup_s: float = 0.0):
         self.instance = instance
         self.calls = calls
         self.warmup_s = warmup_s

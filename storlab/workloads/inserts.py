@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import field_validator, model_validator
 
 from storlab import factors
-from storlab.engines.base import Table
+from storlab.engines.base import Instance, Table
 from storlab.workloads.driver import ProcedureLoad, batches
 from storlab.workloads.kind import ELAPSED, Connections, Figure, Footprint, Load, Warmup, Workload, WorkloadParams
 
@@ -127,14 +127,14 @@ class InsertWorkload(Workload):
         per_row, rows = self.row_bytes[engine], self.rows(params)
         return Footprint(data=rows * per_row.data, log=rows * per_row.log)
 
-    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
         loop, _ = LOOPS[instance.engine]
         insert = self.statements[instance.engine].format(batch=int(params["batch"]))
         with instance.connect() as conn:
             instance.create_table(conn, self.tables[instance.engine])
             conn.execute(loop.replace("{insert}", insert))
 
-    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
         _, call = LOOPS[instance.engine]
         rows, batch = int(params["rows_per_connection"]), int(params["batch"])
         plan = batches(rows, batch)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Callable, ClassVar, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
 from storlab import factors
+from storlab.engines.base import Engine, Instance
 
 
 
@@ -60,6 +61,7 @@ class Load(Protocol):
 
 
 MAX_WARMUP_S = 3600
+MIN_STALL_S, MAX_STALL_S = 2, 86400
 MAX_CONNECTIONS = 1024
 
 # `connections`, a factor like any workload key, for every kind whose load runs in several sessions.
@@ -72,7 +74,21 @@ class WorkloadParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    def check_engine(self, engine: str) -> None:
+    # The run's deadline (storlab.stall): seconds without an answer from the server before the run
+    # fails and its instance is stopped. One number for the experiment, not a factor.
+    stall_after_s: float | None = None
+
+    @field_validator("stall_after_s", mode="before")
+    @classmethod
+    def _stall_after(cls, v):
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not MIN_STALL_S <= v <= MAX_STALL_S:
+            raise ValueError(f"expected a number of seconds from {MIN_STALL_S:g} to {MAX_STALL_S:g} (one value, "
+                             f"not a factor), got {factors.show(v)}")
+        return float(v)
+
+    def check_engine(self, engine: Engine) -> None:
         """Raise factors.KeyProblem naming a key this engine cannot honour (the default: all can)."""
 
     def sql_files(self) -> list[tuple[str, str]]:
@@ -115,12 +131,12 @@ class Workload:
         user's own SQL), and the capacity check then says nothing."""
         return None
 
-    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
         """Create what the load needs in a fresh instance, before any probe starts. `files` holds
         the text of every SQL file the experiment names, read once when it was loaded."""
         raise NotImplementedError
 
-    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
         raise NotImplementedError
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import field_validator
 
 from storlab import factors
+from storlab.engines.base import Engine, Instance
 from storlab.workloads.inserts import LOOPS
 from storlab.workloads.kind import ELAPSED, Figure, Footprint, Measurement, Progress, Workload, WorkloadParams, register
 from storlab.workloads.tables import WIDE, WIDE_VALUES
@@ -32,8 +33,6 @@ SCAN = "SELECT " + ", ".join(f"count(col{i})" for i in range(1, 12)) + " FROM la
 # Rows written by the insert procedure in transactions of this many, so the build's WAL is recycled.
 BUILD_BATCH = 200_000
 FREEZE = {"postgres": "VACUUM (FREEZE, ANALYZE) lab_wide", "mariadb": "ANALYZE TABLE lab_wide"}
-SET_DOP = "SET max_parallel_workers_per_gather = {dop}"
-PLANNED_WORKERS = "EXPLAIN (FORMAT JSON) " + SCAN
 # Row numbers go on from batch to batch: the loop's transaction number (PostgreSQL) or the rows it
 # has inserted so far (MariaDB).
 BUILD = {
@@ -63,28 +62,27 @@ class ScanParams(WorkloadParams):
             raise ValueError(f"{max(factors.values(dop))} is more than the limit of {MAX_DOP}")
         return dop
 
-    def check_engine(self, engine: str) -> None:
-        if engine == "mariadb" and self.dop is not None:
-            raise factors.KeyProblem(("workload", "dop"), "MariaDB runs a query on one thread: dop is PostgreSQL's "
-                                     "parallel workers (for MariaDB's read-ahead, set innodb_read_ahead_threshold)")
+    def check_engine(self, engine: Engine) -> None:
+        if not engine.parallel_query and self.dop is not None:
+            raise factors.KeyProblem(("workload", "dop"), f"{engine.title} runs a query on one thread: dop is a "
+                                     "query's parallel workers, for an engine that has them")
 
 
 class ScanLoad:
     """One session, one cold scan."""
 
-    def __init__(self, instance: Any, dop: int):
+    def __init__(self, instance: Instance, dop: int):
         self.instance = instance
         self.dop = dop
         self.conn: Any = None
 
     def open(self) -> list[int]:
         self.conn = self.instance.connect()
-        if self.instance.engine == "postgres":
-            self.conn.execute(SET_DOP.format(dop=int(self.dop)))
+        self.instance.parallel_workers(self.conn, self.dop)
         return [self.instance.session_id(self.conn)]
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
-        figures = {"workers_planned": float(self._planned_workers())}
+        figures = {"workers_planned": float(self.instance.planned_workers(self.conn, SCAN))}
         cpu_before = self.instance.cpu_s()
         started = time.time()
         self.conn.cursor().execute(SCAN)
@@ -95,13 +93,6 @@ class ScanLoad:
         if on_progress:
             on_progress(1, 1)
         return Measurement(elapsed, figures, [], started)
-
-    def _planned_workers(self) -> int:
-        """How many parallel workers PostgreSQL plans for the scan (MariaDB: none)."""
-        if self.instance.engine != "postgres":
-            return 0
-        plan = self.conn.execute(PLANNED_WORKERS).fetchone()[0][0]["Plan"]
-        return int(plan.get("Workers Planned", 0))
 
     def close(self) -> None:
         if self.conn is not None:
@@ -129,9 +120,10 @@ class Scan(Workload):
 
     def footprint(self, engine: str, params: dict[str, Any]) -> Footprint:
         size = int(params["table_mb"]) * 2**20
-        return Footprint(data=size, log=size if engine == "postgres" else 0)  # the build's WAL, and the freeze's
+        # The build's log (PostgreSQL's WAL, and its freeze's); an engine with a fixed-size log holds no more.
+        return Footprint(data=size, log=size)
 
-    def prepare(self, instance: Any, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
         rows = int(params["table_mb"]) * 2**20 // ROW_BYTES[instance.engine]
         batch = min(rows, BUILD_BATCH)
         loop, call = LOOPS[instance.engine]
@@ -139,9 +131,7 @@ class Scan(Workload):
             instance.create_table(conn, WIDE[instance.engine])
             conn.execute(loop.replace("{insert}", BUILD[instance.engine].format(batch=batch)))
             instance.call_load(conn, call, (rows, batch))
-            result = conn.execute(FREEZE[instance.engine])
-            if instance.engine == "mariadb":
-                result.fetchall()
+            conn.execute(FREEZE[instance.engine])
 
-    def load(self, instance: Any, params: dict[str, Any], files: dict[str, str]):
+    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]):
         return ScanLoad(instance, int(params.get("dop") or 0))

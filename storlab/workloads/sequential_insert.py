@@ -2,7 +2,7 @@
 (PostgreSQL identity, MariaDB AUTO_INCREMENT), so every insert appends to the end of the index: the
 load where the log, its size and its growth decide the time.
 
-MariaDB instances run with innodb_autoinc_lock_mode = 2 (engines/mariadb.py says why); declaring 1 in
+MariaDB instances run with innodb_autoinc_lock_mode = 2 (engines/mariadb/instance.py says why); declaring 1 in
 engine_settings brings back the statement-long AUTO-INC lock, which serialises the sessions' inserts."""
 
 from __future__ import annotations

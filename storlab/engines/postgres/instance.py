@@ -1,8 +1,12 @@
-"""PostgreSQL 15 adapter: a throwaway cluster per cell with the cell's layout, and its wait statistics.
+"""PostgreSQL 15: a throwaway cluster per cell with the cell's layout, and its wait statistics.
 
 Layout: the cluster's catalog on the first data placement, `initdb --waldir` on the log placement
 (`--wal-segsize` is the log's growth: the unit in which new WAL is created and zero-filled), one
 tablespace per data placement; a workload's table over N data files is N hash partitions.
+
+What keeps the instance private (its socket directory, its port, no TCP address) is on the server's
+command line, which outranks every configuration file: a line added to postgresql.auto.conf cannot
+open it to the network.
 """
 
 from __future__ import annotations
@@ -12,14 +16,18 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import psycopg
+from psycopg import sql
 
-from storlab import engine_settings, instances, processes, templates
+from storlab import instances, processes, safe_files, templates
 from storlab.engines.base import Table
-from storlab.errors import RunFailed
+from storlab.engines.postgres.binaries import bin_dir, server_version, wait_sampling_installed
+from storlab.engines.postgres.settings import conf_value, preload_libraries
+from storlab.engines.postgres.traced_waits import TracedWaitProbe
+from storlab.errors import RunFailed, UserError
 from storlab.layout import InstanceSpec
 from storlab.probes import Sampler, sched_delta, sched_time
 from storlab.waits import Wait, WaitCapture, delta, is_benign
@@ -34,7 +42,7 @@ ACTIVITY_PERIOD_S = 0.05
 BENIGN = frozenset({"Client:ClientRead", "Activity:*", "Extension:*"})
 
 SERVER_VERSION = "SHOW server_version"
-CREATE_TABLESPACE = "CREATE TABLESPACE {name} LOCATION '{path}'"
+CREATE_TABLESPACE = "CREATE TABLESPACE {name} LOCATION {path}"
 WAIT_COLLECTOR_RUNNING = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
 CREATE_WAIT_SAMPLING = "CREATE EXTENSION IF NOT EXISTS pg_wait_sampling"
 BACKEND_PID = "SELECT pg_backend_pid()"
@@ -76,6 +84,8 @@ ACTIVITY_SAMPLE = """
 NEXT_XID = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
 CANCEL = "SELECT pg_cancel_backend(pid) FROM unnest(%s::int[]) AS pid"
 CHECKPOINT = "CHECKPOINT"
+SET_PARALLEL_WORKERS = "SET max_parallel_workers_per_gather = {workers}"
+EXPLAIN = "EXPLAIN (FORMAT JSON) "
 # A third of an initialized cluster's files are the template0 database, which nothing connects to
 # (template1 stays: CREATE DATABASE copies it): every run copies the cluster, and creating a file
 # costs about half a millisecond here.
@@ -95,37 +105,46 @@ CREATE_PARTITION = (
 CREATE_INDEX = "CREATE INDEX ON {table} ({key}) TABLESPACE {tablespace}"
 
 
-def bin_dir() -> Path:
-    """The newest installed server, preferring 15 (the version storlab's SQL is written for)."""
-    preferred = Path("/usr/lib/postgresql/15/bin")
-    if (preferred / "postgres").exists():
-        return preferred
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
-    if not found:
-        raise RunFailed("PostgreSQL server not found (install the postgresql-15 package: make demo does)")
-    return found[-1].parent
-
-
 def _tablespace(placement_name: str) -> str:
     return f"ts_{placement_name}".lower().replace("-", "_")
 
 
-class PostgresInstance:
-    engine = "postgres"
-    roots: dict[str, Path]  # placement name -> the instance's own directory on it
-    restart: Callable[[], None]  # stop cleanly and start again: buffers empty, files as they were
-    cpu_s: Callable[[], float]  # the server's CPU seconds so far (its processes and reaped children)
+def _connect(socket_dir: Path) -> psycopg.Connection:
+    conn = psycopg.connect(host=str(socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True)
+    conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
+    return conn
 
-    def __init__(self, spec: InstanceSpec, socket_dir: Path, version: str, wait_sampling: bool):
+
+def _accepts(socket_dir: Path) -> bool:
+    try:
+        _connect(socket_dir).close()
+        return True
+    except psycopg.OperationalError:
+        return False
+
+
+class PostgresInstance:
+    """A started cluster in its workspace (instances.Workspace), ready for a workload."""
+
+    engine = "postgres"
+
+    def __init__(self, spec: InstanceSpec, workspace: instances.Workspace, version: str, wait_sampling: bool):
         self.spec = spec
-        self.socket_dir = socket_dir
+        self.workspace = workspace
+        self.socket_dir = workspace.socket_dir
+        self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
         self.version = version
-        self.wait_sampling = wait_sampling
+        self.wait_sampling = wait_sampling  # pg_wait_sampling's collector runs
 
     def connect(self) -> psycopg.Connection:
-        conn = psycopg.connect(host=str(self.socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True)
-        conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
-        return conn
+        return _connect(self.socket_dir)
+
+    def restart(self) -> None:
+        """SIGINT: a fast, clean shutdown; then started again, its buffers empty."""
+        self.workspace.restart(signal.SIGINT, functools.partial(_accepts, self.socket_dir), "PostgreSQL")
+
+    def cpu_s(self) -> float:
+        return processes.tree_cpu_s(self.workspace.server.pid)
 
     def session_id(self, conn: psycopg.Connection) -> int:
         return conn.execute(BACKEND_PID).fetchone()[0]
@@ -168,8 +187,16 @@ class PostgresInstance:
         with self.connect() as conn:
             conn.execute(CANCEL, (sessions,))
 
-    def wait_probe(self):
-        return WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
+    def wait_probe(self) -> TracedWaitProbe:
+        """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run."""
+        return TracedWaitProbe(WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self), self)
+
+    def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:
+        conn.execute(SET_PARALLEL_WORKERS.format(workers=int(workers)))
+
+    def planned_workers(self, conn: psycopg.Connection, query: str) -> int:
+        plan = conn.execute(EXPLAIN + query).fetchone()[0][0]["Plan"]
+        return int(plan.get("Workers Planned", 0))
 
     def waiting_tasks_probe(self) -> "WaitingSessions":
         return WaitingSessions(self)
@@ -280,11 +307,14 @@ class ActivityProbe:
         return WaitCapture(self.source, waits, extras)
 
 
-def _settings(spec: InstanceSpec, socket_dir: Path, preload_wait_sampling: bool, connections: int) -> dict:
+def _private(socket_dir: Path) -> list[str]:
+    """The server's command-line options that keep it private: its own socket directory and port, and
+    no TCP address at all."""
+    return ["-c", f"port={PORT}", "-c", "listen_addresses=", "-c", f"unix_socket_directories={socket_dir}"]
+
+
+def _settings(spec: InstanceSpec, preload_wait_sampling: bool, connections: int) -> dict:
     conf = {
-        "port": PORT,
-        "listen_addresses": "",
-        "unix_socket_directories": str(socket_dir),
         "max_connections": max(100, connections + 10),
         "logging_collector": False,
     }
@@ -301,18 +331,13 @@ def _settings(spec: InstanceSpec, socket_dir: Path, preload_wait_sampling: bool,
         conf.update({"min_wal_size": f"{mb}MB", "max_wal_size": f"{max(2 * mb, 1024)}MB"})
     for key, value in spec.settings.items():
         if preload_wait_sampling and key.lower() == "shared_preload_libraries":
-            key, value = "shared_preload_libraries", engine_settings.preload_libraries(value)
+            key, value = "shared_preload_libraries", preload_libraries(value)
         conf[key] = value
     return conf
 
 
 def _wal_segsize(spec: InstanceSpec) -> list[str]:
     return [f"--wal-segsize={spec.log_growth_bytes // 2**20}"] if spec.log_growth_bytes else []
-
-
-def wait_sampling_installed(bins: Path) -> bool:
-    libdir = bins.parent / "lib"
-    return (libdir / "pg_wait_sampling.so").exists()
 
 
 def _template(bins: Path, spec: InstanceSpec) -> Path:
@@ -337,22 +362,18 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
     return templates.template("postgres", options, build)
 
 
-@functools.cache
-def server_version(bins: Path) -> str:
-    code, out = processes.run([str(bins / "postgres"), "--version"], timeout=30)
-    if code != 0:
-        raise RunFailed(f"{bins / 'postgres'} --version failed: {out.strip()}")
-    return out.strip()
-
-
 @contextmanager
-def provision(spec: InstanceSpec, keep: bool, connections: int) -> Iterator[PostgresInstance]:
+def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connections: int) -> Iterator[PostgresInstance]:
     """Create, start and yield an instance; stopped (and removed unless `keep`) on every way out. A
     throwaway instance gets an immediate shutdown (no checkpoint: nothing of it is kept); a kept one a
     fast shutdown, so its files are consistent."""
     bins = bin_dir()
+    for placement in spec.data_placements:
+        if "'" in str(placement.path):
+            raise UserError(f"placement {placement.name}: {placement.path} cannot hold a tablespace (PostgreSQL "
+                            "refuses a ' in a tablespace's location); choose another directory")
     stop = signal.SIGINT if keep else signal.SIGQUIT
-    with instances.workspace("postgres", spec.placements, keep, stop, spec.settings) as ws:
+    with instances.workspace(engine, spec.placements, keep, stop, spec.settings) as ws:
         template = _template(bins, spec)
         home = ws.roots[spec.home.name]
         pgdata, wal = home / "pgdata", ws.roots[spec.log.name] / "wal"
@@ -361,30 +382,19 @@ def provision(spec: InstanceSpec, keep: bool, connections: int) -> Iterator[Post
         (pgdata / "pg_wal").unlink()  # the template's link to its own WAL directory
         (pgdata / "pg_wal").symlink_to(wal)
         preload = wait_sampling_installed(bins)
-        with open(pgdata / "postgresql.auto.conf", "a") as conf:
-            for key, value in _settings(spec, ws.socket_dir, preload, connections).items():
-                conf.write(f"{key} = {engine_settings.postgres_value(value)}\n")
-        server = ws.start([str(bins / "postgres"), "-D", str(pgdata)])
-        instance = PostgresInstance(spec, ws.socket_dir, "", wait_sampling=False)
-        instance.roots = dict(ws.roots)
-
-        def accepts() -> bool:
-            try:
-                instance.connect().close()
-                return True
-            except psycopg.OperationalError:
-                return False
-
-        server.wait_ready(accepts, "PostgreSQL")
-        instance.restart = lambda: ws.restart(signal.SIGINT, accepts, "PostgreSQL")  # SIGINT: a fast, clean shutdown
-        instance.cpu_s = lambda: processes.tree_cpu_s(ws.server.pid)
-        with instance.connect() as conn:
-            instance.version = conn.execute(SERVER_VERSION).fetchone()[0]
+        safe_files.append(pgdata / "postgresql.auto.conf",
+                          "".join(f"{key} = {conf_value(value)}\n" for key, value in _settings(spec, preload, connections).items()))
+        server = ws.start([str(bins / "postgres"), "-D", str(pgdata), *_private(ws.socket_dir)])
+        server.wait_ready(functools.partial(_accepts, ws.socket_dir), "PostgreSQL")
+        wait_sampling = False
+        with _connect(ws.socket_dir) as conn:
+            version = conn.execute(SERVER_VERSION).fetchone()[0]
             for placement in spec.data_placements:
                 location = instances.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)
-                conn.execute(CREATE_TABLESPACE.format(name=_tablespace(placement.name), path=location))
+                conn.execute(sql.SQL(CREATE_TABLESPACE).format(name=sql.SQL(_tablespace(placement.name)),
+                                                               path=sql.Literal(str(location))))
             # Only with the collector running: its reset and views have crashed backends without it.
             if preload and conn.execute(WAIT_COLLECTOR_RUNNING).fetchone()[0] > 0:
                 conn.execute(CREATE_WAIT_SAMPLING)
-                instance.wait_sampling = True
-        yield instance
+                wait_sampling = True
+        yield PostgresInstance(spec, ws, version, wait_sampling)

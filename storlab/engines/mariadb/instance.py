@@ -1,4 +1,4 @@
-"""MariaDB 10.11 adapter: a throwaway server per cell with the cell's layout, and its wait statistics.
+"""MariaDB 10.11: a throwaway server per cell with the cell's layout, and its wait statistics.
 
 Layout, fixed when the instance is installed (`innodb_page_size` cannot change afterwards):
 - the datadir (catalog, undo, the default system tablespace) on the first data placement;
@@ -14,7 +14,8 @@ Layout, fixed when the instance is installed (`innodb_page_size` cannot change a
   absolute path on their placements, the last one autoextending. InnoDB fills them in order, not
   proportionally: ibdata2 gets pages only once ibdata1 is full. That is not SQL Server's proportional fill.
 
-The server listens on its own unix socket only (skip-networking), reads only its own my.cnf, and has
+The server listens on its own unix socket only (skip-networking and the socket on its command line,
+which outranks every option file), reads only its own my.cnf, and has
 performance_schema on with the synch and file IO instruments enabled (they can only be turned on at
 start). The workload runs as SQL user `lab`; the probe reads as `root`, so its own waits are not counted.
 """
@@ -22,18 +23,20 @@ start). The workload runs as SQL user `lab`; the probe reads as `root`, so its o
 from __future__ import annotations
 
 import functools
-import shutil
 import signal
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pymysql
 
-from storlab import engine_settings, instances, processes, templates
+from storlab import instances, processes, safe_files, templates
 from storlab.engines.base import Table
-from storlab.errors import RunFailed, UserError
+from storlab.engines.mariadb.binaries import binaries, server_version
+from storlab.engines.mariadb.file_io import FileSummaryProbe
+from storlab.engines.mariadb.settings import conf_value
+from storlab.errors import UserError
 from storlab.layout import InstanceSpec
 from storlab.probes import sched_delta, sched_time
 from storlab.waits import Wait, WaitCapture, delta, is_benign
@@ -92,20 +95,6 @@ HASH_PARTITIONS = " PARTITION BY HASH ({key}) ({partitions})"
 HASH_PARTITION = "PARTITION p{i} DATA DIRECTORY = '{path}'"
 
 
-def binaries() -> tuple[Path, Path]:
-    """The server and its installer, from the distribution's mariadb-server package."""
-    server = Path("/usr/sbin/mariadbd")
-    if not server.exists():
-        found = shutil.which("mariadbd")
-        if not found:
-            raise RunFailed("MariaDB server not found (install the mariadb-server package)")
-        server = Path(found)
-    installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
-    if not installer:
-        raise RunFailed("mariadb-install-db not found (install the mariadb-server package)")
-    return server, Path(installer)
-
-
 def range_bounds(n: int) -> list[str]:
     """The n - 1 upper bounds that cut random UUIDs into n equal ranges. 10.11 compares a UUID from
     its last group (index-friendly order for time-based UUIDs), a later server may compare from the
@@ -145,21 +134,41 @@ class Connection:
         self.close()
 
 
-class MariadbInstance:
-    engine = "mariadb"
-    roots: dict[str, Path]  # placement name -> the instance's own directory on it
-    restart: Callable[[], None]  # stop cleanly and start again: buffers empty, files as they were
-    cpu_s: Callable[[], float]  # the server's CPU seconds so far (its processes and reaped children)
+def _connect(socket: Path, user: str, database: str | None) -> Connection:
+    return Connection(pymysql.connect(unix_socket=str(socket), user=user, database=database,
+                                      autocommit=True, connect_timeout=10))
 
-    def __init__(self, spec: InstanceSpec, socket: Path, table_dirs: dict[str, Path], version: str = ""):
+
+def _accepts(socket: Path) -> bool:
+    try:
+        _connect(socket, ADMIN_USER, None).close()
+        return True
+    except pymysql.err.OperationalError:
+        return False
+
+
+class MariadbInstance:
+    """A started server in its workspace (instances.Workspace), ready for a workload."""
+
+    engine = "mariadb"
+
+    def __init__(self, spec: InstanceSpec, workspace: instances.Workspace, table_dirs: dict[str, Path], version: str):
         self.spec = spec
-        self.socket = socket
+        self.workspace = workspace
+        self.socket = workspace.socket_dir / SOCKET
+        self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
         self.table_dirs = table_dirs  # data placement name -> where its partitions' files go
         self.version = version
 
     def _connect(self, user: str, database: str | None) -> Connection:
-        return Connection(pymysql.connect(unix_socket=str(self.socket), user=user, database=database,
-                                          autocommit=True, connect_timeout=10))
+        return _connect(self.socket, user, database)
+
+    def restart(self) -> None:
+        """SIGTERM: a clean shutdown; then started again, its buffer pool empty."""
+        self.workspace.restart(signal.SIGTERM, functools.partial(_accepts, self.socket), "MariaDB")
+
+    def cpu_s(self) -> float:
+        return processes.tree_cpu_s(self.workspace.server.pid)
 
     def connect(self) -> Connection:
         """A workload session: the `lab` user, in the `lab` database."""
@@ -231,8 +240,15 @@ class MariadbInstance:
                 except pymysql.err.OperationalError:
                     pass  # the session has already ended
 
-    def wait_probe(self) -> "PerformanceSchemaProbe":
-        return PerformanceSchemaProbe(self)
+    def wait_probe(self) -> FileSummaryProbe:
+        """The workload's waits, with the IO of each file of the instance."""
+        return FileSummaryProbe(PerformanceSchemaProbe(self), self)
+
+    def parallel_workers(self, conn: Connection, workers: int) -> None:
+        pass  # MariaDB runs a query on one thread
+
+    def planned_workers(self, conn: Connection, query: str) -> int:
+        return 0
 
     def waiting_tasks_probe(self) -> "WaitingSessions":
         return WaitingSessions(self)
@@ -348,15 +364,19 @@ def _system_data_file_path(spec: InstanceSpec, dirs: dict[str, Path]) -> str:
     return ";".join(parts)
 
 
+def _private(socket_dir: Path) -> list[str]:
+    """The server's command-line options that keep it private: its own socket, no TCP at all (the
+    standard port is never touched). After --defaults-file, so they outrank the option file."""
+    return [f"--socket={socket_dir / SOCKET}", "--skip-networking"]
+
+
 def _options(spec: InstanceSpec, datadir: Path, socket_dir: Path, redo: Path, table_dirs: dict[str, Path],
              connections: int) -> list[tuple[str, Any]]:
     """my.cnf's [mysqld] lines, in order; the experiment's engine_settings last, so they win."""
     system = spec.file_kind == "system-tablespace"
     options: list[tuple[str, Any]] = [
         ("datadir", datadir),
-        ("socket", socket_dir / SOCKET),
         ("pid-file", socket_dir / "mysqld.pid"),
-        ("skip-networking", True),  # no TCP at all: the standard port is never touched
         ("skip-name-resolve", True),
         ("max_connections", max(100, connections + 10)),
         ("innodb_log_group_home_dir", redo),
@@ -390,9 +410,8 @@ def write_config(path: Path, options: list[tuple[str, Any]]) -> None:
         if value == "" and key == "innodb_data_home_dir":
             lines.append(f"{key} =")
         else:
-            lines.append(f"{key} = {engine_settings.mariadb_value(value)}")
-    path.write_text("\n".join(lines) + "\n")
-    path.chmod(0o644)  # mariadbd ignores a world-writable option file
+            lines.append(f"{key} = {conf_value(value)}")
+    safe_files.write_new(path, "\n".join(lines) + "\n", 0o644)  # mariadbd ignores a world-writable option file
 
 
 def _template(server_bin: Path, installer: Path, spec: InstanceSpec, connections: int) -> Path | None:
@@ -426,22 +445,14 @@ def _install(installer: Path, config: Path, user: instances.ServerUser, cwd: Pat
     )
 
 
-@functools.cache
-def server_version(server_bin: Path) -> str:
-    code, out = processes.run([str(server_bin), "--version"], timeout=30)
-    if code != 0:
-        raise RunFailed(f"{server_bin} --version failed: {out.strip()}")
-    return out.strip()
-
-
 @contextmanager
-def provision(spec: InstanceSpec, keep: bool, connections: int) -> Iterator[MariadbInstance]:
+def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connections: int) -> Iterator[MariadbInstance]:
     """Install (or copy the template), start and yield an instance; stopped (and removed unless `keep`)
     on every way out. A throwaway instance is killed (nothing of it is kept, so no flush is owed); a
     kept one gets a clean shutdown."""
     server_bin, installer = binaries()
     stop = signal.SIGTERM if keep else signal.SIGKILL
-    with instances.workspace("mariadb", spec.placements, keep, stop, spec.settings) as ws:
+    with instances.workspace(engine, spec.placements, keep, stop, spec.settings) as ws:
         # Inside the workspace: a setting the installer refuses is told in the installer's words.
         template = _template(server_bin, installer, spec, connections)
         home = ws.roots[spec.home.name]
@@ -459,23 +470,11 @@ def provision(spec: InstanceSpec, keep: bool, connections: int) -> Iterator[Mari
         write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections))
         if template is None:
             _install(installer, config, ws.user, home)
-        server = ws.start([str(server_bin), f"--defaults-file={config}"])
-        instance = MariadbInstance(spec, ws.socket_dir / SOCKET, table_dirs)
-        instance.roots = dict(ws.roots)
-
-        def accepts() -> bool:
-            try:
-                instance.admin().close()
-                return True
-            except pymysql.err.OperationalError:
-                return False
-
-        server.wait_ready(accepts, "MariaDB")
-        instance.restart = lambda: ws.restart(signal.SIGTERM, accepts, "MariaDB")  # SIGTERM: a clean shutdown
-        instance.cpu_s = lambda: processes.tree_cpu_s(ws.server.pid)
-        with instance.admin() as conn:
-            instance.version = conn.execute(SERVER_VERSION).fetchone()[0]
+        server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])
+        server.wait_ready(functools.partial(_accepts, ws.socket_dir / SOCKET), "MariaDB")
+        with _connect(ws.socket_dir / SOCKET, ADMIN_USER, None) as conn:
+            version = conn.execute(SERVER_VERSION).fetchone()[0]
             conn.execute(CREATE_DATABASE)
             conn.execute(CREATE_WORKLOAD_USER)
             conn.execute(GRANT_WORKLOAD_USER)
-        yield instance
+        yield MariadbInstance(spec, ws, table_dirs, version)

@@ -1,0 +1,91 @@
+"""How long until the quickstart's answer is settled, and how many runs pairing by round saves.
+
+Runs examples/quickstart.toml (`until = "settled"`) end to end on PostgreSQL into a fresh results folder,
+then prints the wall time, the rounds and runs it took, why it stopped, and the factor table. From those
+runs it measures the noise: the run-to-run spread once each round's drift is taken out (the residual CV)
+and the share of the spread that is the round's (the correlation of two cells' runs in one round). For
+that noise it prints how many runs per cell tell a 10 % and a 5 % difference from none at 80 % power
+and a 5 % level: unpaired (two-sample t-test on all the spread, storlab's cell-by-cell analysis before
+the rounds were paired) and paired by round (the t-test of the within-round differences).
+
+    .venv/bin/python benchmarks/time_to_answer.py [--experiment examples/quickstart.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from statsmodels.stats.power import TTestIndPower, TTestPower
+
+from storlab import analysis, answer, experiment, runner
+from storlab.stats import ALPHA, POWER
+from storlab.store import Store
+
+DIFFERENCES = (0.10, 0.05)
+
+
+def noise(results: analysis.Results) -> tuple[float, float, float]:
+    """(total sd of a run's log, residual sd once cells and rounds are taken out, the round's share of
+    the variance: the correlation of two cells' runs in one round), from the complete rounds."""
+    cells = [c for c in results.measured if c.runs]
+    values = results.paired_values()
+    rounds = sorted(set.intersection(*(set(values[c.cell.id]) for c in cells)))
+    y = np.log([[values[c.cell.id][r] for c in cells] for r in rounds])  # rounds x cells
+    centred = y - y.mean(axis=0)
+    round_means = centred.mean(axis=1)
+    residual = centred - round_means[:, None]
+    k, r = y.shape[1], y.shape[0]
+    resid_var = float((residual**2).sum() / ((r - 1) * (k - 1)))
+    round_var = max(0.0, float(round_means.var(ddof=1)) - resid_var / k)
+    total = round_var + resid_var
+    return math.sqrt(total), math.sqrt(resid_var), round_var / total if total else 0.0
+
+
+def runs_needed(sd: float, difference: float, paired: bool) -> int:
+    """Runs per cell (for paired: rounds) for 80 % power at 5 %: statsmodels' t-test power solvers."""
+    effect = math.log1p(difference) / sd
+    solver = TTestPower() if paired else TTestIndPower()
+    return math.ceil(solver.solve_power(effect_size=effect, alpha=ALPHA, power=POWER, alternative="two-sided"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", type=Path, default=Path(__file__).parent.parent / "examples" / "quickstart.toml")
+    args = parser.parse_args()
+    exp = experiment.load(args.experiment, until_settled=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "results"
+        began = time.monotonic()
+        runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()))
+        wall = time.monotonic() - began
+        with Store.open(folder, create=False) as store:
+            results = analysis.load(store)
+    runs = sum(len(c.runs) for c in results.cells)
+    elapsed = sum(r.figures.get("elapsed_s", 0.0) for c in results.cells for r in c.runs)
+    print(f"{exp.name}: {wall:.0f} s wall time, {runs} runs in {results.rounds} rounds "
+          f"({elapsed:.0f} s of them inside the workload)")
+    print(f"  {results.stopped}")
+    console = Console(width=160, highlight=False)
+    if results.answer is not None:
+        answer.factor_answer(results, console)
+    total_sd, resid_sd, rho = noise(results)
+    print(f"noise: run-to-run CV {100 * math.sqrt(math.expm1(total_sd**2)):.1f} %, "
+          f"{100 * math.sqrt(math.expm1(resid_sd**2)):.1f} % once each round's drift is taken out; "
+          f"correlation of two cells' runs in one round {rho:.2f}")
+    paired_sd = total_sd * math.sqrt(2 * (1 - rho))
+    for difference in DIFFERENCES:
+        unpaired = runs_needed(total_sd, difference, paired=False)
+        paired = runs_needed(paired_sd, difference, paired=True) if paired_sd > 0 else 2
+        print(f"  a {100 * difference:.0f} % difference, 80 % power at 5 %: {unpaired} runs per cell unpaired, "
+              f"{paired} paired by round ({unpaired / paired:.1f}x fewer)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""MariaDB: where it is installed (binaries.py), a throwaway server per cell and its wait probes
+(instance.py), its settings (settings.py), its log (log.py), the settings that start yet fail every
+run (symptoms.py), and its layout rules and limits here."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from storlab.engines import settings as common
+from storlab.engines.base import Engine, Instance
+from storlab.engines.mariadb import instance
+from storlab.engines.mariadb.binaries import binaries
+from storlab.engines.mariadb.log import MariadbLog
+from storlab.engines.mariadb.settings import MariadbSettings
+from storlab.engines.mariadb.symptoms import SYMPTOMS
+from storlab.layout import InstanceSpec
+
+MB = 1024**2
+CATALOG_BYTES = 30 * MB  # measured (README "Capacity"): the datadir's ibdata1 and system tables
+INNODB_REDO = 96 * MB  # the default innodb_log_file_size, allocated whole at install
+
+
+class Mariadb(Engine):
+    name = "mariadb"
+    title = "MariaDB"
+    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "page_size", "file_kind", "striping"})
+    unhonoured = {
+        "log_growth": "MariaDB's redo log is one fixed, circular file that never grows: declare its size with log_size",
+    }
+    min_log_bytes = 4 * MB  # the smallest redo log InnoDB takes
+    parallel_query = False
+    catalog_bytes = CATALOG_BYTES
+    symptoms = SYMPTOMS
+
+    def __init__(self):
+        self.settings = MariadbSettings()
+        self.log = MariadbLog(self.settings.blamed)
+
+    def installed(self) -> None:
+        binaries()
+
+    def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
+        return instance.provision(self, spec, keep, connections)
+
+    def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
+        """One circular redo file, allocated whole, whatever a run writes."""
+        return log_size or common.setting_bytes(settings, "innodb_log_file_size", INNODB_REDO, 1)

@@ -1,0 +1,76 @@
+"""IO per file of a MariaDB instance over a run: performance_schema's `file_summary_by_instance`
+(the file IO instruments are on from start), read before and after the load and differenced. Every
+thread's IO counts (the page cleaner's writes, the redo log's), as SQL Server's
+sys.dm_io_virtual_file_stats counts a file's. Times are the server's own timers (picoseconds) around
+each read and write; syncs and opens are one "misc" figure there, so syncs are not shown apart, and
+there is no histogram per file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from storlab.file_io import FileIO
+from storlab.waits import WaitCapture, WaitProbe
+
+SOURCE = "performance_schema"
+FILE_SUMMARY = """
+    SELECT FILE_NAME, EVENT_NAME, COUNT_READ, SUM_NUMBER_OF_BYTES_READ, SUM_TIMER_READ,
+           COUNT_WRITE, SUM_NUMBER_OF_BYTES_WRITE, SUM_TIMER_WRITE
+    FROM performance_schema.file_summary_by_instance"""
+# What each InnoDB file instrument holds, for the files whose name does not say it.
+OBJECTS = {"wait/io/file/innodb/innodb_log_file": "redo log", "wait/io/file/innodb/innodb_temp_file": "temporary"}
+
+Reading = dict[tuple[str, str], tuple[int, ...]]
+
+
+def read(conn: Any) -> Reading:
+    """(file, instrument) -> (reads, bytes read, read ps, writes, bytes written, write ps)."""
+    return {(name, event): tuple(int(v or 0) for v in rest)
+            for name, event, *rest in conn.execute(FILE_SUMMARY).fetchall()}
+
+
+def files(before: Reading, after: Reading, roots: dict[str, Path]) -> list[FileIO]:
+    """The files that moved between two readings, named relative to the placement they are on."""
+    found = []
+    for (name, event), now in after.items():
+        then = before.get((name, event), (0,) * 6)
+        moved = [b - a for a, b in zip(then, now)]
+        if moved[0] <= 0 and moved[3] <= 0:
+            continue
+        placement, relative = _where(Path(name), roots)
+        found.append(FileIO(relative, OBJECTS.get(event, Path(name).name), placement,
+                            reads=moved[0], read_bytes=moved[1], read_s=moved[2] / 1e12,
+                            writes=moved[3], write_bytes=moved[4], write_s=moved[5] / 1e12, source=SOURCE))
+    return found
+
+
+def _where(path: Path, roots: dict[str, Path]) -> tuple[str, str]:
+    for placement, root in roots.items():
+        if path.is_relative_to(root):
+            return placement, str(path.relative_to(root))
+    return "", str(path)
+
+
+class FileSummaryProbe:
+    """The instance's wait probe, with its files' IO read around the same load."""
+
+    def __init__(self, waits: WaitProbe, instance: Any):
+        self.waits = waits
+        self.instance = instance
+        self.source = waits.source
+
+    def start(self, sessions: list[int]) -> None:
+        with self.instance.admin() as conn:
+            self.before = read(conn)
+        self.waits.start(sessions)
+
+    def so_far(self) -> dict[str, float]:
+        return self.waits.so_far()
+
+    def stop(self) -> WaitCapture:
+        capture = self.waits.stop()
+        with self.instance.admin() as conn:
+            after = read(conn)
+        capture.files = files(self.before, after, {name: root.resolve() for name, root in self.instance.roots.items()})
+        return capture

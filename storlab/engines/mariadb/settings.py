@@ -1,0 +1,96 @@
+"""MariaDB's settings: their names (and the forms that reach one: loose-x, skip-x, ...), those storlab
+sets itself, how my.cnf reads a value, and the installed server's word on a user's settings
+(`mariadbd --verbose --help`, without and with a throwaway option file)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from storlab.engines import settings as common
+from storlab.engines.mariadb import log
+from storlab.engines.mariadb.binaries import binaries
+from storlab.errors import RunFailed
+
+
+def conf_value(value: Any) -> str:
+    """A value as my.cnf reads it: quoted when it holds spaces, quotes, '#' or backslashes."""
+    if isinstance(value, bool):
+        return "ON" if value else "OFF"
+    text = str(value)
+    if not text or any(c.isspace() for c in text) or any(c in text for c in "#'\"\\"):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+class MariadbSettings(common.Settings):
+    title = "MariaDB"
+    name_pattern = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+    name_form = "letters, digits, '_' or '-'"
+    owned = {
+        "port": common.SOCKET_ONLY,
+        "extra_port": common.SOCKET_ONLY,
+        "bind_address": common.SOCKET_ONLY,
+        "skip_networking": common.SOCKET_ONLY,
+        "socket": common.SOCKET_ONLY,
+        "datadir": common.FILES,
+        "basedir": common.FILES,
+        "pid_file": common.FILES,
+        "innodb_log_group_home_dir": "layout.log_on sets it",
+        "innodb_data_home_dir": "layout.data_on sets it",
+        "innodb_data_file_path": "layout.data_files sets it",
+        "innodb_file_per_table": "layout.file_kind sets it",
+        "log_error": common.LOG,
+        "skip_grant_tables": common.AUTH,
+        "user": common.USER,
+        "max_connections": common.CONNECTIONS,
+        "innodb_buffer_pool_load_at_startup": common.COLD,
+        "innodb_buffer_pool_dump_at_shutdown": common.COLD,
+        "performance_schema": common.PROBE,
+        "performance_schema_instrument": common.PROBE,
+    }
+    owned_prefixes = (("performance_schema_consumer_", common.PROBE),)
+    layout_owned = {"innodb_log_file_size": "log_size", "innodb_page_size": "page_size"}
+    # MariaDB reads `loose-x`, `skip-x`, `enable-x`, `disable-x` and `maximum-x` as forms of x.
+    prefixes = ("loose_", "skip_", "enable_", "disable_", "maximum_")
+
+    def canonical(self, name: str) -> str:
+        """MariaDB also reads '-' as '_'."""
+        return name.lower().replace("-", "_")
+
+    def spellings(self, form: str) -> set[str]:
+        return {form, form.replace("_", "-")}
+
+    def value(self, value: Any) -> str:
+        return conf_value(value)
+
+    def known_names(self) -> set[str]:
+        out = common.output([str(binaries()[0]), "--no-defaults", "--verbose", "--help"])
+        table = out.split("\n-------", 1)[-1].split("\n", 1)[-1].split("\n\n", 1)[0]  # to the blank line after it
+        return {self.canonical(line.split()[0]) for line in table.splitlines() if line.strip()}
+
+    def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
+        folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
+        try:
+            conf = folder / "my.cnf"
+            conf.write_text("[mysqld]\n" + "".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
+            conf.chmod(0o644)  # mariadbd ignores a world-writable option file
+            done = subprocess.run([str(binaries()[0]), f"--defaults-file={conf}", "--verbose", "--help"],
+                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RunFailed(f"mariadbd: cannot check the engine settings: {exc}") from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        for line in map(log.message, done.stderr.splitlines()):
+            name = self.blamed(line, settings)
+            if name is None:
+                continue
+            if line.startswith("[ERROR]"):
+                return name, f"MariaDB refuses {common.show(settings[name])}: {line.removeprefix('[ERROR]').strip()}"
+            if line.startswith("[Warning]"):
+                warnings.append(f"engine_settings.{name}: MariaDB: {line.removeprefix('[Warning]').strip()}")
+        return None

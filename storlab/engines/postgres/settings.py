@@ -1,0 +1,126 @@
+"""PostgreSQL's settings: their names, those storlab sets itself, how postgresql.conf reads a value,
+and the installed server's word on a user's settings (`postgres --describe-config`, and
+`postgres -C` reading a throwaway configuration file)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from storlab import instances
+from storlab.engines import settings as common
+from storlab.engines.postgres import log
+from storlab.engines.postgres.binaries import bin_dir, lib_dir
+
+# Preload libraries storlab needs, joined with the user's instead of replaced by them.
+STORLAB_PRELOAD = "pg_wait_sampling"
+
+
+def preload_libraries(user_value: Any) -> str:
+    """storlab's preload library first, then the user's (each once)."""
+    names = [STORLAB_PRELOAD]
+    for item in str(user_value).split(","):
+        item = item.strip().strip('"').strip()
+        if item and item not in names:
+            names.append(item)
+    return ",".join(names)
+
+
+def conf_value(value: Any) -> str:
+    """A value as postgresql.conf reads it: a quoted string with quotes doubled and backslashes escaped
+    (the file's strings read backslash escapes)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+class PostgresSettings(common.Settings):
+    title = "PostgreSQL"
+    # An extension's setting is prefix.name (pg_wait_sampling.profile_period).
+    name_pattern = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?")
+    name_form = "letters, digits, '_' or '$', and one '.' for an extension's setting"
+    # A user's value would open the instance to the network, move its files, hide its log or break the probes.
+    owned = {
+        "port": common.SOCKET_ONLY,
+        "listen_addresses": common.SOCKET_ONLY,
+        "unix_socket_directories": common.SOCKET_ONLY,
+        "unix_socket_group": common.SOCKET_ONLY,
+        "unix_socket_permissions": common.SOCKET_ONLY,
+        "data_directory": common.FILES,
+        "config_file": common.FILES,
+        "external_pid_file": common.FILES,
+        "hba_file": common.AUTH,
+        "ident_file": common.AUTH,
+        "logging_collector": common.LOG,
+        "log_destination": common.LOG,
+        "max_connections": common.CONNECTIONS,
+        "pg_wait_sampling.profile_period": common.PROBE,
+        "pg_wait_sampling.profile_pid": common.PROBE,
+        "pg_wait_sampling.profile_queries": common.PROBE,
+    }
+    layout_owned = {"min_wal_size": "log_size"}
+
+    def value(self, value: Any) -> str:
+        return conf_value(value)
+
+    def known_names(self) -> set[str]:
+        out = common.output([str(bin_dir() / "postgres"), "--describe-config"])
+        return {line.split("\t", 1)[0].lower() for line in out.splitlines() if line.strip()}
+
+    def name_problem(self, name: str, known: set[str], settings: dict[str, Any]) -> str | None:
+        """The list leaves out settings not in the sample file (such as application_name): postgres -C
+        then has the last word on a plain name; an extension's setting (prefix.name) is known only with
+        the extension preloaded."""
+        if any(form in known for form in self.forms(name)) or "." not in name:
+            return None
+        preload = self._preload(settings)
+        if name.split(".", 1)[0].lower() in preload:
+            return None  # an extension's setting: its library checks it when the server starts
+        return (f"unknown setting: PostgreSQL knows an extension's settings only with the extension "
+                f"in shared_preload_libraries (now: {', '.join(preload)})")
+
+    @staticmethod
+    def _preload(settings: dict[str, Any]) -> list[str]:
+        wanted = settings.get("shared_preload_libraries", "")
+        return preload_libraries(",".join(map(str, wanted)) if isinstance(wanted, list) else wanted).split(",")
+
+    def value_problems(self, settings: dict[str, Any]) -> tuple[str, str] | None:
+        """A preload library that is not installed."""
+        libdir = lib_dir(bin_dir())
+        for name, given in settings.items():
+            if self.canonical(name) != "shared_preload_libraries":
+                continue
+            for one in (given if isinstance(given, list) else [given]):
+                for library in preload_libraries(one).split(",")[1:]:
+                    if not (Path(library).is_absolute() or (libdir / f"{library}.so").exists()):
+                        return name, f"no library {library} in {libdir}"
+        return None
+
+    def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
+        user = instances.server_user()
+        folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
+        try:
+            conf = folder / "postgresql.conf"
+            conf.write_text("".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
+            (folder / "postgresql.auto.conf").write_text("")
+            instances.give_to(folder, user)
+            code, out = instances.run_tool(user, [str(bin_dir() / "postgres"), "-D", str(folder), "-C", "port"])
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if code == 0:
+            return None
+        lines = [log.message(line) for line in out.splitlines()]
+        for i, line in enumerate(lines):
+            name = self.blamed(line, settings) if line.startswith(("LOG:", "FATAL:", "ERROR:")) else None
+            if name and "unrecognized configuration parameter" in line:
+                return name, self.unknown(name, known)
+            if name and "skipping missing" not in line:
+                hint = lines[i + 1] if i + 1 < len(lines) and lines[i + 1].startswith("HINT:") else ""
+                message = line.split(":", 1)[1].strip() + (f" ({hint})" if hint else "")
+                return name, f"PostgreSQL refuses {common.show(settings[name])}: {message}"
+        return next(iter(settings)), f"PostgreSQL refuses these settings: {' | '.join(lines[-2:])}"

@@ -1,0 +1,16 @@
+"""Settings that let PostgreSQL start but fail every run, each with the words its failure says: a run
+failing so, with the setting among the cell's engine_settings, is that setting's doing
+(storlab.setting_failures). A pattern is searched for, ignoring case, in the error and in the server's
+log (its lines without their prefix); a setting turned off (0, off) is never blamed."""
+
+SYMPTOMS: tuple[tuple[str, str], ...] = (
+    ("statement_timeout", r"canceling statement due to statement timeout"),
+    ("lock_timeout", r"canceling statement due to lock timeout"),
+    ("transaction_timeout", r"due to transaction timeout"),
+    ("idle_session_timeout", r"idle-session timeout"),
+    ("idle_in_transaction_session_timeout", r"idle-in-transaction timeout"),
+    ("default_transaction_read_only", r"in a read-only transaction"),
+    ("huge_pages", r"could not map anonymous shared memory|huge pages"),
+    ("temp_file_limit", r"temporary file size exceeds temp_file_limit"),
+    ("max_connections", r"too many clients already|remaining connection slots are reserved"),
+)

@@ -1,0 +1,197 @@
+"""`[engine_settings]`: the check of a user's settings, shared by the engines; each engine's package
+gives its grammar (settings.py there: names, the settings storlab owns, how a value is written, how
+the installed server is asked).
+
+Checked in two steps. When the experiment file loads (no engine needed): each name is a plain setting
+name (so it cannot add a line to a configuration file), is not one storlab sets itself, and each value
+is a string, number or boolean without control characters. Before `storlab run` (and `--dry-run`)
+starts anything: each name is one the installed engine knows (its own list), and each value is one
+the engine accepts (the engine reads a throwaway configuration file), so a mistake costs one line
+instead of a failed run per cell.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import subprocess
+from abc import ABC, abstractmethod
+from typing import Any
+
+from storlab.errors import RunFailed, UserError
+from storlab.sizes import parse_size
+
+MAX_TEXT = 4096
+MAX_NAME = 63
+
+SOCKET_ONLY = "storlab sets it: the instance listens on its own unix socket only, never on TCP"
+FILES = "storlab sets it: the instance's files live in the placements' directories"
+LOG = "storlab sets it: storlab reads the server's messages from its log"
+CONNECTIONS = "storlab sets it from the workload's connections"
+PROBE = "storlab sets it: the wait statistics depend on it"
+AUTH = "storlab sets it: the instance's authentication is storlab's"
+COLD = "storlab sets it: each cell starts with a cold buffer pool"
+USER = "storlab sets it: the servers run as the OS user storlab"
+
+
+def value_problem(value: Any) -> str | None:
+    """A value a configuration line can hold: written quoted, it can never start another line."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "expected a finite number"
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            return f"the value is {len(value)} characters long; the limit is {MAX_TEXT}"
+        return None
+    return "expected a string, number or boolean"
+
+
+def combinations(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Enough settings files that every value of every setting is in one of them."""
+    lists = {k: (v if isinstance(v, list) else [v]) for k, v in settings.items()}
+    width = max((len(v) for v in lists.values()), default=0)
+    return [{k: values[i % len(values)] for k, values in lists.items()} for i in range(width)]
+
+
+def output(argv: list[str]) -> str:
+    """What a server prints about its settings (about 0.05 s for either engine: not worth a cache)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RunFailed(f"{argv[0]}: cannot list the engine's settings: {exc}") from None
+    return done.stdout
+
+
+def setting_bytes(settings: dict[str, Any], name: str, default: int, unit: int) -> int:
+    """A size setting as the engine reads it: a bare number counts in `unit` (PostgreSQL's WAL sizes
+    in MB, MariaDB's in bytes)."""
+    value = next((v for k, v in settings.items() if k.lower() == name), None)
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return value * unit if isinstance(value, int) else parse_size(str(value))
+    except ValueError:
+        return default  # the engine check names a value it cannot read
+
+
+def show(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class Settings(ABC):
+    """One engine's settings grammar. Names in `owned` and `layout_owned` are in the engine's own
+    spelling, lower case (see `canonical`)."""
+
+    title: str  # the engine as its messages name it
+    name_pattern: re.Pattern
+    name_form: str  # what name_pattern allows, in words
+    owned: dict[str, str]  # settings storlab sets -> why a user's value is refused
+    owned_prefixes: tuple[tuple[str, str], ...] = ()
+    layout_owned: dict[str, str] = {}  # settings a layout key sets when the experiment gives that key
+    prefixes: tuple[str, ...] = ()  # forms of a name that reach the same setting (MariaDB's loose-x)
+
+    def canonical(self, name: str) -> str:
+        """The engine's own spelling of a name."""
+        return name.lower()
+
+    def spellings(self, form: str) -> set[str]:
+        """How a server message may spell a setting."""
+        return {form}
+
+    @abstractmethod
+    def value(self, value: Any) -> str:
+        """A value as the engine's configuration file reads it, quoted so that it stays on its line."""
+
+    @abstractmethod
+    def known_names(self) -> set[str]:
+        """The installed engine's own list of settings."""
+
+    @abstractmethod
+    def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
+        """The installed engine's word on one combination of values: (name, what is wrong), or None
+        (adding the values it adjusts to `warnings`)."""
+
+    def forms(self, name: str) -> list[str]:
+        """Every setting a name can reach."""
+        base = self.canonical(name)
+        return [base] + [base[len(p):] for p in self.prefixes if base.startswith(p)]
+
+    def owned_reason(self, name: str, layout_keys: set[str]) -> str | None:
+        for form in self.forms(name):
+            if form in self.owned:
+                return self.owned[form]
+            for prefix, reason in self.owned_prefixes:
+                if form.startswith(prefix):
+                    return reason
+            key = self.layout_owned.get(form)
+            if key in layout_keys:
+                return f"layout.{key} sets it in this experiment"
+        return None
+
+    def load_problem(self, settings: dict[str, Any], layout_keys: set[str]) -> tuple[str, str] | None:
+        """The first (name, what is wrong) a file alone shows: name syntax, duplicates, owned settings."""
+        seen: dict[str, str] = {}
+        for name in settings:
+            if len(name) > MAX_NAME or not self.name_pattern.fullmatch(name):
+                return name, f"not a setting name: use at most {MAX_NAME} {self.name_form}"
+            key = self.canonical(name)
+            if key in seen:
+                return name, f"the same setting as {seen[key]}"
+            seen[key] = name
+            reason = self.owned_reason(name, layout_keys)
+            if reason:
+                return name, reason
+        return None
+
+    def name_problem(self, name: str, known: set[str], settings: dict[str, Any]) -> str | None:
+        return None if any(form in known for form in self.forms(name)) else self.unknown(name, known)
+
+    def value_problems(self, settings: dict[str, Any]) -> tuple[str, str] | None:
+        """What the engine can tell of a value without reading it as a setting (a library it lacks)."""
+        return None
+
+    def unknown(self, name: str, known: set[str]) -> str:
+        close = difflib.get_close_matches(self.forms(name)[0], known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"unknown setting: {self.title} has no {name}{hint}"
+
+    def blamed(self, line: str, settings: dict[str, Any]) -> str | None:
+        """The user's setting a server message names, in any of the engine's spellings."""
+        lowered = line.lower()
+        for name in settings:
+            for form in self.forms(name):
+                # MariaDB names a size's ceiling after it (innodb_buffer_pool_size_max).
+                if any(re.search(r"(?<![\w.-])" + re.escape(s) + r"(?:[_-]max)?(?![\w.-])", lowered)
+                       for s in self.spellings(form)):
+                    return name
+        return None
+
+    def first_problem(self, settings: dict[str, Any]) -> tuple[str, str] | list[str]:
+        known = self.known_names()
+        for name in settings:
+            problem = self.name_problem(name, known, settings)
+            if problem:
+                return name, problem
+        found = self.value_problems(settings)
+        if found:
+            return found
+        warnings: list[str] = []
+        for combination in combinations(settings):
+            found = self.verdict(combination, known, warnings)
+            if found:
+                return found
+        return list(dict.fromkeys(warnings))
+
+    def verify(self, experiment) -> list[str]:
+        """Ask the installed engine about every setting of the experiment; the first it refuses is the
+        user's error (FILE:LINE: engine_settings.NAME: ...). Returns the engine's warnings (a value it adjusts)."""
+        settings = experiment.model.engine_settings
+        if not settings:
+            return []
+        found = self.first_problem(settings)
+        if isinstance(found, tuple):
+            name, problem = found
+            raise UserError(f"{experiment.where(('engine_settings', name))}: engine_settings.{name}: {problem}")
+        return found

@@ -1,0 +1,117 @@
+"""IO per file of the instance over a run (SQL Server's sys.dm_io_virtual_file_stats): reads, writes,
+bytes, the time the server spent in them (the stall) and, where traced, a latency histogram per file.
+Each engine measures its own files (PostgreSQL: trace points and syscalls through bpftrace, MariaDB:
+performance_schema's file summaries); this module holds the record, a cell's mean per run, and the
+table `storlab waits --files` prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.table import Table
+from rich.text import Text
+
+MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in one row
+_NUMBERS = ("reads", "read_bytes", "read_s", "writes", "write_bytes", "write_s", "syncs", "sync_s")
+
+
+@dataclass
+class FileIO:
+    """One file's IO over one run (or a cell's mean per run)."""
+
+    file: str  # as the engine names it: base/5/16390.1, pg_wal/000000010000000000000003, lab/lab_insert#P#p3.ibd
+    object: str  # what it holds: lab_insert_3, lab_insert_3_id_idx, WAL, redo log
+    placement: str  # the placement it lives on ("" when it is outside the instance's placements)
+    reads: float = 0
+    read_bytes: float = 0
+    read_s: float = 0.0
+    writes: float = 0
+    write_bytes: float = 0
+    write_s: float = 0.0
+    syncs: float | None = None  # None where the source does not count them apart
+    sync_s: float | None = None
+    # Power-of-two latency buckets (lower bound in ns -> IOs); empty where the source keeps no histogram.
+    read_histogram: dict[int, int] = field(default_factory=dict)
+    write_histogram: dict[int, int] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def stall_s(self) -> float:
+        return self.read_s + self.write_s + (self.sync_s or 0.0)
+
+
+def mean_per_run(runs: list[list[FileIO]]) -> list[FileIO]:
+    """A cell's files: counts, bytes and times as the mean over its runs (a file a run did not touch
+    counts 0 there), histograms summed over the runs. Files are matched by placement, object and name."""
+    n = len(runs)
+    if n == 0:
+        return []
+    found: dict[tuple[str, str, str], FileIO] = {}
+    for run in runs:
+        for one in run:
+            key = (one.placement, one.object, one.file)
+            acc = found.setdefault(key, FileIO(one.file, one.object, one.placement, source=one.source,
+                                               syncs=None if one.syncs is None else 0.0,
+                                               sync_s=None if one.sync_s is None else 0.0))
+            for name in _NUMBERS:
+                value = getattr(one, name)
+                if value is not None and getattr(acc, name) is not None:
+                    setattr(acc, name, getattr(acc, name) + value)
+            for name in ("read_histogram", "write_histogram"):
+                merged = getattr(acc, name)
+                for bucket, count in getattr(one, name).items():
+                    merged[bucket] = merged.get(bucket, 0) + count
+    for acc in found.values():
+        for name in _NUMBERS:
+            if getattr(acc, name) is not None:
+                setattr(acc, name, getattr(acc, name) / n)
+    return sorted(found.values(), key=lambda f: (-f.stall_s, f.placement, f.object, f.file))
+
+
+def percentile_bound(histogram: dict[int, int], q: float) -> float | None:
+    """The upper bound (seconds) of the power-of-two bucket holding the q-th quantile, None when empty."""
+    total = sum(histogram.values())
+    if not total:
+        return None
+    running = 0
+    for bucket in sorted(histogram):
+        running += histogram[bucket]
+        if running >= q * total:
+            return max(2 * bucket, 1) / 1e9
+    return None
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.3f}"
+
+
+def _avg(total: float | None, count: float | None) -> str:
+    return _ms(total / count) if total is not None and count else "—"
+
+
+def _spread(histogram: dict[int, int]) -> str:
+    p50, p99 = percentile_bound(histogram, 0.5), percentile_bound(histogram, 0.99)
+    return "—" if p50 is None else f"≤{p50 * 1000:.3g} / ≤{p99 * 1000:.3g}"
+
+
+def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
+    """The seeds' per-file question: where the reads and writes went and what each file's IO cost.
+    p50/p99 are the upper bounds of the histogram's power-of-two buckets, in ms."""
+    out = Table(title=Text(title), show_edge=False, title_justify="left")
+    for col in ("File", "Object", "Placement", "Reads", "Read_MB", "AvgRead_ms", "Read p50/p99_ms", "Writes",
+                "Write_MB", "AvgWrite_ms", "Write p50/p99_ms", "Syncs", "AvgSync_ms"):
+        out.add_column(col, justify="left" if col in ("File", "Object", "Placement") else "right")
+    shown = [f for f in files if f.reads or f.writes or f.syncs]
+    rest = shown[limit - 1:] if len(shown) > limit else []
+    for f in shown[:len(shown) - len(rest)] if rest else shown:
+        out.add_row(f.file, f.object, f.placement or "—", f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}",
+                    _avg(f.read_s, f.reads), _spread(f.read_histogram), f"{f.writes:,.0f}",
+                    f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes), _spread(f.write_histogram),
+                    "—" if f.syncs is None else f"{f.syncs:,.0f}", _avg(f.sync_s, f.syncs))
+    if rest:
+        reads, writes = sum(f.reads for f in rest), sum(f.writes for f in rest)
+        out.add_row(f"{len(rest)} others", "", "", f"{reads:,.0f}", f"{sum(f.read_bytes for f in rest) / 1e6:,.2f}",
+                    _avg(sum(f.read_s for f in rest), reads), "", f"{writes:,.0f}",
+                    f"{sum(f.write_bytes for f in rest) / 1e6:,.2f}", _avg(sum(f.write_s for f in rest), writes),
+                    "", "", "")
+    return out

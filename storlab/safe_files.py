@@ -1,0 +1,231 @@
+"""Files storlab (often root) opens in places another user can write: an instance's folders and its
+server's log (the servers' OS user), a results folder someone else may share. A link planted there
+must never lead root to a file of its own, so a path is walked one name at a time and a symbolic
+link is followed only if root made it (a link cannot be changed, only replaced, and a replacement
+belongs to whoever made it); the last name is never followed. Running as an ordinary user there is
+no one to guard against: links are followed as usual, but the last name still is not."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from storlab.errors import RunFailed
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_MAX_LINKS = 40  # as the kernel: a longer chain is a loop
+
+
+def _trusted(link_owner: int) -> bool:
+    return os.getuid() != 0 or link_owner == 0
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of the directory `path`, reached without following a link root did not make."""
+    names = list(Path(os.path.abspath(path)).parts[1:])
+    fd = os.open("/", _DIR)
+    links = 0
+    try:
+        while names:
+            name = names.pop(0)
+            try:
+                nxt = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                st = os.lstat(name, dir_fd=fd)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise
+                if not _trusted(st.st_uid):
+                    raise OSError(errno.ELOOP, f"{name} is a link storlab did not make") from None
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, "too many links") from None
+                target = os.readlink(name, dir_fd=fd)
+                names = list(Path(target).parts) + names
+                if target.startswith("/"):
+                    names.pop(0)
+                    os.close(fd)
+                    fd = os.open("/", _DIR)
+                continue
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextmanager
+def _in_dir(path: Path) -> Iterator[int]:
+    fd = _open_dir(path.parent)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _refuse(path: Path, what: str) -> RunFailed:
+    return RunFailed(f"{path}: {what}; storlab will not write through it (was it replaced by a link?)")
+
+
+def write_new(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Create `path` (it must not exist yet) and write `data` to it, with exactly `mode`."""
+    body = data.encode() if isinstance(data, str) else data
+    try:
+        with _in_dir(path) as parent:
+            fd = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=parent)
+    except FileExistsError:
+        raise _refuse(path, "already there") from None
+    except OSError as exc:
+        raise _refuse(path, exc.strerror or str(exc)) from None
+    try:
+        os.fchmod(fd, mode)  # whatever the umask
+        _write_all(fd, body)
+    finally:
+        os.close(fd)
+
+
+def append(path: Path, text: str) -> None:
+    """Add `text` to the end of the regular file `path` (a link there is refused, not followed)."""
+    try:
+        with _in_dir(path) as parent:
+            fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=parent)
+    except OSError as exc:
+        raise _refuse(path, exc.strerror or str(exc)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _refuse(path, "not a regular file")
+        _write_all(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, body: bytes) -> None:
+    view = memoryview(body)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def open_log(path: Path, uid: int, gid: int) -> int:
+    """A server's log, opened for appending (made if missing) and owned by the server's user, who
+    writes it; a descriptor to pass to the server. Anything but a regular file there is refused."""
+    try:
+        with _in_dir(path) as parent:
+            fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o600, dir_fd=parent)
+    except OSError as exc:
+        raise _refuse(path, exc.strerror or str(exc)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in (uid, os.getuid()):
+        os.close(fd)
+        raise _refuse(path, "not a regular file of the server's user")
+    if st.st_uid != uid:
+        os.fchown(fd, uid, gid)
+    return fd
+
+
+def read_tail(path: Path, uid: int, max_bytes: int) -> str:
+    """At most the last `max_bytes` of a file the user `uid` owns (so nothing that user could not read
+    anyway); "" for anything else there: a link, a FIFO, another user's file, nothing."""
+    try:
+        with _in_dir(path) as parent:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                         dir_fd=parent)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return ""
+        start = max(0, st.st_size - max_bytes)
+        chunks, left = [], max_bytes
+        while left > 0:
+            chunk = os.pread(fd, left, start + max_bytes - left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _read_small(name: str, parent: int, max_bytes: int = 4096) -> str | None:
+    """A short regular file's text (a marker), None if it is missing or anything else: a link is not
+    followed, a FIFO does not block."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, max_bytes).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def remove_marked(path: Path, marker: str, owner: str) -> bool:
+    """Remove the directory `path` if its file `marker` says `owner`; whether it is gone. Everything is
+    reached through descriptors, so a link swapped in for the directory or anything in it is removed
+    itself, never followed. The marker goes last: if anything else cannot be removed (a process still
+    writing there), the directory stays marked, so a later try may finish the job."""
+    try:
+        parent = _open_dir(path.parent)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        try:
+            fd = os.open(path.name, _DIR | os.O_NOFOLLOW, dir_fd=parent)
+        except FileNotFoundError:
+            return True
+        except OSError:  # a link, or not a directory: not the one storlab made
+            return False
+        try:
+            said = _read_small(marker, fd)
+            if said is None or said.strip() != owner:
+                return False
+            for name in os.listdir(fd):
+                if name == marker:
+                    continue
+                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                    shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            if os.listdir(fd) != [marker]:
+                return False
+            os.unlink(marker, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(path.name, dir_fd=parent)
+        return True
+    except FileNotFoundError:  # removed meanwhile by another storlab (clean --all and the run itself)
+        return not os.path.lexists(path)
+    except OSError:
+        return False
+    finally:
+        os.close(parent)
+
+
+def give_to(folder: Path, uid: int, gid: int) -> None:
+    """Hand `folder` and everything in it to another user, deepest first: each name is changed while
+    the directory holding it is still root's, so nothing in it can be swapped for a link meanwhile,
+    and a link is changed itself, never what it points to."""
+    for top, dirs, files in os.walk(folder, topdown=False):
+        for name in files + dirs:
+            os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
+    os.chown(folder, uid, gid, follow_symlinks=False)

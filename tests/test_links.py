@@ -1,0 +1,342 @@
+"""Root is never led by a link the servers' OS user plants: in a template, in an instance's folders
+(its server's log, its socket directory), in a results folder (the temporary files of report and
+export), or named as an experiment's SQL file. Run as root; each link is made by the `storlab` user
+itself (runuser), and each target is a root-only file whose content and time must stay as they were,
+and whose content must appear nowhere."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from storlab import experiment, instances, safe_files, templates
+from storlab.cli import main
+from storlab.engines import provision
+from storlab.errors import RunFailed, UserError
+from storlab.layout import spec_for
+
+pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
+
+SECRET = "root-only SECRET 7f3a9c\n"
+DATA = Path(__file__).parent / "data"
+
+
+def as_server_user(*argv: object) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", instances.SERVER_USER, "--", *map(str, argv)],
+                          capture_output=True, text=True)
+
+
+def plant(link: Path, target: Path) -> None:
+    """A link made by the servers' user (replacing whatever had that name)."""
+    done = as_server_user("ln", "-sfn", target, link)
+    assert done.returncode == 0, done.stderr
+    assert os.lstat(link).st_uid == instances.server_user().uid
+
+
+class Victim:
+    """Root's own file, mode 0600, in a folder the servers' user can reach but not write."""
+
+    def __init__(self, folder: Path, name: str = "secret"):
+        folder.mkdir(exist_ok=True)
+        folder.chmod(0o755)
+        self.path = folder / name
+        self.path.write_text(SECRET)
+        self.path.chmod(0o600)
+        self.before = (self.path.read_bytes(), os.stat(self.path).st_mtime_ns, os.stat(self.path).st_uid)
+
+    def untouched(self) -> bool:
+        st = os.stat(self.path)
+        return (self.path.read_bytes(), st.st_mtime_ns, st.st_uid) == self.before
+
+
+@pytest.fixture
+def victim() -> Victim:
+    """Outside the experiments' folder (lab_root), as /etc/shadow would be."""
+    folder = Path(tempfile.mkdtemp(prefix="storlab-test-root-only-", dir="/var/tmp"))
+    yield Victim(folder)
+    shutil.rmtree(folder)
+
+
+@pytest.fixture
+def private_templates(monkeypatch):
+    root = Path("/var/tmp") / f"storlab-test-link-templates-{os.getpid()}"
+    monkeypatch.setenv("STORLAB_TEMPLATE_DIR", str(root))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def small_spec(lab_dir: Path):
+    return spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+
+
+def owners(folder: Path) -> set[int]:
+    return {os.lstat(p).st_uid for p in [folder, *folder.rglob("*")]}
+
+
+# -- templates ---------------------------------------------------------------------------------
+
+@pytest.mark.engine
+def test_a_template_is_roots_and_one_the_servers_user_changed_is_built_again(lab_dir, private_templates, victim):
+    with provision("postgres", small_spec(lab_dir), keep=False, connections=2):
+        pass
+    (made,) = private_templates.glob("postgres-*")
+    assert owners(made) == {0}
+    conf = made / "pgdata" / "postgresql.auto.conf"
+    assert as_server_user("ln", "-sfn", victim.path, conf).returncode != 0  # a finished template is closed to it
+    # A template as an older storlab left it, the servers' user's, with a link planted where each run
+    # appends its settings.
+    instances.give_to(made, instances.server_user())
+    plant(conf, victim.path)
+    with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
+        with inst.connect() as conn:
+            assert conn.execute("SHOW max_connections").fetchone()[0]  # its settings are its own
+            assert conn.execute("SHOW listen_addresses").fetchone()[0] == ""
+    assert victim.untouched()
+    (again,) = private_templates.glob("postgres-*")
+    assert owners(again) == {0} and not conf.is_symlink()
+
+
+def test_a_link_planted_while_a_template_is_built_is_refused(private_templates, victim):
+    def build(into: Path) -> None:
+        plant(into / "settings.conf", victim.path)
+
+    with pytest.raises(RunFailed, match="is a link to .*secret, which the engine's installer does not make"):
+        templates.template("test", {"case": "link"}, build)
+    assert victim.untouched()
+    assert [p for p in private_templates.iterdir()] == []  # nothing kept, not even the half-built one
+
+
+def test_a_templates_folder_another_user_could_change_is_refused(lab_root, monkeypatch):
+    user = instances.server_user()
+    folder = lab_root / "templates"
+    folder.mkdir()
+    os.chown(folder, user.uid, user.gid)
+    monkeypatch.setenv("STORLAB_TEMPLATE_DIR", str(folder))
+    built = []
+    with pytest.raises(RunFailed, match=f"{folder}: a folder another user could change .*STORLAB_TEMPLATE_DIR"):
+        templates.template("test", {"case": "folder"}, built.append)
+    assert built == [] and list(folder.iterdir()) == []
+
+
+def test_settings_are_never_written_through_a_link(lab_root, victim):
+    user = instances.server_user()
+    folder = lab_root / "instance"
+    folder.mkdir()
+    os.chown(folder, user.uid, user.gid)
+    plant(folder / "postgresql.auto.conf", victim.path)
+    with pytest.raises(RunFailed, match="storlab will not write through it"):
+        safe_files.append(folder / "postgresql.auto.conf", "port = 1\n")
+    with pytest.raises(RunFailed, match="storlab will not write through it"):
+        safe_files.write_new(folder / "postgresql.auto.conf", "port = 1\n")
+    # A folder on the way swapped for a link: not followed either.
+    plant(folder / "swapped", victim.path.parent)
+    with pytest.raises(RunFailed, match="storlab will not write through it"):
+        safe_files.write_new(folder / "swapped" / "my.cnf", "port = 1\n")
+    assert not (victim.path.parent / "my.cnf").exists()
+    assert victim.untouched()
+    # A link root made itself is followed (a system's /var/run, a placement reached through one).
+    (lab_root / "roots-link").symlink_to(folder)
+    safe_files.write_new(lab_root / "roots-link" / "my.cnf", "port = 1\n")
+    assert (folder / "my.cnf").read_text() == "port = 1\n"
+
+
+# -- an instance's folders -----------------------------------------------------------------------
+
+@pytest.mark.engine
+def test_a_failed_run_never_quotes_a_file_its_log_was_swapped_for(lab_dir, private_templates, victim):
+    with pytest.raises(RunFailed) as caught:
+        with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
+            ws = inst.workspace
+            log = ws.server.log_path
+            user = instances.server_user()
+            assert "ready to accept connections" in safe_files.read_tail(log, user.uid, 1 << 20)  # its own log is read
+            plant(log, victim.path)
+            assert safe_files.read_tail(log, user.uid, 1 << 20) == ""
+            os.kill(ws.server.pid, signal.SIGKILL)
+            ws.server.proc.wait()
+            raise RuntimeError("the load failed")
+    assert str(caught.value) == "the load failed; the server's log says: nothing in its log"
+    assert "SECRET" not in str(caught.value)
+    assert victim.untouched()
+
+
+@pytest.mark.engine
+def test_a_restart_never_writes_its_log_through_a_link(lab_dir, private_templates, victim):
+    with pytest.raises(RunFailed, match="server.log: .*storlab will not write through it"):
+        with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
+            plant(inst.workspace.server.log_path, victim.path)
+            inst.restart()
+    assert victim.untouched()
+
+
+@pytest.mark.engine
+def test_a_socket_folder_swapped_for_a_link_is_not_emptied(lab_root, lab_dir, private_templates, victim):
+    decoy = lab_root / "decoy"
+    decoy.mkdir()
+    keep = decoy / "keep"
+    keep.write_text("root's\n")
+    moved = None
+    try:
+        with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
+            sockets = inst.workspace.socket_dir
+            (decoy / instances.MARKER).write_text(inst.workspace.manifest.instance_id + "\n")  # even a marker that fits
+            moved = sockets.with_name(sockets.name + "-moved")
+            assert as_server_user("mv", sockets, moved).returncode == 0
+            plant(sockets, decoy)
+        assert keep.read_text() == "root's\n" and (decoy / instances.MARKER).exists()
+        assert list(lab_dir.iterdir()) == []  # the instance's own folders went as usual
+    finally:
+        if moved is not None:
+            shutil.rmtree(moved, ignore_errors=True)
+            Path(str(moved).removesuffix("-moved")).unlink(missing_ok=True)
+    assert victim.untouched()
+
+
+def test_a_marker_that_is_a_fifo_or_a_link_is_not_read(lab_root, victim):
+    user = instances.server_user()
+    folder = lab_root / "storlab-po12345678"
+    folder.mkdir()
+    os.chown(folder, user.uid, user.gid)
+    plant(folder / instances.MARKER, victim.path)
+    assert instances.remove_owned_dir(folder, "po12345678") is False and folder.exists()
+    (folder / instances.MARKER).unlink()
+    assert as_server_user("mkfifo", folder / instances.MARKER).returncode == 0
+    assert instances.remove_owned_dir(folder, "po12345678") is False  # returns: a FIFO does not block it
+    assert victim.untouched()
+
+
+# -- a results folder ----------------------------------------------------------------------------
+
+@pytest.fixture
+def shared_results(lab_root) -> Path:
+    """A results folder the servers' user may write in (as a folder shared between users would be)."""
+    shutil.copytree(DATA / "explain", lab_root / "results")
+    folder = lab_root / "results" / "quickstart"
+    user = instances.server_user()
+    os.chown(folder, user.uid, user.gid)
+    return folder
+
+
+@pytest.mark.parametrize("command, name", [(["export", "--format", "csv"], "runs.csv"),
+                                           (["export", "--format", "json"], "runs.json"),
+                                           (["report"], "report.html")])
+def test_report_and_export_never_write_through_a_planted_link(shared_results, lab_root, victim, command, name):
+    others = [Victim(victim.path.parent, f"secret{i}") for i in range(3)]
+    plant(shared_results / f".{name}.storlab-tmp", victim.path)
+    plant(shared_results / "..storlab-files.storlab-tmp", others[0].path)
+    plant(shared_results / ".storlab-files", others[1].path)
+    done = CliRunner().invoke(main, [*command, str(shared_results)])
+    assert done.exit_code == 0, done.output
+    written = shared_results / name
+    assert not written.is_symlink() and written.stat().st_uid == 0 and "SECRET" not in written.read_text()
+    assert victim.untouched() and all(v.untouched() for v in others)
+    # The file itself a link: refused, not replaced, not followed.
+    written.unlink()
+    plant(written, others[2].path)
+    refused = CliRunner().invoke(main, [*command, str(shared_results)])
+    assert refused.exit_code == 2 and "not written by storlab" in refused.stderr
+    assert written.is_symlink() and others[2].untouched()
+    assert all(p.is_symlink() for p in shared_results.glob(".*storlab-tmp"))  # only the planted names are left
+
+
+# -- SQL files -----------------------------------------------------------------------------------
+
+HEAD = """name = "w"
+engine = "postgres"
+[placements]
+disk = "disk"
+[layout]
+data_on = "disk"
+[workload]
+kind = "custom"
+"""
+
+
+def sql_refusal(write_experiment, workload: str) -> tuple[int, str, str]:
+    path = write_experiment(HEAD + workload, "w.toml")
+    done = CliRunner().invoke(main, ["run", str(path), "--dry-run", "--out", str(path.parent / "results")])
+    return done.exit_code, done.stderr, done.stdout
+
+
+@pytest.mark.parametrize("workload, expected", [
+    ('transaction = "/etc/shadow"\n',
+     "w.toml:9: workload.transaction: SQL file /etc/shadow: an absolute path; name a file in the experiment file's "
+     "folder (or below it)"),
+    ('transaction = "../../etc/shadow"\n',
+     "w.toml:9: workload.transaction: SQL file ../../etc/shadow: '..' leaves the experiment file's folder; name a file "
+     "in it (or below it)"),
+    ('transaction = "sub/../../x.sql"\n',
+     "w.toml:9: workload.transaction: SQL file sub/../../x.sql: '..' leaves the experiment file's folder; name a file "
+     "in it (or below it)"),
+    ('transaction = "~/x.sql"\n',
+     "w.toml:9: workload.transaction: SQL file ~/x.sql: '~' is not expanded; name a file in the experiment file's "
+     "folder (or below it)"),
+    ('setup = "/root/.bash_history"\ntransaction = "t.sql"\n',
+     "w.toml:9: workload.setup: SQL file /root/.bash_history: an absolute path; name a file in the experiment file's "
+     "folder (or below it)"),
+])
+def test_sql_files_outside_the_experiments_folder_are_refused(write_experiment, workload, expected):
+    write_experiment("SELECT 1;\n", "t.sql")
+    code, stderr, stdout = sql_refusal(write_experiment, workload)
+    assert (code, stderr) == (2, f"storlab: {expected}\n")
+
+
+@pytest.mark.parametrize("key", ["setup", "transaction"])
+def test_a_sql_file_linked_out_of_the_folder_is_refused_and_never_read(write_experiment, lab_root, victim, key):
+    write_experiment("SELECT 1;\n", "t.sql")
+    user = instances.server_user()
+    os.chown(lab_root, user.uid, user.gid)  # the experiment's folder, its author's (here the servers' user)
+    plant(lab_root / "q.sql", victim.path)
+    workload = f'{key} = "q.sql"\n' + ('transaction = "t.sql"\n' if key == "setup" else "")
+    code, stderr, stdout = sql_refusal(write_experiment, workload)
+    assert code == 2
+    assert stderr == (f"storlab: w.toml:9: workload.{key}: SQL file q.sql: a link to {victim.path}, outside the "
+                      "experiment file's folder; storlab reads SQL files only inside it\n")
+    assert "SECRET" not in stderr + stdout and victim.untouched()
+    # submit refuses it the same way, before the store is even reached: nothing of it is uploaded.
+    submitted = CliRunner().invoke(main, ["submit", str(lab_root / "w.toml"),
+                                          "--store", "postgresql://u@nowhere.invalid/d"])
+    assert (submitted.exit_code, submitted.stderr) == (2, stderr)
+
+
+def test_a_sql_file_linked_inside_the_folder_is_read(write_experiment, lab_root):
+    (lab_root / "sql").mkdir()
+    write_experiment("SELECT 1;\n", "sql/t.sql")
+    (lab_root / "t.sql").symlink_to("sql/t.sql")
+    path = write_experiment(HEAD + 'transaction = "t.sql"\nsetup = "sql/t.sql"\n', "w.toml")
+    assert experiment.load(path, check_placements=False).sql == {"t.sql": "SELECT 1;\n", "sql/t.sql": "SELECT 1;\n"}
+
+
+def test_a_stored_experiment_naming_a_file_outside_is_refused(write_experiment):
+    path = write_experiment(HEAD + 'transaction = "/etc/shadow"\n', "w.toml")
+    with pytest.raises(UserError, match="w.toml:9: workload.transaction: SQL file /etc/shadow: an absolute path"):
+        experiment.parse(path, path.read_text(), files={"/etc/shadow": "SELECT 1;"}, check_placements=False)
+
+
+# -- system folders ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("out, expected", [
+    ("/", "/ is a system folder: choose a directory of your own below it"),
+    ("/etc", "/etc is a system folder: choose a directory of your own, outside /etc"),
+    ("/usr/local/r", "/usr/local/r is inside /usr, a system folder: choose a directory of your own, outside /usr"),
+    ("/proc/1", "/proc/1 is inside /proc, a system folder: choose a directory of your own, outside /proc"),
+    ("/sys", "/sys is a system folder: choose a directory of your own, outside /sys"),
+    ("/dev", "/dev is inside /dev: choose a folder on a real file system"),
+    ("/tmp", "/tmp is shared by every user: choose a folder of your own (below it is fine)"),
+])
+def test_results_folders_in_system_folders_are_refused(write_experiment, lab_root, out, expected):
+    (lab_root / "disk").mkdir()
+    path = write_experiment(HEAD.replace('kind = "custom"', 'kind = "random-insert"'), "w.toml")
+    for command in (["run", str(path), "--dry-run", "--out", out], ["run", str(path), "--out", out],
+                    ["export", "--store", "postgresql://u@nowhere.invalid/d", "--out", out],
+                    ["report", "--store", "postgresql://u@nowhere.invalid/d", "--out", out]):
+        done = CliRunner().invoke(main, command)
+        assert (done.exit_code, done.stderr) == (2, f"storlab: --out: {expected}\n"), command
+    assert not Path("/storlab.sqlite").exists()
