@@ -16,7 +16,10 @@ Prints each round, then per engine and probe set the median of (rows/s with it) 
 over the rounds (round 0 is a warm-up for every set and is not counted).
 
     .venv/bin/python benchmarks/probe_overhead.py [--engines postgres,mariadb] [--probes all,waiting-tasks]
-        [--rounds 5] [--rows 40000] [--period 0.5]
+        [--rounds 5] [--rows 40000] [--period 0.5] [--postgres-version 18]
+
+PostgreSQL 18 (the wheel's server, without pg_wait_sampling) samples pg_stat_activity every 50 ms
+instead: --postgres-version 18 --probes wait-timeline measures what that sampler costs.
 """
 
 from __future__ import annotations
@@ -65,9 +68,10 @@ def rows_per_s(instance, params: dict, probes: str | None, period: float, lab: P
         return load.run().figures["rows_per_s"]
 
 
-def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float, lab: Path) -> dict[str, list[float]]:
+def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float, lab: Path,
+            version: str | None = None) -> dict[str, list[float]]:
     params = {"connections": 16, "rows_per_connection": rows, "batch": 1000}
-    spec = spec_for({"data_files": 4, "data_on": "disk"}, {}, {"disk": lab})
+    spec = spec_for({"data_files": 4, "data_on": "disk"}, {}, {"disk": lab}, version if engine == "postgres" else None)
     ratios: dict[str, list[float]] = {s: [] for s in sets}
     with provision(engine, spec, keep=False, connections=16) as instance:
         kind("random-insert").prepare(instance, params, {})
@@ -97,6 +101,7 @@ def main() -> None:
     parser.add_argument("--probes", default="all,waiting-tasks", help=f"comma-separated, of: {', '.join(SETS)}")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", type=int, default=40_000, help="rows per connection (16 connections)")
+    parser.add_argument("--postgres-version", default="15", help="the PostgreSQL version to measure (15 or 18)")
     parser.add_argument("--period", type=float, default=waiting_tasks.PERIOD_S, help="the waiting-task sampler's period, seconds")
     args = parser.parse_args()
     sets = args.probes.split(",")
@@ -109,7 +114,7 @@ def main() -> None:
     lab.chmod(0o755)
     summary = []
     for engine in args.engines.split(","):
-        for s, ratios in measure(engine, sets, args.rounds, args.rows, args.period, lab).items():
+        for s, ratios in measure(engine, sets, args.rounds, args.rows, args.period, lab, args.postgres_version).items():
             summary.append(f"{engine:8} {s:14}: throughput with / without median {statistics.median(ratios):.3f} "
                            f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds, "
                            f"16 connections x {args.rows} rows, 4 data files")

@@ -8,12 +8,16 @@ that noise it prints how many runs per cell tell a 10 % and a 5 % difference fro
 and a 5 % level: unpaired (two-sample t-test on all the spread, storlab's cell-by-cell analysis before
 the rounds were paired) and paired by round (the t-test of the within-round differences).
 
-    .venv/bin/python benchmarks/time_to_answer.py [--experiment examples/quickstart.toml]
+It also says, look by look, what the answer was after each round (when each factor was first decided).
+`--folder DIR` reads the runs of a results folder instead of running anything.
+
+    .venv/bin/python benchmarks/time_to_answer.py [--experiment examples/quickstart.toml] [--folder DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import math
 import tempfile
@@ -48,6 +52,19 @@ def noise(results: analysis.Results) -> tuple[float, float, float]:
     return math.sqrt(total), math.sqrt(resid_var), round_var / total if total else 0.0
 
 
+def looks(results: analysis.Results) -> list[str]:
+    """The answer as it stood after each round from the first look on, replayed from the runs."""
+    settling = results.settling
+    first = settling.min_rounds if settling else 2
+    lines = []
+    for rnd in range(first, results.rounds + 1):
+        cells = [dataclasses.replace(c, runs=[r for r in c.runs if r.repetition <= rnd]) for c in results.cells]
+        then = dataclasses.replace(results, cells=cells)
+        then.answer = analysis.factor_answer(then)
+        lines.append(f"  after round {rnd}: {analysis.verdicts_line(then)}")
+    return lines
+
+
 def runs_needed(sd: float, difference: float, paired: bool) -> int:
     """Runs per cell (for paired: rounds) for 80 % power at 5 %: statsmodels' t-test power solvers."""
     effect = math.log1p(difference) / sd
@@ -58,20 +75,29 @@ def runs_needed(sd: float, difference: float, paired: bool) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", type=Path, default=Path(__file__).parent.parent / "examples" / "quickstart.toml")
+    parser.add_argument("--folder", type=Path, help="Read this results folder's runs instead of running the experiment.")
     args = parser.parse_args()
-    exp = experiment.load(args.experiment, until_settled=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "results"
-        began = time.monotonic()
-        runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()))
-        wall = time.monotonic() - began
-        with Store.open(folder, create=False) as store:
+    if args.folder is not None:
+        with Store.open(args.folder, create=False) as store:
             results = analysis.load(store)
+        wall = None
+    else:
+        exp = experiment.load(args.experiment, until_settled=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "results"
+            began = time.monotonic()
+            runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()))
+            wall = time.monotonic() - began
+            with Store.open(folder, create=False) as store:
+                results = analysis.load(store)
     runs = sum(len(c.runs) for c in results.cells)
     elapsed = sum(r.figures.get("elapsed_s", 0.0) for c in results.cells for r in c.runs)
-    print(f"{exp.name}: {wall:.0f} s wall time, {runs} runs in {results.rounds} rounds "
+    took = f"{wall:.0f} s wall time, " if wall is not None else ""
+    print(f"{results.experiment.get('name')}: {took}{runs} runs in {results.rounds} rounds "
           f"({elapsed:.0f} s of them inside the workload)")
-    print(f"  {results.stopped}")
+    print(f"  {results.stopped or answer.status_line(results)}")
+    for line in looks(results):
+        print(line)
     console = Console(width=160, highlight=False)
     if results.answer is not None:
         answer.factor_answer(results, console)

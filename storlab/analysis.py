@@ -11,7 +11,7 @@ from typing import Any
 
 from storlab import effects, racing, settle, system, waiting_tasks
 from storlab.effects import FactorAnswer, Observation
-from storlab.experiment import HOST_FACTOR, short_name
+from storlab.experiment import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
 from storlab.matrix import format_value
 from storlab.stats import CellVerdict, Summary, Verdicts, against_baseline_paired, against_best_paired, summarize
 from storlab.store import CellRecord, RunRecord, Store
@@ -237,13 +237,18 @@ def load(store: Store) -> Results:
 def factor_answer(results: Results) -> FactorAnswer | None:
     """What each factor does to the headline figure: the kept runs read as the factorial experiment
     they are, the rounds as blocks (storlab.effects). Until settled, at the look the last round made,
-    so `show` says what `storlab run` decided on. Factors by their short names, as labels name them."""
-    declared = {short_name(d): values for d, values in results.experiment.get("factors", {}).items()}
+    so `show` says what `storlab run` decided on. Factors by their short names, as labels name them.
+    A factor nested in one engine version (a list in [engine_settings.18]) is not crossed with the
+    version: it is left out of the model and said so in not_estimable (the ranking compares its cells)."""
+    swept = results.experiment.get("factors", {})
+    nested = {d: nested_in(d) for d in swept if nested_in(d) and VERSION_FACTOR in swept}
+    declared = {short_name(d): values for d, values in swept.items() if d not in nested}
     if not any(len(values) > 1 for values in declared.values()):
         return None
     head = results.headline.name
     observations = [
-        Observation(c.cell.id, r.repetition, {short_name(d): v for d, v in c.cell.factors.items()}, r.figures[head])
+        Observation(c.cell.id, r.repetition, {short_name(d): v for d, v in c.cell.factors.items() if d not in nested},
+                    r.figures[head])
         for c in results.cells for r in c.runs if head in r.figures
     ]
     if not observations:
@@ -256,11 +261,15 @@ def factor_answer(results: Results) -> FactorAnswer | None:
         max_looks = settling.max_rounds - settling.min_rounds + 1
         look = min(max(results.rounds - settling.min_rounds + 1, 1), max_looks)
     try:
-        return effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
-                               margin=settings.get("equivalent_within") or effects.DEFAULT_MARGIN, look=look,
-                               max_looks=max_looks, headline=head)
+        answer = effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
+                                 margin=settings.get("equivalent_within") or effects.DEFAULT_MARGIN, look=look,
+                                 max_looks=max_looks, headline=head)
     except ValueError:  # a figure no log can take (zero, say): the ranking still answers
         return None
+    answer.not_estimable += [f"{short_name(d)}: nested in {short_name(VERSION_FACTOR)}={version} (its cells alone have it), "
+                             f"not crossed with the other factors; {short_name(VERSION_FACTOR)}={version}'s effect is over its "
+                             "levels, and the ranking compares its cells" for d, version in nested.items()]
+    return answer
 
 
 def verdicts_line(results: Results) -> str:

@@ -38,7 +38,7 @@ def needs(experiment: Experiment, cells: list, paths: dict[str, Path]) -> dict[s
     """placement -> (bytes the largest cell writes there in one run, that cell's label)."""
     largest: dict[str, tuple[int, str]] = {}
     for cell in cells:
-        spec = spec_for(cell.layout, cell.engine_settings, paths)
+        spec = spec_for(cell.layout, cell.engine_settings, paths, cell.engine_version)
         need = run_footprint(experiment.engine, cell.layout, cell.workload, cell.engine_settings)
         share: dict[str, int] = defaultdict(int)
         for placement in spec.data_files:

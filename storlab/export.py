@@ -46,6 +46,8 @@ def write(store: Store, fmt: str) -> Path:
         for row, run in zip(table, runs):
             row["waits"] = [asdict(w) for w in store.waits(run.id)]
             row["waiting_tasks"] = [asdict(t) for t in store.waiting_tasks(run.id)]
+            row["traced_waits"] = [asdict(t) for t in store.traced_waits(run.id)]
+            row["files"] = [asdict(f) for f in store.file_io(run.id)]
         return outputs.write(store.folder, name, json.dumps(table, indent=1, default=str))
     columns = list(dict.fromkeys(k for row in table for k in row))
     text = io.StringIO(newline="")
@@ -77,7 +79,7 @@ def parquet(store: Store, runs: list, table: list[dict]) -> bytes:
     experiment = store.experiment() or {}
     factors = {short_name(k): v for k, v in experiment.get("factors", {}).items()}
     wait = pa.struct([("wait_type", pa.string()), ("wait_s", pa.float64()), ("wait_count", pa.int64()),
-                      ("signal_s", pa.float64())])
+                      ("signal_s", pa.float64()), ("traced_s", pa.float64())])
     task = pa.struct([("wait_type", pa.string()), ("resource", pa.string()), ("seconds", pa.float64()),
                       ("samples", pa.int64())])
     fixed = {"cell": pa.string(), "repetition": pa.int64(), "started_at": pa.timestamp("us", tz="UTC"),

@@ -7,6 +7,7 @@ table `storlab waits --files` prints."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
@@ -89,24 +90,26 @@ def _avg(total: float | None, count: float | None) -> str:
     return _ms(total / count) if total is not None and count else "—"
 
 
-def _spread(histogram: dict[int, int]) -> str:
-    p50, p99 = percentile_bound(histogram, 0.5), percentile_bound(histogram, 0.99)
-    return "—" if p50 is None else f"≤{p50 * 1000:.3g} / ≤{p99 * 1000:.3g}"
+def _p99(histogram: dict[int, int]) -> str:
+    bound = percentile_bound(histogram, 0.99)
+    return "—" if bound is None else f"≤{bound * 1000:.3g}"
 
 
 def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
     """The seeds' per-file question: where the reads and writes went and what each file's IO cost.
-    p50/p99 are the upper bounds of the histogram's power-of-two buckets, in ms."""
+    Files by their own name (the full path is in the export); times in ms, p99 the upper bound of
+    the histogram's power-of-two bucket holding it."""
     out = Table(title=Text(title), show_edge=False, title_justify="left")
-    for col in ("File", "Object", "Placement", "Reads", "Read_MB", "AvgRead_ms", "Read p50/p99_ms", "Writes",
-                "Write_MB", "AvgWrite_ms", "Write p50/p99_ms", "Syncs", "AvgSync_ms"):
-        out.add_column(col, justify="left" if col in ("File", "Object", "Placement") else "right")
+    for col in ("Object", "File", "Placement", "Reads", "Read_MB", "AvgRead", "p99Read", "Writes", "Write_MB",
+                "AvgWrite", "p99Write", "Syncs", "AvgSync"):
+        named = col in ("Object", "File", "Placement")
+        out.add_column(col, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
     shown = [f for f in files if f.reads or f.writes or f.syncs]
     rest = shown[limit - 1:] if len(shown) > limit else []
     for f in shown[:len(shown) - len(rest)] if rest else shown:
-        out.add_row(f.file, f.object, f.placement or "—", f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}",
-                    _avg(f.read_s, f.reads), _spread(f.read_histogram), f"{f.writes:,.0f}",
-                    f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes), _spread(f.write_histogram),
+        out.add_row(f.object, Path(f.file).name, f.placement or "—", f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}",
+                    _avg(f.read_s, f.reads), _p99(f.read_histogram), f"{f.writes:,.0f}",
+                    f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes), _p99(f.write_histogram),
                     "—" if f.syncs is None else f"{f.syncs:,.0f}", _avg(f.sync_s, f.syncs))
     if rest:
         reads, writes = sum(f.reads for f in rest), sum(f.writes for f in rest)

@@ -27,6 +27,7 @@ class InstanceSpec:
     page_size: str | None
     file_kind: str
     settings: dict[str, Any]
+    engine_version: str | None = None  # the engine's version the cell runs (None: the engine's only one)
 
     @property
     def data_placements(self) -> list[Placement]:
@@ -75,7 +76,8 @@ def _size(layout: dict[str, Any], key: str) -> int | None:
     return parse_size(layout[key]) if layout.get(key) else None
 
 
-def spec_for(layout: dict[str, Any], settings: dict[str, Any], placements: dict[str, Path]) -> InstanceSpec:
+def spec_for(layout: dict[str, Any], settings: dict[str, Any], placements: dict[str, Path],
+             engine_version: str | None = None) -> InstanceSpec:
     data_on = layout["data_on"]
     ratio = {data_on: 1} if isinstance(data_on, str) else dict(data_on)
     names = assign_files(layout.get("data_files") or 1, ratio, layout.get("striping") or "round-robin")
@@ -89,4 +91,5 @@ def spec_for(layout: dict[str, Any], settings: dict[str, Any], placements: dict[
         page_size=layout.get("page_size"),
         file_kind=layout.get("file_kind") or "partitions",
         settings=settings,
+        engine_version=engine_version,
     )

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from storlab.experiment import HOST_FACTOR, Experiment, excluded, short_name
+from storlab.experiment import HOST_FACTOR, VERSION_FACTOR, Experiment, excluded, nested_in, short_name
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Cell:
     workload: dict[str, Any]
     engine_settings: dict[str, Any]
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # device placement -> its table, one value each
+    engine_version: str | None = None  # None: an engine storlab runs one version of
 
     @property
     def host(self) -> str | None:
@@ -62,19 +63,33 @@ def cell_id(factors: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:8]
 
 
-def cells(experiment: Experiment) -> list[Cell]:
-    """The product of all factors, in declaration order, less the excluded combinations."""
-    model = experiment.model
-    names = list(experiment.factors)
+def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
+    """The product of the crossed factors, in declaration order; within each, the product of the
+    factors nested in its engine version (a setting of [engine_settings.V]: V's cells alone have it)."""
+    crossed = {name: values for name, values in experiment.factors.items() if nested_in(name) is None}
+    versions = experiment.model.versions()
     result = []
-    for combo in itertools.product(*experiment.factors.values()):
-        factors = dict(zip(names, combo))
+    for combo in itertools.product(*crossed.values()):
+        factors = dict(zip(crossed, combo))
+        version = factors.get(VERSION_FACTOR, versions[0] if versions else None)
+        nested = {name: values for name, values in experiment.factors.items() if nested_in(name) == version}
+        result += [{**factors, **dict(zip(nested, inner))} for inner in itertools.product(*nested.values())]
+    return result
+
+
+def cells(experiment: Experiment) -> list[Cell]:
+    """Every combination of the factors (_combinations), less the excluded ones."""
+    model = experiment.model
+    versions = model.versions()
+    result = []
+    for factors in _combinations(experiment):
         if excluded({short_name(k): v for k, v in factors.items()}, model.exclude):
             continue
+        version = factors.get(VERSION_FACTOR, versions[0] if versions else None)
         sections = {
             "layout": model.layout.model_dump(),
             "workload": model.workload.model_dump(),
-            "engine_settings": dict(model.engine_settings),
+            "engine_settings": model.settings_for(version),
             "devices": {name: dict(raw) for name, raw in model.placements.items() if isinstance(raw, dict)},
         }
         for dotted, value in factors.items():
@@ -82,9 +97,11 @@ def cells(experiment: Experiment) -> list[Cell]:
             if section == "placements":
                 name, key = key.split(".", 1)
                 sections["devices"][name][key] = value
+            elif nested_in(dotted):
+                sections["engine_settings"][key.split(".", 1)[1]] = value
             elif section in sections:  # the host is where a cell runs, not part of its configuration
                 sections[section][key] = value
-        result.append(Cell(id=cell_id(factors), factors=factors, **sections))
+        result.append(Cell(id=cell_id(factors), factors=factors, engine_version=version, **sections))
     return result
 
 

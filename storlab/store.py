@@ -703,7 +703,7 @@ class Store:
     def file_io(self, run_id: int) -> list[FileIO]:
         """The IO of each file of the instance in one run."""
         return [
-            FileIO(*row[:12], read_histogram=_histogram(row[12]), write_histogram=_histogram(row[13]), source=row[14])
+            FileIO(*row[:11], read_histogram=_histogram(row[11]), write_histogram=_histogram(row[12]), source=row[13])
             for row in self.db.execute(
                 "SELECT file, object, placement, reads, read_bytes, read_s, writes, write_bytes, write_s, syncs, sync_s, "
                 "read_histogram, write_histogram, source FROM file_io WHERE run_id = ? ORDER BY file", (run_id,)

@@ -14,7 +14,7 @@ from storlab import waiting_tasks
 from storlab.analysis import CellResult, Results
 from storlab.errors import UserError
 from storlab.charts import OTHER, colours, plt, svg
-from storlab.experiment import short_name
+from storlab.experiment import nested_in, short_name
 from storlab.store import Store
 from storlab.wait_timeline import PREFIX
 
@@ -28,7 +28,7 @@ def swept_factor(results: Results) -> str | None:
     if "layout.data_files" in factors and len(factors["layout.data_files"]) > 1:
         return "layout.data_files"
     for name, values in factors.items():
-        if len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if len(values) > 1 and nested_in(name) is None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             return name
     return None
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -429,6 +431,38 @@ def test_sighup_stops_everything_and_keeps_the_finished_runs(tiny, tmp_path, lab
     assert proc.returncode == 130 and "interrupted; finished runs are kept" in err
     nothing_left(lab_dir)
     assert 1 <= len(runs_in(out)) < 3 and not (out / folder_lock.FILENAME).exists()
+
+
+@pytest.mark.engine
+def test_a_closed_terminal_stops_everything_too(tiny, tmp_path, lab_dir):
+    """The run's output goes to a terminal that is then closed (its writes fail) before the SIGHUP."""
+    out = tmp_path / "results"
+    terminal, seat = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(tiny(reps=3, rows=6000)), "--out", str(out)],
+                            stdin=subprocess.DEVNULL, stdout=seat, stderr=seat)
+    os.close(seat)
+    read = threading.Event()
+    reader = threading.Thread(target=_drain, args=(terminal, read))
+    reader.start()
+    deadline = time.monotonic() + 180
+    while not (out / FILENAME).exists() or not runs_in(out):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    read.set()
+    reader.join()
+    os.close(terminal)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=60) == 130
+    nothing_left(lab_dir)
+    assert 1 <= len(runs_in(out)) < 3
+
+
+def _drain(terminal: int, done: threading.Event) -> None:
+    """Read what the run writes to its terminal (a full one would block it) until told to stop."""
+    while not done.is_set():
+        if select.select([terminal], [], [], 0.1)[0]:
+            with contextlib.suppress(OSError):
+                os.read(terminal, 65536)
 
 
 # -- the shared store ------------------------------------------------------------------------------

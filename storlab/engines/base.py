@@ -99,10 +99,15 @@ class Engine(ABC):
     min_log_bytes = 0  # the smallest log it can be given
     parallel_query: bool  # one query can use parallel workers (a scan's dop)
     catalog_bytes: int  # what an empty instance holds before the workload (capacity's floor)
+    # The versions storlab runs (engine_version: a factor like any other) and the one a file that names
+    # none runs; none: the installed server, whichever it is.
+    versions: tuple[str, ...] = ()
+    default_version: str | None = None
 
     @abstractmethod
-    def installed(self) -> None:
-        """Nothing when the server is installed; RunFailed naming the package to install otherwise."""
+    def installed(self, version: str | None = None) -> None:
+        """Nothing when the server (of `version`, or the default one) is installed; RunFailed naming
+        what to install otherwise."""
 
     @abstractmethod
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:

@@ -184,14 +184,27 @@ class Settings(ABC):
                 return found
         return list(dict.fromkeys(warnings))
 
+    def for_version(self, version: str | None) -> "Settings":
+        """The grammar checked against `version`'s server (an engine of one version: itself)."""
+        return self
+
     def verify(self, experiment) -> list[str]:
-        """Ask the installed engine about every setting of the experiment; the first it refuses is the
-        user's error (FILE:LINE: engine_settings.NAME: ...). Returns the engine's warnings (a value it adjusts)."""
-        settings = experiment.model.engine_settings
-        if not settings:
-            return []
-        found = self.first_problem(settings)
-        if isinstance(found, tuple):
-            name, problem = found
-            raise UserError(f"{experiment.where(('engine_settings', name))}: engine_settings.{name}: {problem}")
-        return found
+        """Ask the installed engine, each version the experiment runs, about every setting its cells
+        get; the first it refuses is the user's error (FILE:LINE: engine_settings[.VERSION].NAME: ...),
+        a setting a version does not know among them. Returns the engine's warnings (a value it adjusts)."""
+        model = experiment.model
+        warnings: list[str] = []
+        for version in model.versions() or [None]:
+            settings = model.settings_for(version)
+            if not settings:
+                continue
+            # A file that names versions hears which one refused; one that names none, as before versions.
+            checker = self.for_version(version) if model.engine_version is not None else self
+            found = checker.first_problem(settings)
+            if isinstance(found, tuple):
+                name, problem = found
+                loc = ("engine_settings", version, name) if name in model.version_tables().get(version, {}) \
+                    else ("engine_settings", name)
+                raise UserError(f"{experiment.where(loc)}: {'.'.join(loc)}: {problem}")
+            warnings += [w for w in found if w not in warnings]
+        return warnings

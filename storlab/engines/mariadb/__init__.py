@@ -37,7 +37,7 @@ class Mariadb(Engine):
         self.settings = MariadbSettings()
         self.log = MariadbLog(self.settings.blamed)
 
-    def installed(self) -> None:
+    def installed(self, version: str | None = None) -> None:
         binaries()
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:

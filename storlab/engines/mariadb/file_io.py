@@ -1,7 +1,8 @@
 """IO per file of a MariaDB instance over a run: performance_schema's `file_summary_by_instance`
 (the file IO instruments are on from start), read before and after the load and differenced. Every
-thread's IO counts (the page cleaner's writes, the redo log's), as SQL Server's
-sys.dm_io_virtual_file_stats counts a file's. Times are the server's own timers (picoseconds) around
+thread's IO counts (the page cleaner's writes too), as SQL Server's sys.dm_io_virtual_file_stats
+counts a file's. MariaDB 10.11 does not instrument its redo log's IO: the log is not among the files
+(its counters stand beside the wait table). Times are the server's own timers (picoseconds) around
 each read and write; syncs and opens are one "misc" figure there, so syncs are not shown apart, and
 there is no histogram per file."""
 
@@ -18,8 +19,6 @@ FILE_SUMMARY = """
     SELECT FILE_NAME, EVENT_NAME, COUNT_READ, SUM_NUMBER_OF_BYTES_READ, SUM_TIMER_READ,
            COUNT_WRITE, SUM_NUMBER_OF_BYTES_WRITE, SUM_TIMER_WRITE
     FROM performance_schema.file_summary_by_instance"""
-# What each InnoDB file instrument holds, for the files whose name does not say it.
-OBJECTS = {"wait/io/file/innodb/innodb_log_file": "redo log", "wait/io/file/innodb/innodb_temp_file": "temporary"}
 
 Reading = dict[tuple[str, str], tuple[int, ...]]
 
@@ -39,7 +38,7 @@ def files(before: Reading, after: Reading, roots: dict[str, Path]) -> list[FileI
         if moved[0] <= 0 and moved[3] <= 0:
             continue
         placement, relative = _where(Path(name), roots)
-        found.append(FileIO(relative, OBJECTS.get(event, Path(name).name), placement,
+        found.append(FileIO(relative, Path(name).stem, placement,
                             reads=moved[0], read_bytes=moved[1], read_s=moved[2] / 1e12,
                             writes=moved[3], write_bytes=moved[4], write_s=moved[5] / 1e12, source=SOURCE))
     return found

@@ -12,7 +12,7 @@ from typing import Any
 from storlab.engines import settings as common
 from storlab.engines.base import Engine, Instance
 from storlab.engines.postgres import instance, shared_memory
-from storlab.engines.postgres.binaries import bin_dir
+from storlab.engines.postgres.binaries import DEFAULT_VERSION, VERSIONS, bin_dir
 from storlab.engines.postgres.log import PostgresLog
 from storlab.engines.postgres.settings import PostgresSettings
 from storlab.engines.postgres.symptoms import SYMPTOMS
@@ -41,13 +41,15 @@ class Postgres(Engine):
     parallel_query = True
     catalog_bytes = CATALOG_BYTES
     symptoms = SYMPTOMS
+    versions = VERSIONS
+    default_version = DEFAULT_VERSION
 
     def __init__(self):
         self.settings = PostgresSettings()
         self.log = PostgresLog(self.settings.blamed)
 
-    def installed(self) -> None:
-        bin_dir()
+    def installed(self, version: str | None = None) -> None:
+        bin_dir(version or DEFAULT_VERSION)
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)

@@ -24,7 +24,7 @@ from psycopg import sql
 
 from storlab import instances, processes, safe_files, templates
 from storlab.engines.base import Table
-from storlab.engines.postgres.binaries import bin_dir, server_version, wait_sampling_installed
+from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import TracedWaitProbe
 from storlab.errors import RunFailed, UserError
@@ -128,8 +128,9 @@ class PostgresInstance:
 
     engine = "postgres"
 
-    def __init__(self, spec: InstanceSpec, workspace: instances.Workspace, version: str, wait_sampling: bool):
+    def __init__(self, spec: InstanceSpec, workspace: instances.Workspace, version: str, wait_sampling: bool, bins: Path):
         self.spec = spec
+        self.bins = bins  # the server's binaries: its version's
         self.workspace = workspace
         self.socket_dir = workspace.socket_dir
         self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
@@ -271,9 +272,11 @@ class WaitSamplingProbe:
 
 class ActivityProbe:
     """Sampling pg_stat_activity every 50 ms from a separate autocommit connection (its snapshot is
-    frozen inside a transaction). Samples give time, not counts; CPU = active with no wait event."""
+    frozen inside a transaction), on a server without pg_wait_sampling (PostgreSQL 18's wheel). Samples
+    give time, not counts; CPU = active with no wait event. Its cost: benchmarks/probe_overhead.py
+    --postgres-version 18."""
 
-    source = "pg_stat_activity"
+    source = f"pg_stat_activity sampled every {ACTIVITY_PERIOD_S * 1000:.0f} ms (no pg_wait_sampling)"
 
     def __init__(self, instance: PostgresInstance):
         self.instance = instance
@@ -367,7 +370,7 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
     """Create, start and yield an instance; stopped (and removed unless `keep`) on every way out. A
     throwaway instance gets an immediate shutdown (no checkpoint: nothing of it is kept); a kept one a
     fast shutdown, so its files are consistent."""
-    bins = bin_dir()
+    bins = bin_dir(spec.engine_version or DEFAULT_VERSION)
     for placement in spec.data_placements:
         if "'" in str(placement.path):
             raise UserError(f"placement {placement.name}: {placement.path} cannot hold a tablespace (PostgreSQL "
@@ -397,4 +400,4 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
             if preload and conn.execute(WAIT_COLLECTOR_RUNNING).fetchone()[0] > 0:
                 conn.execute(CREATE_WAIT_SAMPLING)
                 wait_sampling = True
-        yield PostgresInstance(spec, ws, version, wait_sampling)
+        yield PostgresInstance(spec, ws, version, wait_sampling, bins)

@@ -13,7 +13,7 @@ from typing import Any
 from storlab import instances
 from storlab.engines import settings as common
 from storlab.engines.postgres import log
-from storlab.engines.postgres.binaries import bin_dir, lib_dir
+from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, lib_dir
 
 # Preload libraries storlab needs, joined with the user's instead of replaced by them.
 STORLAB_PRELOAD = "pg_wait_sampling"
@@ -65,11 +65,19 @@ class PostgresSettings(common.Settings):
     }
     layout_owned = {"min_wal_size": "log_size"}
 
+    def __init__(self, version: str = DEFAULT_VERSION):
+        self.version = version  # whose server has the last word: a setting one version lacks is refused for it
+
+    def for_version(self, version: str | None) -> "PostgresSettings":
+        settings = PostgresSettings(version or DEFAULT_VERSION)
+        settings.title = f"PostgreSQL {settings.version}"  # "PostgreSQL 15 has no io_method"
+        return settings
+
     def value(self, value: Any) -> str:
         return conf_value(value)
 
     def known_names(self) -> set[str]:
-        out = common.output([str(bin_dir() / "postgres"), "--describe-config"])
+        out = common.output([str(bin_dir(self.version) / "postgres"), "--describe-config"])
         return {line.split("\t", 1)[0].lower() for line in out.splitlines() if line.strip()}
 
     def name_problem(self, name: str, known: set[str], settings: dict[str, Any]) -> str | None:
@@ -91,7 +99,7 @@ class PostgresSettings(common.Settings):
 
     def value_problems(self, settings: dict[str, Any]) -> tuple[str, str] | None:
         """A preload library that is not installed."""
-        libdir = lib_dir(bin_dir())
+        libdir = lib_dir(bin_dir(self.version))
         for name, given in settings.items():
             if self.canonical(name) != "shared_preload_libraries":
                 continue
@@ -109,7 +117,7 @@ class PostgresSettings(common.Settings):
             conf.write_text("".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
             (folder / "postgresql.auto.conf").write_text("")
             instances.give_to(folder, user)
-            code, out = instances.run_tool(user, [str(bin_dir() / "postgres"), "-D", str(folder), "-C", "port"])
+            code, out = instances.run_tool(user, [str(bin_dir(self.version) / "postgres"), "-D", str(folder), "-C", "port"])
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         if code == 0:

@@ -30,7 +30,6 @@ from typing import Any
 import psutil
 
 from storlab import bpftrace, traced_waits
-from storlab.engines.postgres.binaries import bin_dir
 from storlab.file_io import FileIO
 from storlab.traced_waits import TracedWait
 from storlab.waits import WaitCapture, WaitProbe
@@ -144,7 +143,7 @@ class TracedWaitProbe:
 
     def start(self, sessions: list[int]) -> None:
         self.sampled.start(sessions)
-        binary = bin_dir() / "postgres"
+        binary = self.instance.bins / "postgres"  # the cell's version's server
         self.note = why_not_traced(binary) or ""
         if self.note or not sessions:
             self.note = self.note or "no sessions to trace"
@@ -184,10 +183,6 @@ class TracedWaitProbe:
         traced = traced_waits.with_counts(capture, waited)
         traced.files = files
         return traced
-
-    def kill(self) -> None:
-        if self.trace is not None:
-            self.trace.kill()
 
 
 class _Names:

@@ -1,0 +1,226 @@
+"""Exact waits and IO per file, recorded by `storlab run` on real servers: PostgreSQL's trace points
+through bpftrace (every lock wait named by its relation, counts in the wait table), and each file's
+reads and stalls on a cold scan, on PostgreSQL (smgr trace points) and MariaDB (performance_schema)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from storlab import bpftrace, traced_waits
+from storlab.engines.postgres.traced_waits import why_not_traced
+from storlab.store import RunResult, Store
+from storlab.waits import Wait, WaitCapture
+
+TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is not None,
+                            reason="tracing needs root and bpftrace")
+
+# The seed-000 twin, small: 16 sessions inserting random UUIDs into 8 hash partitions.
+TWIN = """
+name = "twin"
+engine = "postgres"
+repetitions = 1
+
+[placements]
+disk = "{disk}"
+
+[layout]
+data_files = 8
+data_on = "disk"
+
+[workload]
+kind = "random-insert"
+connections = 16
+rows_per_connection = 20000
+batch = 1000
+"""
+
+SCAN = """
+name = "scan"
+engine = "{engine}"
+repetitions = 1
+
+[placements]
+disk = "{disk}"
+
+[layout]
+data_files = 1
+data_on = "disk"
+
+[workload]
+kind = "scan"
+table_mb = 16
+"""
+
+
+def storlab(*args, env=None) -> subprocess.CompletedProcess:
+    """Tables wide enough that no row or title wraps."""
+    return subprocess.run([sys.executable, "-m", "storlab", *map(str, args)], capture_output=True, text=True,
+                          timeout=900, env={**(env or os.environ), "COLUMNS": "250"})
+
+
+def traces_of(state: Path) -> list[int]:
+    """bpftrace processes a storlab with this state dir started (they inherit its environment; other
+    sessions' runs on this machine have their own)."""
+    found = []
+    for p in psutil.process_iter(["name"]):
+        try:
+            if p.info["name"] == "bpftrace" and p.environ().get("STORLAB_STATE_DIR") == str(state):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def record(tmp_path_factory, body: str, **fields) -> Path:
+    root = tmp_path_factory.mktemp("traced")
+    lab = Path("/var/tmp") / f"storlab-test-traced-{os.getpid()}-{root.name}"
+    lab.mkdir(mode=0o755, exist_ok=True)
+    lab.chmod(0o755)  # the servers' OS user must reach it
+    experiment = root / "exp.toml"
+    experiment.write_text(body.format(disk=lab, **fields))
+    out = root / "results"
+    state = tmp_path_factory.mktemp("state")
+    env = {**os.environ, "STORLAB_STATE_DIR": str(state)}
+    try:
+        done = storlab("run", experiment, "--out", out, env=env)
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(lab)], check=False)
+    assert done.returncode == 0, done.stderr
+    assert traces_of(state) == []  # every bpftrace it started is gone
+    return out
+
+
+def table_rows(text: str, first: str) -> list[list[str]]:
+    """The rows of the rich table whose header starts with `first`."""
+    rows, inside = [], False
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split("[│┃]", line)]
+        if cells[0] == first:
+            inside = True
+            continue
+        if inside and len(cells) > 1:
+            rows.append(cells)
+        elif inside and not line.strip():
+            inside = False
+    return rows
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory):
+    return record(tmp_path_factory, TWIN)
+
+
+@pytest.mark.engine
+@TRACED
+def test_every_extend_wait_is_named_by_its_partition_with_counts(twin):
+    shown = storlab("waits", twin, "--resources")
+    assert shown.returncode == 0, shown.stderr
+    assert "pg_wait_sampling + bpftrace counts" in " ".join(shown.stdout.split())
+    locks = table_rows(shown.stdout, "WaitType")  # the wait table's rows
+    traced = [r for r in table_rows(shown.stdout.split("every lock wait traced")[1], "WaitType") if len(r) == 6]
+    extend, current = [], None
+    for row in traced:
+        current = row[0] or current
+        if current == "Lock:extend":
+            extend.append(row)
+    partitions = {r[1] for r in extend if re.fullmatch(r"lab_insert_[0-7]", r[1])}
+    assert len(partitions) >= 6, shown.stdout
+    for r in extend:
+        assert float(r[2].replace(",", "")) > 0 and float(r[4]) > 0  # a count and an average wait
+    wait_row = next(r for r in locks if r[0] == "Lock:extend")
+    assert wait_row[3] not in ("", "—") and float(wait_row[3].replace(",", "")) > 0, shown.stdout  # WaitCount
+    assert wait_row[5] not in ("", "—"), shown.stdout  # AvgWait_S, from the trace
+
+
+@pytest.mark.engine
+@TRACED
+def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
+    with sqlite3.connect(twin / "storlab.sqlite") as db:
+        counted = dict(db.execute("SELECT wait_type, wait_count FROM waits WHERE wait_count IS NOT NULL"))
+        traced_s = db.execute("SELECT traced_s FROM waits WHERE wait_type = 'Lock:extend'").fetchone()[0]
+        wal = db.execute("SELECT sum(writes), sum(write_bytes), sum(syncs) FROM file_io WHERE object = 'WAL'").fetchone()
+    assert counted["Lock:extend"] > 0 and traced_s > 0
+    assert any(name.startswith("LWLock:") for name in counted)
+    # 320,000 rows of a UUID and a filler: megabytes of WAL, written and synced to its segments.
+    assert wal[0] > 0 and wal[1] > 1e6 and wal[2] > 0
+    done = storlab("export", twin, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    run = json.loads((twin / "runs.json").read_text())[0]
+    assert {"Lock:extend"} <= {t["wait_type"] for t in run["traced_waits"]}
+    assert any(f["object"] == "WAL" for f in run["files"])
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", [pytest.param("postgres", marks=TRACED), "mariadb"])
+def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_factory, engine):
+    out = record(tmp_path_factory, SCAN, engine=engine)
+    shown = storlab("waits", out, "--files")
+    assert shown.returncode == 0, shown.stderr
+    rows = [r for r in table_rows(shown.stdout, "Object") if len(r) == 13]
+    # The table's own file (PostgreSQL: its main fork; MariaDB: lab_wide.ibd), not its free-space map.
+    table = [r for r in rows if r[0] == "lab_wide"]
+    assert table, shown.stdout
+    reads = sum(float(r[3].replace(",", "")) for r in table)
+    megabytes = sum(float(r[4].replace(",", "")) for r in table)
+    assert reads > 0 and megabytes >= 4, shown.stdout  # a table of 16 MB of rows, read cold
+    assert all(r[5] != "—" and float(r[5]) > 0 for r in table if float(r[3].replace(",", "")) > 0)  # AvgRead_ms
+    if engine == "postgres":
+        assert all(r[6] != "—" for r in table if float(r[3].replace(",", "")) > 0)  # a histogram where traced
+
+
+def test_a_binary_without_trace_points_is_named():
+    reason = why_not_traced(Path("/bin/true"))
+    assert reason is not None and ("without trace points" in reason or "root" in reason or "bpftrace" in reason)
+
+
+def test_a_missing_bpftrace_is_one_note_and_nothing_runs():
+    trace = bpftrace.Trace("BEGIN { exit(); }", bpftrace="storlab-no-such-bpftrace")
+    trace.start()
+    assert not trace.running and trace.stop() is None
+    assert trace.note in ("tracing needs root", "storlab-no-such-bpftrace not found (Debian's bpftrace)")
+
+
+def test_waits_say_why_counts_are_unavailable(tmp_path):
+    capture = traced_waits.without_counts(WaitCapture("pg_wait_sampling", [Wait("Lock:extend", 2.0), Wait("CPU", 1.0)]),
+                                          "tracing needs root")
+    with Store.open(tmp_path) as store:
+        store.bind_experiment("e", "postgres", "", {"x": 1}, 1, {}, [("a", "a", {})])
+        facts = store.record_facts({"cpu": {"governor": "performance"}}, {"cpu": {"governor": "performance"}})
+        store.record_run("a", 1, RunResult(0.0, [("elapsed_s", 1.0, "s")], capture, "15", []), facts)
+    shown = storlab("waits", tmp_path, "--resources", "--files")
+    assert shown.returncode == 0, shown.stderr
+    said = " ".join(shown.stdout.split())  # a table's title wraps to the table's width
+    assert "source pg_wait_sampling (counts unavailable: tracing needs root)" in said
+    assert "no traced lock waits: counts unavailable (tracing needs root)" in said
+    assert "no per-file IO: counts unavailable (tracing needs root)" in said
+    shown = storlab("show", tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "lock waits by relation and IO per file unavailable: tracing needs root (sampled waits kept)" in \
+        " ".join(shown.stdout.split())
+
+
+def test_traced_counts_sit_beside_the_sampled_time():
+    capture = WaitCapture("pg_wait_sampling", [Wait("Lock:extend", 2.0), Wait("CPU", 1.0)])
+    traced = [traced_waits.TracedWait("Lock:extend", "lab_insert_0", 30, 0.9, {1 << 20: 30}),
+              traced_waits.TracedWait("Lock:extend", "lab_insert_1", 10, 0.3, {1 << 20: 10}),
+              traced_waits.TracedWait("LWLock:WALWrite", "", 5, 0.05)]
+    merged = traced_waits.with_counts(capture, traced)
+    waits = {w.wait_type: w for w in merged.waits}
+    assert merged.source == "pg_wait_sampling + bpftrace counts"
+    assert waits["Lock:extend"].wait_s == 2.0 and waits["Lock:extend"].wait_count == 40
+    assert waits["Lock:extend"].traced_s == pytest.approx(1.2)
+    assert waits["LWLock:WALWrite"].wait_s == 0.0 and waits["LWLock:WALWrite"].wait_count == 5  # only traced
+    assert waits["CPU"].wait_count is None
+    from storlab.waits import top_share
+
+    row = next(r for r in top_share(merged.waits) if r.wait_type == "Lock:extend")
+    assert row.avg_wait_s == pytest.approx(1.2 / 40)  # the trace's own average, not sampled / counted
