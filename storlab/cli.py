@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import stat
 import sys
 from contextlib import suppress
 from pathlib import Path
@@ -20,7 +22,7 @@ class _Group(click.Group):
         # A polite kill (SIGTERM) or a closed terminal (SIGHUP) takes the same path as Ctrl-C: servers
         # stopped, finished runs kept.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        signal.signal(signal.SIGHUP, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, _hung_up)
         try:
             return super().invoke(ctx)
         except UserError as exc:
@@ -30,9 +32,20 @@ class _Group(click.Group):
             click.echo(f"storlab: {exc}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            with suppress(OSError):  # after SIGHUP the terminal may be gone: the exit code still says it
-                click.echo("storlab: interrupted; finished runs are kept, run the same command to resume", err=True)
+            click.echo("storlab: interrupted; finished runs are kept, run the same command to resume", err=True)
             sys.exit(130)
+
+
+def _hung_up(signum: int, frame) -> None:
+    """SIGHUP, as Ctrl-C; and what was written to a terminal that hung up now goes nowhere: each write
+    to it would fail, and cut the clean-up short."""
+    for fd in (1, 2):
+        with suppress(OSError):
+            if stat.S_ISCHR(os.fstat(fd).st_mode) and not os.isatty(fd):  # a live terminal still is one
+                nowhere = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(nowhere, fd)
+                os.close(nowhere)
+    raise KeyboardInterrupt
 
 
 @click.group(cls=_Group)

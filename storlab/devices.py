@@ -15,9 +15,7 @@ import itertools
 import os
 import re
 import shutil
-import signal
 import subprocess
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -351,25 +349,6 @@ def remove_recorded(manifest: instances.Manifest, placement: str | None = None) 
     return removed, refused
 
 
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """A Ctrl-C (or the CLI's SIGTERM or SIGHUP, which act the same) in the middle of removing a device
-    would leave it half removed: hold the signal until the removal is done, then deliver it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
-            signal.raise_signal(s)
-
-
 def _safe_name(placement: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", placement)
 
@@ -416,7 +395,7 @@ class DevicePool:
     def close(self) -> list[str]:
         """Remove every device; what could not be removed stays in the manifest for `storlab clean`."""
         self.devices.clear()
-        with _interrupts_held():
+        with processes.interrupts_held():
             refused = remove_recorded(self.manifest)[1]
         if not refused:
             self.manifest.forget()
@@ -424,7 +403,7 @@ class DevicePool:
 
     def _remove(self, placement: str) -> list[str]:
         self.devices.pop(placement, None)
-        with _interrupts_held():
+        with processes.interrupts_held():
             return remove_recorded(self.manifest, placement)[1]
 
     def _make(self, placement: str, spec: DeviceSpec) -> Device:
@@ -444,7 +423,7 @@ class DevicePool:
         self.manifest.devices.append(entry)
         self.manifest.save()
         try:
-            with _interrupts_held():  # a directory without its marker could never be removed
+            with processes.interrupts_held():  # a directory without its marker could never be removed
                 directory.mkdir(mode=0o711)  # the servers' user passes through to the mount, sees nothing else
                 (directory / instances.MARKER).write_text(self.manifest.instance_id + "\n")
             with open(image, "xb") as handle:

@@ -435,7 +435,8 @@ def cell_count(swept: dict[str, list[Any]]) -> int:
     """How many cells the factors make: a factor nested in a version multiplies that version's cells only."""
     crossed = math.prod(len(v) for d, v in swept.items() if nested_in(d) is None and d != VERSION_FACTOR)
     versions = swept.get(VERSION_FACTOR) or sorted({nested_in(d) for d in swept if nested_in(d)}) or [None]
-    return sum(crossed * math.prod(len(v) for d, v in swept.items() if nested_in(d) == version) for version in versions)
+    return sum(crossed * math.prod(len(v) for d, v in swept.items() if nested_in(d) is not None and nested_in(d) == version)
+               for version in versions)
 
 
 def locate(text: str, loc: tuple) -> int | None:

@@ -409,15 +409,16 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
                 raise
             raise told from exc
     finally:
-        if ws is not None and ws.server is not None:
-            ws.server.stop(stop_signal)
-        # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up tool's
-        # server interrupted, it is storlab's job.
-        engine.release_shared_memory([Path(d) for d in manifest.dirs])
-        if keep:
-            manifest.kept = True
-            manifest.save()
-        else:
-            refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), iid)]
-            if not refused:
-                manifest.forget()
+        with processes.interrupts_held():  # a second signal (or SIGHUP after Ctrl-C) must not cut this short
+            if ws is not None and ws.server is not None:
+                ws.server.stop(stop_signal)
+            # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
+            # tool's server interrupted, it is storlab's job.
+            engine.release_shared_memory([Path(d) for d in manifest.dirs])
+            if keep:
+                manifest.kept = True
+                manifest.save()
+            else:
+                refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), iid)]
+                if not refused:
+                    manifest.forget()

@@ -10,7 +10,9 @@ import ctypes
 import os
 import signal
 import subprocess
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import psutil
 
@@ -67,12 +69,47 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def _continue(pid: int) -> None:
+    """A stopped process acts on no signal until it is continued: continue `pid` and its descendants
+    (a PostgreSQL backend leads a session of its own, outside its server's group)."""
+    try:
+        root = psutil.Process(pid)
+        found = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in found:
+        try:
+            process.resume()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """A Ctrl-C (or the CLI's SIGTERM or SIGHUP, which act the same) in the middle of stopping and
+    removing what storlab made (a server, its directories, a device) would leave it half done: hold
+    the signal until the block is done, then deliver it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
+
+
 def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeout: float = 5) -> None:
     """Stop `child` and everything in its group; waits for it."""
     if child.poll() is None:
         try:
             child.send_signal(polite)
-            os.killpg(child.pid, signal.SIGCONT)  # a stopped process acts on no signal until continued
+            _continue(child.pid)
             child.wait(timeout=timeout)
         except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
             pass

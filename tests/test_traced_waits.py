@@ -1,6 +1,7 @@
 """Exact waits and IO per file, recorded by `storlab run` on real servers: PostgreSQL's trace points
-through bpftrace (every lock wait named by its relation, counts in the wait table), and each file's
-reads and stalls on a cold scan, on PostgreSQL (smgr trace points) and MariaDB (performance_schema)."""
+through bpftrace (every lock wait named by its relation, counts in the wait table, each partition's
+and WAL segment's writes), and each file's reads and stalls on a cold scan, on PostgreSQL (smgr trace
+points) and MariaDB (performance_schema)."""
 
 from __future__ import annotations
 
@@ -148,10 +149,13 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
         counted = dict(db.execute("SELECT wait_type, wait_count FROM waits WHERE wait_count IS NOT NULL"))
         traced_s = db.execute("SELECT traced_s FROM waits WHERE wait_type = 'Lock:extend'").fetchone()[0]
         wal = db.execute("SELECT sum(writes), sum(write_bytes), sum(syncs) FROM file_io WHERE object = 'WAL'").fetchone()
+        partitions = dict(db.execute("SELECT object, write_bytes FROM file_io WHERE object GLOB 'lab_insert_[0-7]'"))
     assert counted["Lock:extend"] > 0 and traced_s > 0
     assert any(name.startswith("LWLock:") for name in counted)
     # 320,000 rows of a UUID and a filler: megabytes of WAL, written and synced to its segments.
     assert wal[0] > 0 and wal[1] > 1e6 and wal[2] > 0
+    # Each partition's file grows as rows go in: its writes are the extends, a share of the 8 each.
+    assert len(partitions) == 8 and all(written > 1e6 for written in partitions.values()), partitions
     done = storlab("export", twin, "--format", "json")
     assert done.returncode == 0, done.stderr
     run = json.loads((twin / "runs.json").read_text())[0]

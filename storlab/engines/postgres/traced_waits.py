@@ -6,14 +6,17 @@ bpftrace program around the load. Everything is counted in BPF maps and printed 
   is; count, time and a log2 histogram per lock type and relation (the lock tag's database and
   relation; other lock kinds by their kind). Named after the run from pg_class.
 - LWLock waits (`lwlock__wait__start/done`): the same sessions, per tranche.
-- Data files (`smgr__md__read/write__start/done`): every process of the instance (a scan's parallel
-  workers, the checkpointer), per relation file segment of 1 GB; mapped after the run to the
-  relation's name and file. A page the server adds to a relation (mdextend) has no trace point: the
-  writes are the writes of existing pages (flushes, checkpoints).
-- WAL: the WAL code's own trace point fires only when a backend must write a full WAL buffer, so
-  the WAL files are traced at the system call instead: pwrite64/pwritev (a new segment's zero fill)
-  and fdatasync/fsync by the instance's processes on a file in the instance's WAL directory, per
-  segment (a new segment is written as xlogtemp.<pid> before it is renamed).
+- Reads of data files (`smgr__md__read__start/done`): every process of the instance (a scan's
+  parallel workers, the checkpointer), per relation file segment of 1 GB, one 8 kB block each.
+- Writes and syncs of every file (`pwrite64`/`pwritev`, `fdatasync`/`fsync` system calls by the
+  instance's processes), per file by its directory and name: a data file's writes are then all of
+  them, the pages the server adds to a relation included (the smgr write trace point misses those:
+  extending a relation has none), and the WAL's (its own trace point fires only when a backend must
+  write out a full WAL buffer). A new WAL segment is zero-filled as xlogtemp.<pid> before it is
+  renamed: its writes are listed under that name.
+
+Files are named after the run through the instance (`pg_relation_filenode`, `pg_relation_filepath`),
+without opening anything in the server's directories.
 
 Only this instance's processes count: the postmaster (the parent of a workload's session) and its
 children; another server started from the same binary (a PostgreSQL on port 5432) is filtered out
@@ -23,7 +26,7 @@ in the kernel.
 from __future__ import annotations
 
 import functools
-import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +38,15 @@ from storlab.traced_waits import TracedWait
 from storlab.waits import WaitCapture, WaitProbe
 
 SOURCE = "bpftrace"
-BLOCK = 8192  # every smgr read and write is one block (bpftrace 0.17 reads no 7th USDT argument, the bytes done)
+BLOCK = 8192  # every smgr read is one block (bpftrace 0.17 reads no 7th USDT argument, the bytes read)
 SEGMENT_BLOCKS = 131072  # RELSEG_SIZE: 1 GB of 8 kB blocks per file segment (the Debian build's)
 # PostgreSQL 15's LockTagType, in order, by the names pg_locks and the wait events give them.
 LOCK_TYPES = ("relation", "extend", "frozenid", "page", "tuple", "transactionid", "virtualxid", "spectoken",
               "object", "userlock", "advisory")
 RELATION_LOCKS = (0, 1, 3, 4)  # lock tags whose second field is a relation's OID
 FORKS = {0: "", 1: "_fsm", 2: "_vm", 3: "_init"}
+RELATION_FILE = re.compile(r"(\d+)(_fsm|_vm|_init)?(?:\.(\d+))?")  # a relation's file: node, fork, segment
+WAL_DIR = "wal"  # provision() puts the WAL in <log placement>/wal, pg_wal linking to it
 # The probes this module attaches: a binary without them is named in the note.
 _NEEDED = (b"lock__wait__start", b"lwlock__wait__start", b"smgr__md__read__start")
 
@@ -49,8 +54,8 @@ _PROGRAM = """
 usdt:{bin}:postgresql:lock__wait__start /{sessions}/ {{ @lock_at[tid] = nsecs; }}
 usdt:{bin}:postgresql:lock__wait__done /@lock_at[tid]/ {{
   $d = nsecs - @lock_at[tid]; delete(@lock_at[tid]);
-  $rel = (arg4 == 0 || arg4 == 1 || arg4 == 3 || arg4 == 4) ? arg1 : 0;
-  $db = (arg4 == 0 || arg4 == 1 || arg4 == 3 || arg4 == 4) ? arg0 : 0;
+  $rel = ({relation_lock}) ? arg1 : 0;
+  $db = ({relation_lock}) ? arg0 : 0;
   @lock[arg4, $db, $rel] = stats($d); @lock_hist[arg4, $db, $rel] = hist($d);
 }}
 usdt:{bin}:postgresql:lwlock__wait__start /{sessions}/ {{ @lwlock_at[tid] = nsecs; }}
@@ -63,52 +68,41 @@ usdt:{bin}:postgresql:smgr__md__read__start /{instance}/ {{ @read_at[tid] = nsec
 usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
   $d = nsecs - @read_at[tid]; delete(@read_at[tid]);
   $seg = arg1 / {segment};
-  @read[arg2, arg3, arg4, arg0, $seg] = stats($d); @read_hist[arg2, arg3, arg4, arg0, $seg] = hist($d);
-}}
-usdt:{bin}:postgresql:smgr__md__write__start /{instance}/ {{ @write_at[tid] = nsecs; }}
-usdt:{bin}:postgresql:smgr__md__write__done /@write_at[tid]/ {{
-  $d = nsecs - @write_at[tid]; delete(@write_at[tid]);
-  $seg = arg1 / {segment};
-  @write[arg2, arg3, arg4, arg0, $seg] = stats($d); @write_hist[arg2, arg3, arg4, arg0, $seg] = hist($d);
+  @read[arg3, arg4, arg0, $seg] = stats($d); @read_hist[arg3, arg4, arg0, $seg] = hist($d);
 }}
 tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{instance}/ {{
-  $f = *(curtask->files->fdt->fd + args->fd);
-  if ($f->f_path.dentry->d_parent->d_inode->i_ino == {wal_ino} && $f->f_inode->i_sb->s_dev == {wal_dev}) {{
-    @wal_at[tid] = nsecs; @wal_name[tid] = str($f->f_path.dentry->d_name.name);
-  }}
+  @write_at[tid] = nsecs; @write_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
 }}
-tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@wal_at[tid]/ {{
-  $d = nsecs - @wal_at[tid]; $name = @wal_name[tid]; delete(@wal_at[tid]); delete(@wal_name[tid]);
-  @walw[$name] = stats($d); @walw_bytes[$name] = sum(args->ret); @walw_hist[$name] = hist($d);
+tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@write_at[tid]/ {{
+  $d = nsecs - @write_at[tid]; $f = (struct file *)@write_file[tid];
+  delete(@write_at[tid]); delete(@write_file[tid]);
+  $dir = str($f->f_path.dentry->d_parent->d_name.name); $name = str($f->f_path.dentry->d_name.name);
+  @write[$dir, $name] = stats($d); @write_hist[$dir, $name] = hist($d); @write_bytes[$dir, $name] = sum(args->ret);
 }}
 tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{instance}/ {{
-  $f = *(curtask->files->fdt->fd + args->fd);
-  if ($f->f_path.dentry->d_parent->d_inode->i_ino == {wal_ino} && $f->f_inode->i_sb->s_dev == {wal_dev}) {{
-    @sync_at[tid] = nsecs; @sync_name[tid] = str($f->f_path.dentry->d_name.name);
-  }}
+  @sync_at[tid] = nsecs; @sync_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
 }}
 tracepoint:syscalls:sys_exit_fdatasync,tracepoint:syscalls:sys_exit_fsync /@sync_at[tid]/ {{
-  $d = nsecs - @sync_at[tid]; $name = @sync_name[tid]; delete(@sync_at[tid]); delete(@sync_name[tid]);
-  @sync[$name] = stats($d);
+  $d = nsecs - @sync_at[tid]; $f = (struct file *)@sync_file[tid];
+  delete(@sync_at[tid]); delete(@sync_file[tid]);
+  @sync[str($f->f_path.dentry->d_parent->d_name.name), str($f->f_path.dentry->d_name.name)] = stats($d);
 }}
 """
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
-# A relation file by what the trace point tells (tablespace, relfilenode): the relation and its path.
+# A relation file by its file node: the relation, its path in the data directory, its tablespace.
 FILE_OF = """
-    SELECT r::regclass::text, pg_relation_filepath(r)
-    FROM (SELECT pg_filenode_relation(CASE WHEN %(spc)s = 1663 THEN 0 ELSE %(spc)s END, %(node)s) AS r) f
-    WHERE r IS NOT NULL"""
+    SELECT c.oid::regclass::text, pg_relation_filepath(c.oid), c.reltablespace
+    FROM pg_class c WHERE pg_relation_filenode(c.oid) = %s"""
 TABLESPACES = "SELECT oid, spcname FROM pg_tablespace"
 
 
-def program(binary: Path, sessions: list[int], postmaster: int, wal: os.stat_result) -> str:
+def program(binary: Path, sessions: list[int], postmaster: int) -> str:
     return _PROGRAM.format(
-        bin=binary, segment=SEGMENT_BLOCKS,
+        bin=binary, segment=SEGMENT_BLOCKS, relation_lock=" || ".join(f"arg4 == {kind}" for kind in RELATION_LOCKS),
         sessions=" || ".join(f"pid == {int(p)}" for p in sorted(set(sessions))) or "0",
-        instance=f"(pid == {postmaster} || curtask->real_parent->tgid == {postmaster})",
-        wal_ino=wal.st_ino, wal_dev=(os.major(wal.st_dev) << 20) | os.minor(wal.st_dev),
+        instance=f"(pid == {int(postmaster)} || curtask->real_parent->tgid == {int(postmaster)})",
     )
 
 
@@ -150,11 +144,10 @@ class TracedWaitProbe:
             return
         try:
             postmaster = psutil.Process(sessions[0]).ppid()
-            wal = os.stat(self.instance.roots[self.instance.spec.log.name] / "wal")
-        except (psutil.Error, OSError) as exc:
-            self.note = f"the instance's processes or WAL could not be found: {exc}"
+        except psutil.Error as exc:
+            self.note = f"the server's processes could not be found: {exc}"
             return
-        self.trace = bpftrace.Trace(program(binary, sessions, postmaster, wal))
+        self.trace = bpftrace.Trace(program(binary, sessions, postmaster))
         try:
             self.trace.start()
         except BaseException:
@@ -179,7 +172,7 @@ class TracedWaitProbe:
         with self.instance.connect() as conn:
             names = _Names(conn, self.instance)
             waited = lock_waits(maps, names) + lwlock_waits(maps)
-            files = data_files(maps, names) + wal_files(maps, self.instance.spec.log.name)
+            files = instance_files(maps, names)
         traced = traced_waits.with_counts(capture, waited)
         traced.files = files
         return traced
@@ -192,9 +185,9 @@ class _Names:
         self.conn = conn
         self.database = conn.execute(DATABASE_OID).fetchone()[0]
         spaces = dict(conn.execute(TABLESPACES).fetchall())
-        home = instance.spec.home.name
+        self.home, self.log = instance.spec.home.name, instance.spec.log.name
         by_tablespace = {f"ts_{p.name}".lower().replace("-", "_"): p.name for p in instance.spec.data_placements}
-        self.placements = {oid: by_tablespace.get(name, home) for oid, name in spaces.items()}
+        self.placements = {oid: by_tablespace.get(name, self.home) for oid, name in spaces.items()}
 
     @functools.cache
     def relation(self, db: int, oid: int) -> str:
@@ -203,12 +196,13 @@ class _Names:
         return self.conn.execute(RELATION_NAME, (oid,)).fetchone()[0]
 
     @functools.cache
-    def file(self, spc: int, db: int, node: int) -> tuple[str, str]:
-        """(relation, path relative to the data directory) of a relation file node."""
-        row = self.conn.execute(FILE_OF, {"spc": spc, "node": node}).fetchone() if db in (self.database, 0) else None
+    def file(self, directory: str, node: int) -> tuple[str, str, str]:
+        """(relation, path relative to the data directory, placement) of a relation's file node in a
+        database's directory (its OID) or the shared catalogs' (global)."""
+        row = self.conn.execute(FILE_OF, (node,)).fetchone() if directory in (str(self.database), "global") else None
         if row is None:  # dropped since, or another database's
-            return f"file node {node}", f"{spc}/{db}/{node}"
-        return row[0], row[1]
+            return f"file node {node}", f"{directory}/{node}", ""
+        return row[0], row[1], self.placements.get(row[2], self.home) if row[2] else self.home
 
 
 def _stats(maps: bpftrace.Maps, name: str) -> list[tuple[tuple, tuple[int, int]]]:
@@ -236,31 +230,46 @@ def lwlock_waits(maps: bpftrace.Maps) -> list[TracedWait]:
             for key, (n, ns) in _stats(maps, "lwlock")]
 
 
-def data_files(maps: bpftrace.Maps, names: _Names) -> list[FileIO]:
-    found: dict[tuple, FileIO] = {}
-    for direction in ("read", "write"):
-        for key, (n, ns) in _stats(maps, direction):
-            spc, db, node, fork, segment = (int(k) for k in key)
-            relation, path = names.file(spc, db, node)
-            path += FORKS.get(fork, f"_fork{fork}") + (f".{segment}" if segment else "")
-            what = relation + (f" ({FORKS[fork].lstrip('_')})" if FORKS.get(fork) else "")
-            one = found.setdefault((spc, db, node, fork, segment),
-                                   FileIO(path, what, names.placements.get(spc, ""), source=SOURCE))
-            setattr(one, f"{direction}s", n)
-            setattr(one, f"{direction}_bytes", n * BLOCK)
-            setattr(one, f"{direction}_s", ns / 1e9)
-            setattr(one, f"{direction}_histogram", _histogram(maps, f"{direction}_hist", key))
-    return list(found.values())
+def _file_key(db: int, node: int, fork: int, segment: int) -> tuple[str, str]:
+    """A relation file segment as (its directory's name, its own name), as the system calls see it."""
+    return "global" if db == 0 else str(db), f"{node}{FORKS.get(fork, f'_fork{fork}')}" + (f".{segment}" if segment else "")
 
 
-def wal_files(maps: bpftrace.Maps, placement: str) -> list[FileIO]:
-    found: dict[str, FileIO] = {}
-    for (name,), (n, ns) in _stats(maps, "walw"):
-        found[name] = FileIO(f"pg_wal/{name}", "WAL", placement, writes=n,
-                             write_bytes=int(maps.get("walw_bytes", {}).get((name,), 0)), write_s=ns / 1e9,
-                             write_histogram=_histogram(maps, "walw_hist", (name,)), syncs=0, sync_s=0.0,
-                             source=SOURCE)
-    for (name,), (n, ns) in _stats(maps, "sync"):
-        one = found.setdefault(name, FileIO(f"pg_wal/{name}", "WAL", placement, syncs=0, sync_s=0.0, source=SOURCE))
+def instance_files(maps: bpftrace.Maps, names: _Names) -> list[FileIO]:
+    """Reads from the smgr trace point, writes and syncs from the system calls, joined per file."""
+    found: dict[tuple[str, str], FileIO] = {}
+
+    def file(directory: str, name: str) -> FileIO:
+        if (directory, name) not in found:
+            found[(directory, name)] = FileIO(*_named(directory, name, names), syncs=0, sync_s=0.0, source=SOURCE)
+        return found[(directory, name)]
+
+    for key, (n, ns) in _stats(maps, "read"):
+        one = file(*_file_key(*(int(k) for k in key)))
+        one.reads, one.read_bytes, one.read_s = n, n * BLOCK, ns / 1e9
+        one.read_histogram = _histogram(maps, "read_hist", key)
+    for key, (n, ns) in _stats(maps, "write"):
+        one = file(*key)
+        one.writes, one.write_s = n, ns / 1e9
+        one.write_bytes = int(maps.get("write_bytes", {}).get(key, 0))
+        one.write_histogram = _histogram(maps, "write_hist", key)
+    for key, (n, ns) in _stats(maps, "sync"):
+        one = file(*key)
         one.syncs, one.sync_s = n, ns / 1e9
     return list(found.values())
+
+
+def _named(directory: str, name: str, names: _Names) -> tuple[str, str, str]:
+    """(file, object, placement) of a file by its directory and name: a relation's file, a WAL
+    segment, or another file of the server's (pg_xact/0000) named by its directory."""
+    if directory == WAL_DIR:
+        return f"pg_wal/{name}", "WAL", names.log
+    if name == WAL_DIR:  # the directory itself, synced when a segment is added or renamed
+        return "pg_wal", "WAL directory", names.log
+    relation_file = RELATION_FILE.fullmatch(name)
+    if relation_file and (directory.isdigit() or directory == "global"):
+        node, fork, segment = relation_file.groups()
+        relation, path, placement = names.file(directory, int(node))
+        return path + (fork or "") + (f".{segment}" if segment else ""), \
+            relation + (f" ({fork.lstrip('_')})" if fork else ""), placement
+    return f"{directory}/{name}", directory, names.home
