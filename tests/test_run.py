@@ -174,10 +174,10 @@ def test_markup_and_math_in_values_run_and_render(write_experiment, lab_dir, tmp
 
 
 def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, lab_dir, tmp_path):
-    """Every process of the first run's instance stopped (SIGSTOP): that run fails once the server has
-    not answered for the declared 3 s, its instance is killed, and the second run is recorded."""
+    """Every process of a run's instance stopped (SIGSTOP): that run fails once the server has not
+    answered for the declared 3 s, its instance is killed, and the runs after it are recorded."""
     out = tmp_path / "results"
-    path = write_experiment(TINY.format(reps=2, disk=lab_dir, rows=150000).replace("data_files = [1, 4]", "data_files = 1")
+    path = write_experiment(TINY.format(reps=3, disk=lab_dir, rows=150000).replace("data_files = [1, 4]", "data_files = 1")
                             + "stall_after_s = 3\n")
     proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -187,11 +187,9 @@ def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, l
         while not instances_up():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.05)
-        time.sleep(1.0)  # most likely inside the load (anywhere, the server stops answering alike)
-        manifest = instances_up()[0]
+        time.sleep(0.3)  # most likely inside the load (anywhere, the server stops answering alike)
         stopped_at = time.time()
-        stopped = stop_instance(manifest)
-        assert stopped
+        stopped = stop_instance(instances_up()[0])
         output, errors = proc.communicate(timeout=180)  # it hung for good before
     finally:
         stop_storlab(proc)
@@ -199,13 +197,14 @@ def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, l
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 1, output + errors
     said = "the server stopped answering for 3 s; its instance was stopped"
-    assert f"#1: {said}" in output and errors.strip() == "storlab: 1 runs failed; run the same command again to retry them"
+    assert errors.strip() == "storlab: 1 runs failed; run the same command again to retry them"
     with sqlite3.connect(out / "storlab.sqlite") as db:
         failures = db.execute("SELECT cell_id, repetition, message, at FROM failures").fetchall()
         runs = db.execute("SELECT cell_id, repetition FROM runs").fetchall()
-    assert [(rep, message) for _, rep, message, _ in failures] == [(1, said)]
-    assert failures[0][3] - stopped_at < 3 + 30  # failed soon after the declared deadline, not when resumed
-    assert runs == [(failures[0][0], 2)]  # the experiment went on
+    [(cell_id, failed, message, at)] = failures
+    assert message == said and f"#{failed}: {said}" in output
+    assert at - stopped_at < 3 + 30  # failed soon after the declared deadline, not when resumed
+    assert sorted(runs) == [(cell_id, rep) for rep in (1, 2, 3) if rep != failed] and failed < 3  # it went on
     assert stopped_processes(stopped) == [] and storlab_processes() == []
     assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
 
