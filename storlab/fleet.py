@@ -190,8 +190,7 @@ def queue_next_round(db: Connection, store: Store, exp: Experiment, cells: list[
 def check(exp: Experiment, say: Say) -> None:
     """What `storlab run` checks before anything starts, on this host: the engine installed, the
     settings accepted, each placement's free space. Refusals raise; warnings are said."""
-    for version in exp.model.versions() or [None]:
-        engines.engine(exp.engine).installed(version)
+    engines.engine(exp.engine).installed()
     for warning in runner.preflight(exp, matrix.cells(exp)):
         say(f"{exp.name}: warning: {warning}")
 

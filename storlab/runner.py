@@ -58,6 +58,8 @@ def prepare_placements(experiment: Experiment) -> dict[str, Path]:
 def preflight(experiment: Experiment, cells: list[matrix.Cell]) -> list[str]:
     """What is checked before anything starts (and by --dry-run): the installed engine's verdict on the
     settings, and whether one run fits in each placement. Refusals raise UserError; returns warnings."""
+    for version in experiment.model.versions():  # each engine_version's server is there (RunFailed says how to install it)
+        engines.engine(experiment.engine).installed(version)
     warnings = engines.engine(experiment.engine).settings.verify(experiment)
     return warnings + capacity.check(experiment, cells, placement_paths(experiment))
 

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from storlab.dialects import SQLITE, Connection, Migration
 from storlab.file_io import FileIO
 from storlab.iosizes import IoSizes
-from storlab.traced_waits import TracedWait
+from storlab.waits import TracedWait
 from storlab.waits import Wait, WaitCapture, WaitingTask
 from storlab.errors import UserError
 

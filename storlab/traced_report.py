@@ -13,7 +13,7 @@ from storlab import file_io, traced_waits
 from storlab.analysis import CellResult, Results
 from storlab.file_io import FileIO
 from storlab.store import Store
-from storlab.traced_waits import TracedWait
+from storlab.waits import TracedWait
 
 UNAVAILABLE = "(counts unavailable: "  # as traced_waits.without_counts writes it into the wait source
 

@@ -6,25 +6,14 @@ relation of every lock wait, where a sampler sees only the waits that last acros
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from rich.table import Table
 from rich.text import Text
 
-from storlab.waits import Wait, WaitCapture
+from storlab.waits import TracedWait, Wait, WaitCapture
 
 COUNTED = "bpftrace counts"
-
-
-@dataclass
-class TracedWait:
-    """The waits of one type on one resource over a run (or a cell's mean per run)."""
-
-    wait_type: str  # as pg_wait_sampling names it: Lock:extend, LWLock:WALWrite
-    resource: str  # a lock wait's relation (lab_insert_3), or the lock's kind; "" for an LWLock
-    waits: float
-    seconds: float
-    histogram: dict[int, int] = field(default_factory=dict)  # power-of-two buckets: lower bound in ns -> waits
 
 
 def with_counts(capture: WaitCapture, traced: list[TracedWait]) -> WaitCapture:

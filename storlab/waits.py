@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from storlab.file_io import FileIO
-    from storlab.traced_waits import TracedWait
+from storlab.file_io import FileIO
 
 TOP_PERCENT = 95.0
 
@@ -25,6 +23,17 @@ class Wait:
     wait_count: int | None = None
     signal_s: float | None = None
     traced_s: float | None = None
+
+
+@dataclass
+class TracedWait:
+    """The waits of one type on one resource over a run (or a cell's mean per run)."""
+
+    wait_type: str  # as pg_wait_sampling names it: Lock:extend, LWLock:WALWrite
+    resource: str  # a lock wait's relation (lab_insert_3), or the lock's kind; "" for an LWLock
+    waits: float
+    seconds: float
+    histogram: dict[int, int] = field(default_factory=dict)  # power-of-two buckets: lower bound in ns -> waits
 
 
 @dataclass

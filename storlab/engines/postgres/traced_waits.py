@@ -34,7 +34,7 @@ import psutil
 
 from storlab import bpftrace, traced_waits
 from storlab.file_io import FileIO
-from storlab.traced_waits import TracedWait
+from storlab.waits import TracedWait
 from storlab.waits import WaitCapture, WaitProbe
 
 SOURCE = "bpftrace"
