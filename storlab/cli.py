@@ -100,9 +100,10 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
     Exit 0 when fit, 2 when a warning would distort results."""
     import json
 
-    from storlab import system
+    from storlab import engines, system
 
     report = system.check([_placement_path(t) for t in targets])
+    report.items += system.engine_items([i for name in engines.names() for i in engines.engine(name).installations()])
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -464,20 +464,14 @@ def check(paths: list[Path], planned_memory_bytes: int | None = None, root: Path
     busy = busy_khz(root) if sample and facts["cpu"]["cpufreq"] else None
     if busy is not None:
         facts["cpu"]["busy_khz"] = busy
-    report = assess(facts, planned_memory_bytes)
-    if root == Path("/"):  # a recorded tree has no servers to look for
-        report.items += _engine_items()
-    return report
+    return assess(facts, planned_memory_bytes)
 
 
-def _engine_items() -> list[Item]:
-    """Which PostgreSQL versions storlab runs (engine_version) are installed here: not a fitness
-    question, so a missing one is unknown, with how to install it."""
-    from storlab.engines.postgres.binaries import HOW_TO_INSTALL, VERSIONS, installed_versions, server_version
-
-    found = installed_versions()
-    return [Item("Engines", f"PostgreSQL {v}", f"{server_version(found[v])}, {found[v]}") if v in found else
-            Item("Engines", f"PostgreSQL {v}", "not installed", UNKNOWN, HOW_TO_INSTALL[v]) for v in VERSIONS]
+def engine_items(installations: list[tuple[str, str | None, str]]) -> list[Item]:
+    """Which servers storlab runs (each engine's versions) are installed here: not a fitness question,
+    so a missing one is unknown, with how to install it."""
+    return [Item("Engines", name, found) if found else Item("Engines", name, "not installed", UNKNOWN, advice)
+            for name, found, advice in installations]
 
 
 def assess(facts: dict, planned_memory_bytes: int | None = None) -> CheckReport:

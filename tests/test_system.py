@@ -272,3 +272,13 @@ def test_loop_device_with_4096_byte_sectors(tmp_path):
     assert facts["loop_backing_file"] == str(image)
     assert facts["backing_device"] == system.block_device_of(tmp_path)
     assert path_items["device"].value == f"{Path(device).name} (loop over {image} on {facts['backing_device']})"
+
+
+def test_check_says_which_engine_servers_are_installed(tmp_path):
+    """Each engine's servers (PostgreSQL's 15 and 18) are named with what is installed, or how to install it."""
+    result = CliRunner().invoke(main, ["check", str(tmp_path), "--json"])
+    engines = {i["name"]: i for i in json.loads(result.output)["items"] if i["group"] == "Engines"}
+    assert set(engines) == {"PostgreSQL 15", "PostgreSQL 18", "MariaDB"}
+    for item in engines.values():
+        assert item["state"] == "ok" and item["value"] or item["state"] == "unknown" and item["advice"]
+    assert "15." in engines["PostgreSQL 15"]["value"]

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from storlab.diagnosis import ServerLog
+from storlab.errors import RunFailed
 from storlab.engines.settings import Settings
 from storlab.layout import InstanceSpec
 from storlab.waits import WaitProbe
@@ -108,6 +109,20 @@ class Engine(ABC):
     def installed(self, version: str | None = None) -> None:
         """Nothing when the server (of `version`, or the default one) is installed; RunFailed naming
         what to install otherwise."""
+
+    def installations(self) -> list[tuple[str, str | None, str]]:
+        """For `storlab check`: each server storlab runs, as (name, what is installed or None, how
+        to install it)."""
+        found = []
+        for version in self.versions or (None,):
+            name = f"{self.title} {version}" if version else self.title
+            try:
+                self.installed(version)
+            except RunFailed as exc:
+                found.append((name, None, str(exc)))
+            else:
+                found.append((name, "installed", ""))
+        return found
 
     @abstractmethod
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:

@@ -12,7 +12,8 @@ from typing import Any
 from storlab.engines import settings as common
 from storlab.engines.base import Engine, Instance
 from storlab.engines.postgres import instance, shared_memory
-from storlab.engines.postgres.binaries import DEFAULT_VERSION, VERSIONS, bin_dir
+from storlab.engines.postgres.binaries import (DEFAULT_VERSION, HOW_TO_INSTALL, VERSIONS, bin_dir, installed_versions,
+                                              server_version)
 from storlab.engines.postgres.log import PostgresLog
 from storlab.engines.postgres.settings import PostgresSettings
 from storlab.engines.postgres.symptoms import SYMPTOMS
@@ -50,6 +51,11 @@ class Postgres(Engine):
 
     def installed(self, version: str | None = None) -> None:
         bin_dir(version or DEFAULT_VERSION)
+
+    def installations(self) -> list[tuple[str, str | None, str]]:
+        found = installed_versions()
+        return [(f"{self.title} {v}", f"{server_version(found[v])}, {found[v]}" if v in found else None,
+                 HOW_TO_INSTALL[v]) for v in VERSIONS]
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)
