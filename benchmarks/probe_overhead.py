@@ -30,7 +30,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from storlab import system, waiting_tasks
+from storlab import mounts, waiting_tasks
 from storlab.engines import provision
 from storlab.layout import spec_for
 from storlab.probes import DeviceTimeline
@@ -61,7 +61,7 @@ def rows_per_s(instance, params: dict, probes: str | None, period: float, lab: P
             tasks.start(sessions)
             stack.callback(tasks.stop)
         if probes == "all":
-            device = system.block_device_of(lab)
+            device = mounts.block_device_of(lab)
             devices = DeviceTimeline({"disk": device} if device else {})
             devices.start(t0)
             stack.callback(devices.stop)

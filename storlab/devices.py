@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import psutil
 
-from storlab import instances, processes, system
+from storlab import instances, mounts, processes
 from storlab.errors import RunFailed, UserError
 from storlab.sizes import parse_size
 
@@ -171,7 +171,7 @@ def check_host(placement: str, spec: DeviceSpec) -> None:
     where = _existing_ancestor(fmt.image_dir)
     if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
         raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} cannot be made ({where} is not a writable directory)")
-    mount = system.mount_of(where) or {}
+    mount = mounts.mount_of(where) or {}
     if mount.get("filesystem") == "tmpfs" and not spec.allow_tmpfs:
         raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} is on tmpfs (memory, not a device); "
                         "choose a directory on a disk, or set allow_tmpfs = true")
@@ -204,8 +204,8 @@ def _read_int(path: Path) -> int | None:
 
 
 def format_of(path: Path) -> SeenFormat:
-    mount = system.mount_of(path) or {}
-    name = system.block_device_of(path)
+    mount = mounts.mount_of(path) or {}
+    name = mounts.block_device_of(path)
     if name is None:
         return SeenFormat(None, None, mount.get("filesystem"), mount.get("options"), None, None)
     block = Path("/sys/block") / name
@@ -253,7 +253,7 @@ def _loops_backed_by(image: Path) -> list[str]:
 
 
 def _mounted_at(mount_point: Path) -> dict | None:
-    mount = system.mount_of(mount_point)
+    mount = mounts.mount_of(mount_point)
     return mount if mount and mount["mount_point"] == str(mount_point) else None
 
 
@@ -453,7 +453,7 @@ def _check_loop(device: Device, fmt: DeviceFormat) -> None:
     device the user declared."""
     sysfs = Path("/sys/block") / device.name
     if _read_int(sysfs / "loop/dio") != 1:
-        behind = system.block_device_of(device.image) or "its disk"
+        behind = mounts.block_device_of(device.image) or "its disk"
         raise UserError(f"{_key(device.placement, 'image_dir')}: {device.loop} would not take direct IO with "
                         f"{fmt.sector}-byte sectors over {fmt.image_dir} (on {behind}); "
                         "choose a larger sector or an image_dir on another filesystem")

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from storlab import instances, processes, sizes, system
+from storlab import instances, mounts, processes, sizes
 from storlab.errors import RunFailed, UserError
 
 FIO = "fio"
@@ -255,7 +255,7 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
     if size > free:
         raise UserError(f"--size: {size / 2**20:.0f} MiB does not fit in the {free / 2**20:.0f} MiB free on {target}")
     engine = ioengine()
-    filesystem = (system.mount_of(target) or {}).get("filesystem")
+    filesystem = (mounts.mount_of(target) or {}).get("filesystem")
     memory = psutil.virtual_memory().total
     # A slow device lays out the file at a few MB/s at worst; beyond that something is stuck.
     layout_timeout = 60 + size / 2**20

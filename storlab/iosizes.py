@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from storlab import processes, system
+from storlab import mounts, processes
 
 TRACED = "bpftrace"
 AVERAGE = "diskstats average"
@@ -61,7 +61,7 @@ def device_numbers(placements: dict[str, Path]) -> dict[str, str]:
     a partition); placements without a block device (tmpfs) are left out."""
     found = {}
     for name, path in placements.items():
-        disk = system.block_device_of(path)
+        disk = mounts.block_device_of(path)
         if disk is None:
             continue
         try:

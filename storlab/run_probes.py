@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from storlab import iosizes, system
+from storlab import iosizes, mounts
 from storlab.probes import DeviceTimeline
 from storlab.wait_timeline import WaitTimeline
 from storlab.waiting_tasks import WaitingTasksSampler
@@ -100,7 +100,7 @@ def _stop(started: list[Recorder], into: dict[str, Any]) -> Exception | None:
 def _devices(paths: dict[str, Path]) -> dict[str, str]:
     found = {}
     for name, path in paths.items():
-        device = system.block_device_of(path)
+        device = mounts.block_device_of(path)
         if device:
             found[name] = device
     return found

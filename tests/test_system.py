@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from storlab import system
+from storlab import mounts, system
 from storlab.cli import main
 from storlab.errors import UserError
 
@@ -106,10 +106,10 @@ def test_planned_memory_that_does_not_fit_is_a_distorting_warning():
 
 
 def test_mount_is_the_longest_mount_point_holding_the_path():
-    assert system.mount_of(Path("/data/pg wal/0001"), INTEL)["mount_point"] == "/data/pg wal"
-    assert system.mount_of(Path("/data/base"), INTEL)["filesystem"] == "xfs"
-    assert system.mount_of(Path("/database"), INTEL)["mount_point"] == "/"
-    assert system.mount_of(Path("/data"), INTEL)["options"] == \
+    assert mounts.mount_of(Path("/data/pg wal/0001"), INTEL)["mount_point"] == "/data/pg wal"
+    assert mounts.mount_of(Path("/data/base"), INTEL)["filesystem"] == "xfs"
+    assert mounts.mount_of(Path("/database"), INTEL)["mount_point"] == "/"
+    assert mounts.mount_of(Path("/data"), INTEL)["options"] == \
         "rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota"
 
 
@@ -117,7 +117,7 @@ def test_partition_resolves_to_its_disk():
     """The recorded / is on nvme0n1p2; the facts are the whole disk's."""
     facts = system.collect_facts([Path("/")], root=INTEL)["paths"]["/"]
 
-    assert system.block_device_of(Path("/"), INTEL) == "nvme0n1"
+    assert mounts.block_device_of(Path("/"), INTEL) == "nvme0n1"
     assert {k: facts[k] for k in ("device", "model", "logical_block_size", "scheduler", "filesystem")} == {
         "device": "nvme0n1", "model": "Dell Express Flash PM1725b 1.6TB SFF", "logical_block_size": 512,
         "scheduler": "none", "filesystem": "ext4",
@@ -188,7 +188,7 @@ def test_device_facts_of_root_match_sysfs_and_mountinfo():
     facts = system.collect_facts([Path("/")])["paths"]["/"]
 
     assert {k: facts[k] for k in expected} == expected
-    assert system.block_device_of(Path("/")) == expected["device"]
+    assert mounts.block_device_of(Path("/")) == expected["device"]
 
 
 def test_tmpfs_says_it_is_memory():
@@ -261,7 +261,7 @@ def test_loop_device_with_4096_byte_sectors(tmp_path):
 
     with loop_device(image, mount_point, 4096) as device:
         report = system.check([mount_point], sample=False)
-        block_device = system.block_device_of(mount_point)
+        block_device = mounts.block_device_of(mount_point)
         path_items = items(report, str(mount_point))
         facts = report.facts["paths"][str(mount_point)]
 
@@ -270,7 +270,7 @@ def test_loop_device_with_4096_byte_sectors(tmp_path):
     assert path_items["logical sector size"].value == "4096 B"
     assert facts["logical_block_size"] == 4096
     assert facts["loop_backing_file"] == str(image)
-    assert facts["backing_device"] == system.block_device_of(tmp_path)
+    assert facts["backing_device"] == mounts.block_device_of(tmp_path)
     assert path_items["device"].value == f"{Path(device).name} (loop over {image} on {facts['backing_device']})"
 
 
