@@ -127,7 +127,7 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progres
     if kind.cold:
         with watch.paused() if watch is not None else nullcontext():
             instance.restart()
-    conditions = settle.settle(instance, instance.roots.values())
+    conditions = settle.settle(instance.checkpoint, instance.roots.values())
     conditions.update(_device_conditions(cell, instance))
     if params.get("warmup_s"):
         conditions["warmup_s"] = params["warmup_s"]

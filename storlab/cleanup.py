@@ -6,12 +6,11 @@ skipped: nothing of it is cleaned, so someone must look."""
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from storlab import devices, engines
+from storlab import devices, engines, processes
 from storlab.instances import Manifest, remove_owned_dir, running
 
 
@@ -41,10 +40,7 @@ def _kill_orphans(group: int, dirs: list[str]) -> bool:
         if any(cwd == d or cwd.startswith(d.rstrip("/") + "/") for d in dirs):
             found.append(int(entry.name))
     for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        processes.kill_tree(pid)
     for pid in found:
         for _ in range(100):
             if not _exists(pid):
@@ -89,12 +85,7 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
         stopped = False
         pid = manifest.server_pid
         if pid and running(pid, manifest.server_start) and (manifest.server_start or _still_ours(pid, manifest.dirs)):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                os.kill(pid, signal.SIGKILL)
+            processes.kill_tree(pid)
             for _ in range(100):
                 if not running(pid, manifest.server_start):
                     break

@@ -104,6 +104,26 @@ def interrupts_held() -> Iterator[None]:
             signal.raise_signal(s)
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process that is not storlab's child (a server left by a crashed run, or a stalled one),
+    its process group and its descendants (a PostgreSQL backend leads a session of its own); a stopped
+    process dies of SIGKILL without being continued."""
+    try:
+        root = psutil.Process(pid)
+        found = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for process in found:
+        try:
+            process.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
 def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeout: float = 5) -> None:
     """Stop `child` and everything in its group; waits for it."""
     if child.poll() is None:

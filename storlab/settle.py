@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from storlab.engines.base import Instance
 
 
 def evict(roots: Iterable[Path]) -> int:
@@ -36,10 +35,10 @@ def evict(roots: Iterable[Path]) -> int:
     return count
 
 
-def settle(instance: Instance, roots: Iterable[Path]) -> dict[str, Any]:
+def settle(checkpoint: Callable[[], None], roots: Iterable[Path]) -> dict[str, Any]:
     """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
     conditions of the run that follows."""
-    instance.checkpoint()
+    checkpoint()
     os.sync()
     evict(roots)
     return {"checkpoint": True, "sync": True, "page_cache": "the instance's files evicted"}

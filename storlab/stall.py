@@ -15,9 +15,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-import psutil
-
-from storlab import instances
+from storlab import instances, processes
 from storlab.errors import RunFailed
 
 DEFAULT_STALL_S = 60.0
@@ -43,16 +41,7 @@ def kill_instance(roots: dict[str, Any]) -> None:
         pid = manifest.server_pid
         if not pid or not dirs & set(manifest.dirs) or not instances.running(pid, manifest.server_start):
             continue
-        try:
-            server = psutil.Process(pid)
-            found = [server, *server.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-        for process in found:
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
+        processes.kill_tree(pid)
 
 
 class Watchdog:
