@@ -17,11 +17,10 @@ from storlab import engines
 from storlab.errors import UserError
 from storlab.experiment import Experiment
 from storlab.layout import spec_for
-from storlab.sizes import parse_size
+from storlab.sizes import format_bytes, parse_size
 from storlab.workloads import KINDS
 from storlab.workloads.kind import Footprint
 
-MB = 1024**2
 WARN_SHARE = 0.5  # warn when one run needs more than half of what is free
 
 
@@ -76,9 +75,9 @@ def check(experiment: Experiment, cells: list, paths: dict[str, Path]) -> list[s
         usage = os.statvfs(_existing(paths[name]))
         free = usage.f_bavail * usage.f_frsize
         total = sum(size for _, size, _ in parts)
-        what = " + ".join(f"placements.{n} {_mb(s)}" for n, s, _ in parts)
+        what = " + ".join(f"placements.{n} {format_bytes(s)}" for n, s, _ in parts)
         cells_named = "; ".join(dict.fromkeys(f"cell {label}" for _, _, label in parts))
-        figures = (f"one run writes about {_mb(total)} ({what}; {cells_named}) and {_mb(free)} is free "
+        figures = (f"one run writes about {format_bytes(total)} ({what}; {cells_named}) and {format_bytes(free)} is free "
                    f"on {_existing(paths[name])}")
         if total > free:
             raise UserError(f"{experiment.where(('placements', name))}: placements.{name}: too small: {figures}; "
@@ -92,8 +91,4 @@ def _device_check(experiment: Experiment, name: str, size: int, label: str, devi
     usable = int(device * DEVICE_USABLE)
     if size > usable:
         raise UserError(f"{experiment.where(('placements', name))}: placements.{name}: too small: one run writes about "
-                        f"{_mb(size)} there (cell {label}) and the device holds about {_mb(usable)}; make its loop larger")
-
-
-def _mb(size: int) -> str:
-    return f"{size / MB:,.0f} MB"
+                        f"{format_bytes(size)} there (cell {label}) and the device holds about {format_bytes(usable)}; make its loop larger")

@@ -8,16 +8,13 @@ from pathlib import Path
 
 from storlab import wait_report
 from storlab.analysis import Results
+from storlab.sizes import format_bytes
 from storlab.charts import plt, svg
 from storlab.experiment import short_name
 from storlab.matrix import format_value
 from storlab.store import Store
 
 DOP = "workload.dop"
-
-
-def _bucket(size: int) -> str:
-    return f"{size // 1024} KiB" if size < 2**20 else f"{size // 2**20} MiB"
 
 
 def sizes_by_cell(store: Store, results: Results) -> list[tuple[str, str, dict[str, dict[int, float]]]]:
@@ -51,7 +48,7 @@ def sizes_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | 
         ax.set_title(label, fontsize=9, loc="left")
         ax.set_ylabel("requests")
         ax.grid(alpha=0.3, axis="y")
-    axes[-1, 0].set_xticks([i + (len(series) - 1) * width / 2 for i in range(len(every))], [_bucket(s) for s in every],
+    axes[-1, 0].set_xticks([i + (len(series) - 1) * width / 2 for i in range(len(every))], [format_bytes(s, 0) for s in every],
                            fontsize=8)
     axes[0, 0].legend(fontsize=7)
     sources = sorted({source for _, source, _ in found})

@@ -25,3 +25,16 @@ def format_size(n: int) -> str:
         if n and n % _UNITS[unit] == 0:
             return f"{n // _UNITS[unit]}{unit}B"
     return f"{n}B"
+
+
+def format_bytes(n: float, decimals: int | None = None) -> str:
+    """A measured size for people, in binary units as every size storlab reads: 85 MiB, 4 KiB,
+    1.5 GiB (one decimal below 10 unless `decimals` says otherwise)."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= factor:
+            value = n / factor
+            break
+    else:
+        unit, value = "B", float(n)
+    places = decimals if decimals is not None else (1 if abs(value) < 10 and unit != "B" else 0)
+    return f"{value:,.{places}f} {unit}"

@@ -20,6 +20,7 @@ import psutil
 from storlab import processes
 from storlab.mounts import block_device_of, mount_of
 from storlab.errors import UserError
+from storlab.sizes import format_bytes
 
 OK, WARNING, UNKNOWN = "ok", "warning", "unknown"
 
@@ -341,7 +342,7 @@ def _idle_item(idle: dict) -> Item:
 
 
 def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / 2**30:.1f} GiB"
+    return "unknown" if n is None else format_bytes(n, 1)
 
 
 def _memory_items(memory: dict, planned: int | None) -> list[Item]:

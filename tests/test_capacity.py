@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from storlab import capacity, instances
+from storlab.sizes import format_bytes
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 
 pytestmark = pytest.mark.engine
@@ -69,8 +70,8 @@ def test_an_experiment_that_cannot_fit_is_refused_with_the_figures(small_experim
     need = capacity.run_footprint("postgres", {}, {"kind": "random-insert", "connections": 4,
                                                    "rows_per_connection": 200_000}, {})
     expected = (f"storlab: small.toml:7: placements.small: too small: one run writes about "
-                f"{capacity._mb(need.data + need.log)} (placements.small {capacity._mb(need.data + need.log)}; "
-                f"cell (single cell)) and 85 MB is free on {small_fs}; free space, choose another placement or "
+                f"{format_bytes(need.data + need.log)} (placements.small {format_bytes(need.data + need.log)}; "
+                f"cell (single cell)) and 85 MiB is free on {small_fs}; free space, choose another placement or "
                 "shrink the workload\n")
     for dry in (["--dry-run"], []):
         result = storlab("run", str(path), *dry, "--out", str(tmp_path / "r"))
@@ -82,8 +83,8 @@ def test_an_experiment_that_cannot_fit_is_refused_with_the_figures(small_experim
 def test_an_experiment_that_takes_most_of_a_placement_is_a_warning(small_experiment):
     result = storlab("run", str(small_experiment(rows=31_000)), "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "warning: placements.small: one run writes about 43 MB (placements.small 43 MB; cell (single cell)) " \
-           "and 85 MB is free on" in result.stdout
+    assert "warning: placements.small: one run writes about 43 MiB (placements.small 43 MiB; cell (single cell)) " \
+           "and 85 MiB is free on" in result.stdout
 
 
 def _fill(folder: Path) -> Path:

@@ -2,6 +2,7 @@ import pytest
 
 from storlab import experiment, placements
 from storlab.errors import UserError
+from storlab.sizes import format_bytes
 
 GOOD = """
 name = "quick"
@@ -91,3 +92,11 @@ def test_identity_ignores_repetitions(write_experiment):
     b = experiment.load(write_experiment(GOOD.replace("repetitions = 2", "repetitions = 5"), "b.toml"))
     c = experiment.load(write_experiment(GOOD.replace("batch = 100", "batch = 200"), "c.toml"))
     assert a.identity() == b.identity() != c.identity()
+
+
+@pytest.mark.parametrize("n, decimals, shown", [
+    (85 * 2**20, None, "85 MiB"), (1536 * 2**20, None, "1.5 GiB"), (4096, 0, "4 KiB"),
+    (187.5 * 2**30, 1, "187.5 GiB"), (512, None, "512 B"), (2**40 * 3, None, "3.0 TiB"),
+])
+def test_measured_sizes_are_shown_in_binary_units(n, decimals, shown):
+    assert format_bytes(n, decimals) == shown
