@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from storlab import experiment
-from storlab.cli import main
 from storlab.errors import UserError
+from tests.commands import invoke
 
 BASE = """\
 name = "fz"
@@ -188,9 +187,6 @@ def _body(old: str, new: str, disk: Path, base: str = BASE) -> str:
     assert old in text, old
     return text.replace(old, new, 1)
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.mark.parametrize("case, old, new, expected", CASES, ids=[c[0] for c in CASES])

@@ -17,6 +17,7 @@ import pytest
 from storlab import capacity, instances
 from storlab.sizes import format_bytes
 from tests.conftest import instances_up, stop_storlab, storlab_processes
+from tests.commands import storlab
 
 pytestmark = pytest.mark.engine
 
@@ -40,9 +41,6 @@ rows_per_connection = {rows}
 batch = 500
 """
 
-
-def storlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 from storlab import cleanup, instances
 from storlab.engines.postgres import shared_memory
 from tests.conftest import instances_up, stop_storlab, storlab_processes
+from tests.commands import storlab
 
 TINY = """
 name = "{name}"
@@ -36,9 +37,6 @@ rows_per_connection = {rows}
 batch = 500
 """
 
-
-def storlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600)
 
 
 def start(experiment: Path, out: Path) -> subprocess.Popen:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from storlab.engines.mariadb.settings import conf_value as mariadb_value
 from storlab.engines.postgres.settings import conf_value as postgres_value
 from storlab.layout import spec_for
 from tests.conftest import storlab_processes
+from tests.commands import storlab
 
 pytestmark = pytest.mark.engine
 
@@ -43,9 +42,6 @@ batch = 100
 {settings}
 """
 
-
-def storlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import os
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import storlab_processes
+from tests.commands import storlab
 
 pytestmark = pytest.mark.engine
 
@@ -38,10 +38,6 @@ batch = 1000
 {settings}
 """
 
-
-def storlab(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *map(str, args)], capture_output=True, text=True,
-                          timeout=900, env=env)
 
 
 @pytest.fixture(scope="module")

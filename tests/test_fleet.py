@@ -29,6 +29,7 @@ from storlab.store import MIGRATIONS, RunResult, Store
 from storlab.waits import Wait, WaitCapture
 from tests.conftest import stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
+from tests.commands import storlab
 
 EXPERIMENT = """
 name = "{name}"
@@ -245,10 +246,6 @@ def test_one_store_holds_many_experiments(store_server):
 
 # -- workers ---------------------------------------------------------------------------------
 
-
-def storlab(*args: str, env: dict, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=timeout)
 
 
 def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subprocess.Popen:

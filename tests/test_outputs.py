@@ -16,19 +16,15 @@ import jsonschema
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from storlab.cli import main
 from storlab.schema import experiment_schema
 from storlab.workloads import KINDS
+from tests.commands import invoke
 
 DATA = Path(__file__).parent / "data"
 EXPECTED = DATA / "explain-expected"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture

@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from storlab import engines, folder_lock, instances, setting_failures, shared_store
-from storlab.cli import main
 from storlab.errors import UserError
 from storlab.store import FILENAME, MIGRATIONS, RunResult, Store
 from storlab.waits import Wait, WaitCapture
@@ -30,6 +28,7 @@ from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
 from tests.test_bad_input import BASE
 from tests.test_fleet import body as fleet_body, store_server  # noqa: F401 (a fixture)
+from tests.commands import invoke, storlab
 
 TINY = """
 name = "tiny"
@@ -53,18 +52,11 @@ batch = 500
 """
 
 
-def storlab(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
-
 
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "storlab", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
 
 
 def one_line(text: str) -> str:

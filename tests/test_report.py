@@ -12,20 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
-from storlab.cli import main
 from tests.browser import Chromium
+from tests.commands import invoke
 
 RECORDED = Path(__file__).parent / "data" / "explain"
 IO_FOLDER = "io-var-tmp-storlab-testdata-disk"
 CHARTS = ["factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
           "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png"]
 
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture

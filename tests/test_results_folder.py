@@ -9,20 +9,16 @@ from html import escape as html_escape
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from storlab import matrix
-from storlab.cli import main
 from storlab.store import FILENAME, RunResult, Store
 from storlab.waits import Wait, WaitCapture
+from tests.commands import invoke
 
 READ_COMMANDS = [["show"], ["waits"], ["compare"]]
 WRITING_COMMANDS = [["report"], ["export", "--format", "csv"], ["export", "--format", "json"]]
 VALUES = ["[/]", "$x$", "[red]", "[blue]"]
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def make_store(folder: Path, values=VALUES) -> Path:

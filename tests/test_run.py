@@ -15,6 +15,7 @@ import pytest
 from storlab import experiment, instances, matrix, stall
 from storlab.errors import UserError
 from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
+from tests.commands import storlab
 
 pytestmark = pytest.mark.engine
 
@@ -39,9 +40,6 @@ rows_per_connection = {rows}
 batch = 500
 """
 
-
-def storlab(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600, **kwargs)
 
 
 def runs_in(folder: Path) -> list[tuple[str, int]]:

@@ -16,6 +16,7 @@ from storlab import experiment
 from storlab.errors import UserError
 from storlab.store import Store
 from tests.conftest import storlab_processes
+from tests.commands import storlab
 
 pytestmark = [pytest.mark.engine, pytest.mark.skipif(os.geteuid() != 0, reason="device placements need root")]
 
@@ -36,9 +37,6 @@ kind = "scan"
 table_mb = {table_mb}
 """
 
-
-def storlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600)
 
 
 def loops_of(images: Path) -> list[str]:

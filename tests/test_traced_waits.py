@@ -10,7 +10,6 @@ import os
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
@@ -20,6 +19,7 @@ from storlab import bpftrace, traced_waits
 from storlab.engines.postgres.traced_waits import why_not_traced
 from storlab.store import RunResult, Store
 from storlab.waits import Wait, WaitCapture
+from tests import commands
 
 TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is not None,
                             reason="tracing needs root and bpftrace")
@@ -64,8 +64,7 @@ table_mb = 16
 
 def storlab(*args, env=None) -> subprocess.CompletedProcess:
     """Tables wide enough that no row or title wraps."""
-    return subprocess.run([sys.executable, "-m", "storlab", *map(str, args)], capture_output=True, text=True,
-                          timeout=900, env={**(env or os.environ), "COLUMNS": "250"})
+    return commands.storlab(*args, env={**(env or os.environ), "COLUMNS": "250"})
 
 
 def traces_of(state: Path) -> list[int]:
