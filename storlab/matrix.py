@@ -72,7 +72,8 @@ def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
     for combo in itertools.product(*crossed.values()):
         factors = dict(zip(crossed, combo))
         version = factors.get(VERSION_FACTOR, versions[0] if versions else None)
-        nested = {name: values for name, values in experiment.factors.items() if nested_in(name) == version}
+        nested = {name: values for name, values in experiment.factors.items()
+                  if nested_in(name) is not None and nested_in(name) == version}
         result += [{**factors, **dict(zip(nested, inner))} for inner in itertools.product(*nested.values())]
     return result
 

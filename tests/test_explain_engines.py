@@ -62,7 +62,7 @@ def _record(tmp_path_factory, engine: str, rows: int, settings: str, repetitions
         done = storlab("run", experiment, "--out", out, env=env)
     finally:
         subprocess.run(["rm", "-rf", "--one-file-system", str(lab)], check=False)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr + "".join(l + "\n" for l in done.stdout.splitlines() if "failed" in l)
     return out
 
 

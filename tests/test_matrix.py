@@ -32,6 +32,13 @@ def test_product_order_and_stable_ids(write_experiment):
     assert cells[3].layout["data_files"] == 1 and cells[3].workload["connections"] == 8
 
 
+
+def test_an_engine_of_one_version_gets_each_cell_once(write_experiment):
+    """MariaDB has no engine_version: its factors are crossed once, never again as if nested in a version."""
+    cells = matrix.cells(experiment.load(write_experiment(BODY.replace('"postgres"', '"mariadb"'))))
+    assert len(cells) == 8 and len({c.id for c in cells}) == 8
+
+
 def test_exclude_removes_matching_cells(write_experiment):
     body = BODY.replace("repetitions = 2", 'repetitions = 2\nexclude = [{ data_files = 2, log_on = "ram" }]')
     exp = experiment.load(write_experiment(body))
