@@ -22,13 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from storlab import queue, shared_store
-from storlab.dialects import POSTGRESQL, Connection
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
-from storlab.layout import spec_for
-from storlab.store import RunResult
-from storlab.waits import Wait, WaitCapture
+from storlab.lab.layout import spec_for
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results import shared_store
+from storlab.results.dialects import POSTGRESQL, Connection
+from storlab.results.store import RunResult
+from storlab.running import queue
 
 CELLS = 100
 LEASE_S = 60.0

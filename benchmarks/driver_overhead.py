@@ -22,7 +22,7 @@ from pathlib import Path
 from storlab.engines import provision
 from storlab.engines.mariadb import instance as mariadb
 from storlab.engines.postgres import instance as postgres
-from storlab.layout import spec_for
+from storlab.lab.layout import spec_for
 from storlab.workloads import kind
 from storlab.workloads.random_insert import RANDOM_UUID
 

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from storlab import iobench
+from storlab.machine import iobench
 
 
 def by_hand(directory: Path, rw: str, bs: int, size: str, seconds: int) -> float:

@@ -16,8 +16,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from storlab.devices import DevicePool, device_spec
-from storlab.iosizes import TRACED, IoSizeTracer
+from storlab.lab.devices import DevicePool, device_spec
+from storlab.probes.iosizes import TRACED, IoSizeTracer
 
 
 def fio_iops(directory: Path, rw: str, bs: str, seconds: int) -> float:

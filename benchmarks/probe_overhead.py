@@ -30,12 +30,13 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from storlab import mounts, waiting_tasks
 from storlab.engines import provision
-from storlab.layout import spec_for
-from storlab.probes import DeviceTimeline
-from storlab.wait_timeline import WaitTimeline
-from storlab.waiting_tasks import WaitingTasksSampler
+from storlab.lab import mounts
+from storlab.lab.layout import spec_for
+from storlab.probes import waiting_tasks
+from storlab.probes.recorders import DeviceTimeline
+from storlab.probes.wait_timeline import WaitTimeline
+from storlab.probes.waiting_tasks import WaitingTasksSampler
 from storlab.workloads import kind
 
 RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCATE TABLE lab_insert"]}

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from storlab import analysis, experiment, runner
-from storlab.store import Store
+from storlab.answer import analysis
+from storlab.experiment import file as experiment
+from storlab.results.store import Store
+from storlab.running import runner
 
 EXPERIMENT = """
 name = "racing"

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from storlab import experiment, runner
-from storlab.store import Store
+from storlab.experiment import file as experiment
+from storlab.results.store import Store
+from storlab.running import runner
 
 
 def measure(path: Path, engine: str) -> str:

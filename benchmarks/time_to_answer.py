@@ -28,9 +28,12 @@ import numpy as np
 from rich.console import Console
 from statsmodels.stats.power import TTestIndPower, TTestPower
 
-from storlab import analysis, answer, experiment, runner
-from storlab.stats import ALPHA, POWER
-from storlab.store import Store
+from storlab.answer import analysis
+from storlab.answer import terminal as answer
+from storlab.answer.stats import ALPHA, POWER
+from storlab.experiment import file as experiment
+from storlab.results.store import Store
+from storlab.running import runner
 
 DIFFERENCES = (0.10, 0.05)
 

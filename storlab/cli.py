@@ -66,8 +66,8 @@ def _out(ctx: click.Context, param: click.Parameter, value: str | None) -> Path 
     or shared folder (storlab may run as root: a run once wrote /storlab.sqlite)."""
     if value is None:
         return None
-    from storlab.placements import results_folder_problem
-    from storlab.store import check_folder
+    from storlab.lab.placements import results_folder_problem
+    from storlab.results.store import check_folder
 
     if not value.strip():
         raise UserError("--out: an empty folder name; give a folder, or leave --out out")
@@ -83,7 +83,7 @@ def _out(ctx: click.Context, param: click.Parameter, value: str | None) -> Path 
 
 def _placement_path(text: str) -> Path:
     """A directory, or the placement word "tmpfs" (the RAM disk an experiment's placement names)."""
-    from storlab.placements import TMPFS, TMPFS_ROOT
+    from storlab.lab.placements import TMPFS, TMPFS_ROOT
 
     path = TMPFS_ROOT if text == TMPFS else Path(text)
     if not path.exists():
@@ -100,7 +100,8 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
     Exit 0 when fit, 2 when a warning would distort results."""
     import json
 
-    from storlab import engines, system
+    from storlab import engines
+    from storlab.machine import system
 
     report = system.check([_placement_path(t) for t in targets])
     report.items += system.engine_items([i for name in engines.names() for i in engines.engine(name).installations()])
@@ -123,8 +124,9 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--out", callback=_out, help="Results folder (default results/io-<path>).")
 def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None) -> None:
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
-    from storlab import folder_lock, iobench, system
-    from storlab.store import Store, check_folder
+    from storlab.machine import iobench, system
+    from storlab.results import folder_lock
+    from storlab.results.store import Store, check_folder
 
     jobs = iobench.preset(preset, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
@@ -147,7 +149,7 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
 
 
 def _load(path: str, race: bool = False, until_settled: bool = False):
-    from storlab import experiment
+    from storlab.experiment import file as experiment
 
     return experiment.load(path, race, until_settled=until_settled)
 
@@ -156,7 +158,7 @@ def _dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
     """--store: a PostgreSQL connection string without a password (never echoed back)."""
     if value is None:
         return None
-    from storlab.shared_store import check_dsn
+    from storlab.results.shared_store import check_dsn
 
     return check_dsn(value)
 
@@ -171,8 +173,8 @@ def _store_options(command):
 
 def _opened(folder: str | None, dsn: str | None, experiment: str | None, out: Path | None = None):
     """The results store a read command names (read-only)."""
-    from storlab import shared_store
-    from storlab.store import Store
+    from storlab.results import shared_store
+    from storlab.results.store import Store
 
     if dsn is None:
         if folder is None:
@@ -189,7 +191,7 @@ def _opened(folder: str | None, dsn: str | None, experiment: str | None, out: Pa
 
 def _beside(store, out: Path | None) -> None:
     """Where a shared store's report and export go: --out, or results/<experiment name>."""
-    from storlab.store import check_folder
+    from storlab.results.store import check_folder
 
     if store.folder is None:
         store.folder = out or Path("results") / (store.experiment() or {}).get("name", "store")
@@ -201,7 +203,7 @@ def _beside(store, out: Path | None) -> None:
 
 
 def _results(folder: str | None, dsn: str | None = None, experiment: str | None = None):
-    from storlab import analysis
+    from storlab.answer import analysis
 
     with _opened(folder, dsn, experiment) as store:
         return analysis.load(store)
@@ -232,8 +234,10 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
     takes one run at a time: a second one into it is refused (run in parallel with --store)."""
-    from storlab import answer, fleet, folder_lock, runner
-    from storlab.store import check_folder
+    from storlab.answer import terminal as answer
+    from storlab.results import folder_lock
+    from storlab.results.store import check_folder
+    from storlab.running import fleet, runner
 
     exp = _load(experiment_file, race, until_settled)
     console = _console()
@@ -274,7 +278,8 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: bool) -> None:
     """The answer: what each factor does (each level against its reference, with its verdict), then
     one row per cell, mean elapsed ± 95 % CI, the best cell."""
-    from storlab import answer, traced_report
+    from storlab.answer import terminal as answer
+    from storlab.answer import traced_report
 
     results = _results(folder, dsn, experiment)
     if as_json:
@@ -299,7 +304,8 @@ def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str
           files: bool) -> None:
     """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and
     traced lock waits, --files the IO per file."""
-    from storlab import analysis, answer, traced_report
+    from storlab.answer import analysis, traced_report
+    from storlab.answer import terminal as answer
 
     with _opened(folder, dsn, experiment) as store:
         results = analysis.load(store)
@@ -314,7 +320,7 @@ def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str
 @click.option("--baseline", help="The cell to compare against (default: the first cell).")
 def compare(folder: str | None, dsn: str | None, experiment: str | None, baseline: str | None) -> None:
     """% change in elapsed time between cells, and whether it is significant."""
-    from storlab import answer
+    from storlab.answer import terminal as answer
 
     answer.compare_cells(_results(folder, dsn, experiment), _console(), baseline)
 
@@ -328,7 +334,7 @@ def compare(folder: str | None, dsn: str | None, experiment: str | None, baselin
 def report(folder: str | None, dsn: str | None, experiment: str | None, out: Path | None, io_dirs: tuple[str, ...],
            cell: str | None) -> None:
     """Write FOLDER/report.html: one self-contained file with every chart, and a PNG of each."""
-    from storlab import report as html_report
+    from storlab.report import page as html_report
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
@@ -343,7 +349,9 @@ def report(folder: str | None, dsn: str | None, experiment: str | None, out: Pat
 def submit(experiment_file: str, dsn: str) -> None:
     """Put EXPERIMENT_FILE's plan in a shared store, for the workers: every run not queued yet (and
     failed runs again). Its placements and engine are checked by each worker, on its own host."""
-    from storlab import experiment, fleet, shared_store
+    from storlab.experiment import file as experiment
+    from storlab.results import shared_store
+    from storlab.running import fleet
 
     exp = experiment.load(experiment_file, check_placements=False)
     with shared_store.open(dsn, exp.name, create=True, purpose="submit") as store:
@@ -364,7 +372,7 @@ def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, u
     """Claim runs from a shared store, run them on this host (relative placements are relative to
     the working folder), and record each with this host's name and machine facts. Takes only runs it
     can run: its engine installed, the settings accepted, its placements there or made."""
-    from storlab import fleet
+    from storlab.running import fleet
 
     options = fleet.WorkerOptions(fleet.check_host(host or fleet.this_host()), experiment, lease_s, until_done, keep)
     outcome = fleet.work(dsn, options, _say(_console()))
@@ -377,7 +385,8 @@ def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, u
 def clean(everything: bool) -> None:
     """Stop and remove what a crashed or interrupted run left behind (instances whose storlab process
     is gone, and those kept with --keep); runs still going are left alone unless --all."""
-    from storlab import cleanup, instances
+    from storlab.lab import instances
+    from storlab.running import cleanup
 
     cleaned = cleanup.clean(live=everything, unreadable=True)
     for item in cleaned:
@@ -403,7 +412,7 @@ def clean(everything: bool) -> None:
 def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str, out: Path | None) -> None:
     """Write FOLDER/runs.csv, runs.json or runs.parquet: one row per run, factors as columns (typed in
     parquet; it needs pyarrow: pip install 'storlab[parquet]')."""
-    from storlab import export as exporter
+    from storlab.answer import export as exporter
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
@@ -415,6 +424,6 @@ def schema() -> None:
     """Print the experiment file's JSON Schema (for editors), made from the models that validate it."""
     import json
 
-    from storlab.schema import experiment_schema
+    from storlab.experiment.schema import experiment_schema
 
     click.echo(json.dumps(experiment_schema(), indent=2))

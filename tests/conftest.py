@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from storlab import cleanup, instances
+from storlab.lab import instances
+from storlab.running import cleanup
 from tests.devicetools import mounted
 
 
@@ -108,7 +109,7 @@ def run_load(instance, kind_name: str, files: dict | None = None, probe=None, **
 def instances_up() -> list:
     """Instances of this test's state dir whose server is up: PostgreSQL's postmaster.pid says "ready",
     MariaDB has opened its socket."""
-    from storlab import instances
+    from storlab.lab import instances
 
     def ready(manifest) -> bool:
         for d in map(Path, manifest.dirs):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances
+from storlab.lab import instances
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices, mkfs, mount and bpftrace need root")
 REPO = Path(__file__).resolve().parent.parent

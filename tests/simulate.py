@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import special
 
-from storlab import effects
+from storlab.answer import effects
 
 
 def cells(factors: Mapping[str, Sequence]) -> list[dict]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from storlab import experiment
 from storlab.errors import UserError
+from storlab.experiment import file as experiment
 from tests.commands import invoke
 
 BASE = """\

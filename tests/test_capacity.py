@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from storlab import capacity, instances
+from storlab.lab import instances
+from storlab.running import capacity
 from storlab.sizes import format_bytes
-from tests.conftest import instances_up, stop_storlab, storlab_processes
 from tests.commands import storlab
+from tests.conftest import instances_up, stop_storlab, storlab_processes
 
 pytestmark = pytest.mark.engine
 

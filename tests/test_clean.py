@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from storlab import cleanup, instances
 from storlab.engines.postgres import shared_memory
-from tests.conftest import instances_up, stop_storlab, storlab_processes
+from storlab.lab import instances
+from storlab.running import cleanup
 from tests.commands import storlab
+from tests.conftest import instances_up, stop_storlab, storlab_processes
 
 TINY = """
 name = "{name}"

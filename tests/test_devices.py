@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from storlab import cleanup, devices, instances
-from storlab.devices import DeviceFormat, DevicePool, DeviceSpec, device_spec, device_specs
 from storlab.errors import RunFailed, UserError
+from storlab.lab import devices, instances
+from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec, device_spec, device_specs
+from storlab.running import cleanup
 from tests.devicetools import attached, child, leftovers, manifests, mounted, needs_root, nothing_left, read_line
 
 # -- the spec (no device needed) ---------------------------------------------------------------

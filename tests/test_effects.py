@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from storlab import stats
-from storlab.effects import DIFFERENT, EQUIVALENT, UNDECIDED, Observation, analyse
+from storlab.answer import stats
+from storlab.answer.effects import DIFFERENT, EQUIVALENT, UNDECIDED, Observation, analyse
 from tests import simulate
 
 QUICKSTART = Path(__file__).parent / "data" / "quickstart_runs.json"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances
 from storlab.engines import provision
 from storlab.engines.mariadb.settings import conf_value as mariadb_value
 from storlab.engines.postgres.settings import conf_value as postgres_value
-from storlab.layout import spec_for
-from tests.conftest import storlab_processes
+from storlab.lab import instances
+from storlab.lab.layout import spec_for
 from tests.commands import storlab
+from tests.conftest import storlab_processes
 
 pytestmark = pytest.mark.engine
 

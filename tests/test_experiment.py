@@ -1,7 +1,8 @@
 import pytest
 
-from storlab import experiment, placements
 from storlab.errors import UserError
+from storlab.experiment import file as experiment
+from storlab.lab import placements
 from storlab.sizes import format_bytes
 
 GOOD = """

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import storlab_processes
 from tests.commands import storlab
+from tests.conftest import storlab_processes
 
 pytestmark = pytest.mark.engine
 

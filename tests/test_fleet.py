@@ -18,18 +18,22 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from storlab import experiment, instances, matrix, runner, shared_store
 from storlab.cli import main
-from storlab.dialects import POSTGRESQL, SQLITE, PerDialect
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import UserError
-from storlab.layout import spec_for
-from storlab.store import MIGRATIONS, RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.experiment import file as experiment
+from storlab.experiment import matrix
+from storlab.lab import instances
+from storlab.lab.layout import spec_for
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results import shared_store
+from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
+from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.running import runner
+from tests.commands import storlab
 from tests.conftest import stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
-from tests.commands import storlab
 
 EXPERIMENT = """
 name = "{name}"

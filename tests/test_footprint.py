@@ -1,7 +1,7 @@
 """What one run writes, as the capacity check estimates it: the workload's rows and the engine's floor,
 with size settings read in each engine's own units."""
 
-from storlab import capacity
+from storlab.running import capacity
 
 MB = 1024**2
 WORK = {"kind": "random-insert", "connections": 4, "rows_per_connection": 100_000}

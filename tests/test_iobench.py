@@ -10,10 +10,10 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from storlab import iobench
 from storlab.cli import main
 from storlab.errors import RunFailed, UserError
-from storlab.store import Store
+from storlab.machine import iobench
+from storlab.results.store import Store
 
 DATA = Path(__file__).parent / "data"
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")

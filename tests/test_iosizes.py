@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from storlab import iosizes
-from storlab.devices import DevicePool, device_spec
-from storlab.iosizes import AVERAGE, TRACED, IoSizeTracer, device_numbers
+from storlab.lab.devices import DevicePool, device_spec
+from storlab.probes import iosizes
+from storlab.probes.iosizes import AVERAGE, TRACED, IoSizeTracer, device_numbers
 from tests.devicetools import child, gone, needs_root, read_line, wait_gone
 
 KIB, MIB = 2**10, 2**20

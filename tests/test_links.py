@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from storlab import experiment, instances, safe_files, templates
 from storlab.cli import main
 from storlab.engines import provision
 from storlab.errors import RunFailed, UserError
-from storlab.layout import spec_for
+from storlab.experiment import file as experiment
+from storlab.lab import instances, safe_files, templates
+from storlab.lab.layout import spec_for
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances
 from storlab.engines import provision
 from storlab.engines.mariadb import instance as mariadb
 from storlab.errors import UserError
-from storlab.layout import spec_for
+from storlab.lab import instances
+from storlab.lab.layout import spec_for
 from storlab.workloads.random_insert import RANDOM_UUID
 from tests.conftest import prepared, run_load, storlab_processes
 

@@ -1,5 +1,6 @@
-from storlab import experiment, matrix
-from storlab.layout import assign_files
+from storlab.experiment import file as experiment
+from storlab.experiment import matrix
+from storlab.lab.layout import assign_files
 
 BODY = """
 name = "m"

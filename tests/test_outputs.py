@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storlab.schema import experiment_schema
+from storlab.experiment.schema import experiment_schema
 from storlab.workloads import KINDS
 from tests.commands import invoke
 

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from storlab import cleanup, instances
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import RunFailed, UserError
-from storlab.layout import spec_for
+from storlab.lab import instances
+from storlab.lab.layout import spec_for
+from storlab.running import cleanup
 from tests.conftest import prepared, run_load, storlab_processes
 
 pytestmark = pytest.mark.engine

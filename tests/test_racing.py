@@ -7,9 +7,8 @@ import statsmodels.api as sm
 from pydantic import ConfigDict, ValidationError
 from scipy import stats as sps
 
-from storlab.racing import (
-    RaceSettings, RacingKeys, RepetitionRange, blocked_test, conover_difference, decide_round, friedman, race, within,
-)
+from storlab.answer.racing import blocked_test, conover_difference, decide_round, friedman, race, within
+from storlab.experiment.repetitions import RaceSettings, RacingKeys, RepetitionRange
 
 # Elapsed seconds of 5 cells as a race records them: A is the best, B close behind (it wins round 2),
 # C and D in the middle, E far behind. C, D and E stop after round 3, so they have no round 4.

@@ -20,15 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from storlab import engines, folder_lock, instances, setting_failures, shared_store
+from storlab import engines
 from storlab.errors import UserError
-from storlab.store import FILENAME, MIGRATIONS, RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.lab import instances, setting_failures
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results import folder_lock, shared_store
+from storlab.results.store import FILENAME, MIGRATIONS, RunResult, Store
+from tests.commands import invoke, storlab
 from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
 from tests.test_bad_input import BASE
-from tests.test_fleet import body as fleet_body, store_server  # noqa: F401 (a fixture)
-from tests.commands import invoke, storlab
+from tests.test_fleet import body as fleet_body  # noqa: F401 (a fixture)
+from tests.test_fleet import store_server
 
 TINY = """
 name = "tiny"

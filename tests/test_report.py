@@ -54,8 +54,9 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
 
 
 def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_best(recorded):
-    from storlab import analysis, wait_report
-    from storlab.store import Store
+    from storlab.answer import analysis
+    from storlab.report import wait_report
+    from storlab.results.store import Store
 
     with Store.open(recorded, create=False) as store:
         results = analysis.load(store)
@@ -136,7 +137,7 @@ def test_every_recorded_bucket_is_divided_by_the_time_it_covers(recorded):
     """The throughput buckets of each recorded run, times their widths (the last one up to the end of
     the run), give back every row: a last partial second divided by a whole one, the old false
     tail-off, would lose rows here; and no bucket is a sliver."""
-    from storlab.store import Store
+    from storlab.results.store import Store
 
     counts = []
     with Store.open(recorded, create=False) as store:

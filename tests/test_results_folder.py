@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from storlab import matrix
-from storlab.store import FILENAME, RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.experiment import matrix
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results.store import FILENAME, RunResult, Store
 from tests.commands import invoke
 
 READ_COMMANDS = [["show"], ["waits"], ["compare"]]

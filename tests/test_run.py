@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from storlab import experiment, instances, matrix, stall
 from storlab.errors import UserError
-from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
+from storlab.experiment import file as experiment
+from storlab.experiment import matrix
+from storlab.lab import instances
+from storlab.running import stall
 from tests.commands import storlab
+from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
 pytestmark = pytest.mark.engine
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from storlab import experiment
 from storlab.errors import UserError
-from storlab.store import Store
-from tests.conftest import storlab_processes
+from storlab.experiment import file as experiment
+from storlab.results.store import Store
 from tests.commands import storlab
+from tests.conftest import storlab_processes
 
 pytestmark = [pytest.mark.engine, pytest.mark.skipif(os.geteuid() != 0, reason="device placements need root")]
 

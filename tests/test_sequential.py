@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from storlab import sequential
+from storlab.answer import sequential
 from tests import simulate
 
 SIMS = 2000

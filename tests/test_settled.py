@@ -16,14 +16,16 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from storlab import experiment, fleet, matrix
 from storlab.cli import main
 from storlab.errors import UserError
-from storlab.store import MIGRATIONS, RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.experiment import file as experiment
+from storlab.experiment import matrix
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.running import fleet
 
 DATA = Path(__file__).parent / "data"
-SCHEMA = json.loads((Path(__file__).parent.parent / "storlab" / "answer_schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).parent.parent / "storlab" / "answer" / "answer_schema.json").read_text())
 
 
 def invoke(*args):

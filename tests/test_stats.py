@@ -5,11 +5,26 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
-from storlab.effects import Observation, analyse
-from storlab.stats import (
-    TOO_FEW_RUNS, _anova_gate, _fisher_anova, _moments, against_baseline, against_baseline_paired, against_best,
-    against_best_paired, blocked_anova, compare, describe_outliers, detectable_difference, holm, noise_warning,
-    repetitions_needed, repetitions_needed_paired, summarize, welch_anova,
+from storlab.answer.effects import Observation, analyse
+from storlab.answer.stats import (
+    TOO_FEW_RUNS,
+    _anova_gate,
+    _fisher_anova,
+    _moments,
+    against_baseline,
+    against_baseline_paired,
+    against_best,
+    against_best_paired,
+    blocked_anova,
+    compare,
+    describe_outliers,
+    detectable_difference,
+    holm,
+    noise_warning,
+    repetitions_needed,
+    repetitions_needed_paired,
+    summarize,
+    welch_anova,
 )
 
 

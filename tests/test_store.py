@@ -1,16 +1,15 @@
 """The results store and the analysis on top of it, with runs written as the runner writes them."""
 
-import sqlite3
-
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from storlab import analysis
+from storlab.answer import analysis
 from storlab.errors import UserError
-from storlab.store import MIGRATIONS, RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results.store import MIGRATIONS, RunResult, Store
 
 V1_STORE = Path(__file__).parent / "data" / "store-v1"
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from storlab import mounts, system
 from storlab.cli import main
 from storlab.errors import UserError
+from storlab.lab import mounts
+from storlab.machine import system
 
 DATA = Path(__file__).parent / "data"
 INTEL = DATA / "intel-pstate-powersave"

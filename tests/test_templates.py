@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from storlab import instances, templates
 from storlab.engines import provision
-from storlab.layout import spec_for
+from storlab.lab import instances, templates
+from storlab.lab.layout import spec_for
 from tests.conftest import run_load, storlab_processes
 
 pytestmark = pytest.mark.engine

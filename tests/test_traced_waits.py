@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from storlab import bpftrace, traced_waits
 from storlab.engines.postgres.traced_waits import why_not_traced
-from storlab.store import RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.probes import bpftrace, traced_waits
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results.store import RunResult, Store
 from tests import commands
 
 TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is not None,
@@ -223,7 +223,7 @@ def test_traced_counts_sit_beside_the_sampled_time():
     assert waits["Lock:extend"].traced_s == pytest.approx(1.2)
     assert waits["LWLock:WALWrite"].wait_s == 0.0 and waits["LWLock:WALWrite"].wait_count == 5  # only traced
     assert waits["CPU"].wait_count is None
-    from storlab.waits import top_share
+    from storlab.probes.waits import top_share
 
     row = next(r for r in top_share(merged.waits) if r.wait_type == "Lock:extend")
     assert row.avg_wait_s == pytest.approx(1.2 / 40)  # the trace's own average, not sampled / counted

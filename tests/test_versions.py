@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from storlab import analysis, experiment, matrix
+from storlab.answer import analysis
 from storlab.errors import UserError
-from storlab.store import RunResult, Store
-from storlab.waits import Wait, WaitCapture
+from storlab.experiment import file as experiment
+from storlab.experiment import matrix
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results.store import RunResult, Store
 from tests.conftest import storlab_processes
 
 DATA = Path(__file__).parent / "data"

@@ -3,10 +3,10 @@ scripted reader (the engines' readers are tested against real servers in test_ex
 
 import pytest
 
-from storlab.store import RunResult, Store
-from storlab.wait_timeline import WaitTimeline, points
-from storlab.waiting_tasks import WaitingTasksSampler, mean_per_run, resource_label, resources_of
-from storlab.waits import Wait, WaitCapture, WaitingTask, top_share
+from storlab.probes.wait_timeline import WaitTimeline, points
+from storlab.probes.waiting_tasks import WaitingTasksSampler, mean_per_run, resource_label, resources_of
+from storlab.probes.waits import Wait, WaitCapture, WaitingTask, top_share
+from storlab.results.store import RunResult, Store
 
 
 class Script:

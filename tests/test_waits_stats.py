@@ -1,8 +1,7 @@
 import pytest
 
-from storlab.waits import Wait
-from storlab.probes import Sampler, sched_delta, sched_time
-from storlab.waits import delta, is_benign, mean_per_run, top_share
+from storlab.probes.recorders import Sampler, sched_delta, sched_time
+from storlab.probes.waits import Wait, delta, is_benign, mean_per_run, top_share
 
 
 def test_top_share_keeps_the_row_that_crosses_95():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from storlab import experiment
 from storlab.engines import provision
 from storlab.errors import UserError
-from storlab.layout import spec_for
+from storlab.experiment import file as experiment
+from storlab.lab.layout import spec_for
 from storlab.workloads import KINDS, kind
 from storlab.workloads.custom import split
 from storlab.workloads.driver import Transactions, buckets, measure, timeline

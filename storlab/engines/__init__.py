@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from storlab.engines.base import Engine, Instance
 from storlab.engines.mariadb import Mariadb
 from storlab.engines.postgres import Postgres
-from storlab.layout import InstanceSpec
+from storlab.lab.layout import InstanceSpec
 
 _REGISTRY: dict[str, Engine] = {e.name: e for e in (Postgres(), Mariadb())}
 

@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from storlab.diagnosis import ServerLog
-from storlab.errors import RunFailed
 from storlab.engines.settings import Settings
-from storlab.layout import InstanceSpec
-from storlab.waits import WaitProbe
+from storlab.errors import RunFailed
+from storlab.lab.diagnosis import ServerLog
+from storlab.lab.layout import InstanceSpec
+from storlab.probes.waits import WaitProbe
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,9 @@ from pydantic import field_validator
 
 from storlab import factors
 from storlab.engines.base import Instance
-from storlab.workloads.tables import WIDE, WIDE_VALUES
 from storlab.workloads.inserts import InsertWorkload
 from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Measurement, Progress, WorkloadParams, register
-
+from storlab.workloads.tables import WIDE, WIDE_VALUES
 
 # The procedure counts a transaction's rows in a 32-bit integer.
 MAX_ROWS = 2**31 - 1

@@ -13,7 +13,6 @@ from storlab import factors
 from storlab.engines.base import Engine, Instance
 
 
-
 @dataclass(frozen=True)
 class Figure:
     """A number a run reports: stored as (name, value, unit); `better` says which way is good."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from storlab.workloads.tables import RANDOM_KEY
 from storlab.workloads.inserts import InsertParams, InsertWorkload
 from storlab.workloads.kind import Footprint, register
+from storlab.workloads.tables import RANDOM_KEY
 
 # MariaDB's UUID() is version 1 (time-based) and the UUID type stores it in index order, so UUID()
 # keys would append. 10.11 has no UUID_v4(): one from 16 random bytes, version and variant bits set.

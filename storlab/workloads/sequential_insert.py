@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from storlab.workloads.tables import SERIAL_KEY
 from storlab.workloads.inserts import InsertParams, InsertWorkload
 from storlab.workloads.kind import Footprint, register
+from storlab.workloads.tables import SERIAL_KEY
 
 
 class SequentialInsertParams(InsertParams):

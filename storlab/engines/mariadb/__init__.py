@@ -14,7 +14,7 @@ from storlab.engines.mariadb.binaries import binaries
 from storlab.engines.mariadb.log import MariadbLog
 from storlab.engines.mariadb.settings import MariadbSettings
 from storlab.engines.mariadb.symptoms import SYMPTOMS
-from storlab.layout import InstanceSpec
+from storlab.lab.layout import InstanceSpec
 
 MB = 1024**2
 CATALOG_BYTES = 30 * MB  # measured (README "Capacity"): the datadir's ibdata1 and system tables

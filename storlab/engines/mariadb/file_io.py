@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from storlab.file_io import FileIO
-from storlab.waits import WaitCapture, WaitProbe
+from storlab.probes.file_io import FileIO
+from storlab.probes.waits import WaitCapture, WaitProbe
 
 SOURCE = "performance_schema"
 FILE_SUMMARY = """

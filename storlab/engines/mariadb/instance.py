@@ -31,15 +31,16 @@ from typing import Any, Iterator
 import numpy as np
 import pymysql
 
-from storlab import instances, processes, safe_files, templates
+from storlab import processes
 from storlab.engines.base import Table
 from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
 from storlab.engines.mariadb.settings import conf_value
 from storlab.errors import UserError
-from storlab.layout import InstanceSpec
-from storlab.probes import sched_delta, sched_time
-from storlab.waits import Wait, WaitCapture, delta, is_benign
+from storlab.lab import instances, safe_files, templates
+from storlab.lab.layout import InstanceSpec
+from storlab.probes.recorders import sched_delta, sched_time
+from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 SOCKET = "mysqld.sock"
 ADMIN_USER = "root"  # passwordless (installed with --auth-root-authentication-method=normal)

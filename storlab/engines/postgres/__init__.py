@@ -12,13 +12,19 @@ from typing import Any
 from storlab.engines import settings as common
 from storlab.engines.base import Engine, Instance
 from storlab.engines.postgres import instance, shared_memory
-from storlab.engines.postgres.binaries import (DEFAULT_VERSION, HOW_TO_INSTALL, VERSIONS, bin_dir, installed_versions,
-                                              server_version)
+from storlab.engines.postgres.binaries import (
+    DEFAULT_VERSION,
+    HOW_TO_INSTALL,
+    VERSIONS,
+    bin_dir,
+    installed_versions,
+    server_version,
+)
 from storlab.engines.postgres.log import PostgresLog
 from storlab.engines.postgres.settings import PostgresSettings
 from storlab.engines.postgres.symptoms import SYMPTOMS
 from storlab.factors import KeyProblem, show, values
-from storlab.layout import InstanceSpec
+from storlab.lab.layout import InstanceSpec
 from storlab.sizes import format_size, parse_size
 
 MB = 1024**2

@@ -22,15 +22,16 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from storlab import instances, processes, safe_files, templates
+from storlab import processes
 from storlab.engines.base import Table
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import TracedWaitProbe
 from storlab.errors import RunFailed, UserError
-from storlab.layout import InstanceSpec
-from storlab.probes import Sampler, sched_delta, sched_time
-from storlab.waits import Wait, WaitCapture, delta, is_benign
+from storlab.lab import instances, safe_files, templates
+from storlab.lab.layout import InstanceSpec
+from storlab.probes.recorders import Sampler, sched_delta, sched_time
+from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 PORT = 55432  # the socket file's name only: the instance listens on no TCP address at all
 SUPERUSER = "storlab"

@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from storlab import instances
 from storlab.engines import settings as common
 from storlab.engines.postgres import log
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, lib_dir
+from storlab.lab import instances
 
 # Preload libraries storlab needs, joined with the user's instead of replaced by them.
 STORLAB_PRELOAD = "pg_wait_sampling"

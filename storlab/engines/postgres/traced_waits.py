@@ -32,10 +32,9 @@ from typing import Any
 
 import psutil
 
-from storlab import bpftrace, traced_waits
-from storlab.file_io import FileIO
-from storlab.waits import TracedWait
-from storlab.waits import WaitCapture, WaitProbe
+from storlab.probes import bpftrace, traced_waits
+from storlab.probes.file_io import FileIO
+from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
 
 SOURCE = "bpftrace"
 BLOCK = 8192  # every smgr read is one block (bpftrace 0.17 reads no 7th USDT argument, the bytes read)

@@ -1,0 +1,308 @@
+"""From the store to the answer: per-cell statistics of every figure the workload reports, the
+ranking by its headline figure, wait tables, and the runs that were recorded on different machine
+facts (kept apart, never averaged in silently)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from storlab.answer import effects, racing
+from storlab.answer.effects import FactorAnswer, Observation
+from storlab.answer.stats import CellVerdict, Summary, Verdicts, against_baseline_paired, against_best_paired, summarize
+from storlab.experiment import repetitions
+from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
+from storlab.experiment.matrix import format_value
+from storlab.lab import settle
+from storlab.machine import system
+from storlab.probes import waiting_tasks
+from storlab.probes.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
+from storlab.results.store import CellRecord, RunRecord, Store
+from storlab.workloads import KINDS, Figure
+from storlab.workloads.kind import ELAPSED
+
+
+@dataclass
+class CellResult:
+    cell: CellRecord
+    runs: list[RunRecord]
+    figures: dict[str, Summary]  # every figure its runs all reported
+    waits: list[Wait]
+    wait_source: str
+    extras: dict[str, float]
+    headline_name: str = ELAPSED.name
+    tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
+
+    @property
+    def headline(self) -> Summary | None:
+        return self.figures.get(self.headline_name)
+
+    def values(self, name: str | None = None) -> list[float]:
+        """One figure's value in each run (the headline by default)."""
+        name = name or self.headline_name
+        return [r.figures[name] for r in self.runs if name in r.figures]
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts that measured its runs."""
+        return sorted({r.host for r in self.runs if r.host})
+
+    @property
+    def top(self) -> list[WaitRow]:
+        return top_share(self.waits)
+
+    @property
+    def top_wait(self) -> str:
+        rows = self.top
+        return f"{rows[0].wait_type} {rows[0].percentage:.0f} %" if rows else "—"
+
+
+@dataclass
+class Ranked:
+    result: CellResult
+    distance_percent: float  # how much worse than the best cell, in % of the best's mean
+    versus_best: CellVerdict | None  # None for the best cell itself
+
+
+@dataclass
+class Results:
+    experiment: dict[str, Any]
+    cells: list[CellResult]
+    figures: tuple[Figure, ...]  # the workload's, the headline first
+    note: str | None = None  # how the workload runs, where a reader could assume otherwise
+    set_aside: list[RunRecord] = field(default_factory=list)
+    facts_notes: list[str] = field(default_factory=list)
+    failures: list[tuple[str, int, str]] = field(default_factory=list)
+    facts: dict | None = None
+    race: racing.RaceState | None = None  # replayed from the runs, when the experiment raced
+    conditions: str | None = None  # what every run started from, in one line
+    # The machines the kept runs were measured on: (host, or the hosts that share its facts, or None
+    # when runs name no host; its facts). One per host when the host is a factor.
+    machines: list[tuple[str | None, dict]] = field(default_factory=list)
+    answer: FactorAnswer | None = None  # what each factor does (storlab.effects); None without a factor or a run
+    stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
+
+    @property
+    def settling(self) -> repetitions.Settling | None:
+        """`until = "settled"`, as the store keeps it."""
+        held = (self.experiment.get("answer") or {}).get("settling")
+        return repetitions.Settling(**held) if held else None
+
+    @property
+    def rounds(self) -> int:
+        """The rounds with runs: the highest repetition of any kept run."""
+        return max((r.repetition for c in self.cells for r in c.runs), default=0)
+
+    @property
+    def settled(self) -> bool:
+        """Every factor's every level different or equivalent (until settled: from its `min` rounds on)."""
+        settling = self.settling
+        return self.answer is not None and self.answer.settled and \
+            (settling is None or self.rounds >= settling.min_rounds)
+
+    def paired_values(self) -> dict[str, dict[int, float]]:
+        """Each measured cell's headline figure by round (its repetition)."""
+        return {c.cell.id: {r.repetition: r.figures[self.headline.name] for r in c.runs if self.headline.name in r.figures}
+                for c in self.measured}
+
+    @property
+    def pooled_hosts(self) -> bool:
+        """Runs of one cell measured on several hosts (no `hosts` in the experiment, identical facts)."""
+        return HOST_FACTOR not in self.experiment.get("factors", {}) and \
+            len({h for c in self.cells for h in c.hosts}) > 1
+
+    @property
+    def headline(self) -> Figure:
+        return self.figures[0]
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.headline.better != "higher"
+
+    @property
+    def measured(self) -> list[CellResult]:
+        return [c for c in self.cells if c.headline is not None]
+
+    def cell(self, ident: str) -> CellResult | None:
+        """By id, or by a unique prefix of the id."""
+        matches = [c for c in self.cells if c.cell.id.startswith(ident)]
+        return matches[0] if len(matches) == 1 else None
+
+    def verdicts(self) -> Verdicts:
+        """Every measured cell against the best, paired by round as the factor effects are, corrected
+        for the number of comparisons."""
+        return against_best_paired(self.paired_values(), self.lower_is_better)
+
+    def against(self, baseline: str) -> Verdicts:
+        """Every measured cell against `baseline`, paired by round."""
+        return against_baseline_paired(self.paired_values(), baseline, self.lower_is_better)
+
+    def ranking(self) -> list[Ranked]:
+        if not self.measured:
+            return []
+        verdicts = self.verdicts()
+        sign = 1 if self.lower_is_better else -1
+        # The cell the verdicts hold the others against comes first, whichever mean is lowest.
+        cells = sorted(self.measured, key=lambda c: (c.cell.id != verdicts.reference, sign * c.headline.mean))
+        best = cells[0]
+        return [
+            Ranked(c, sign * 100.0 * (c.headline.mean - best.headline.mean) / best.headline.mean,
+                   verdicts.cells.get(c.cell.id))
+            for c in cells
+        ]
+
+
+def _mean_extras(runs: list[RunRecord]) -> dict[str, float]:
+    keys = set().union(*(r.wait_extras for r in runs)) if runs else set()
+    return {k: sum(r.wait_extras.get(k, 0.0) for r in runs) / len(runs) for k in sorted(keys)}
+
+
+def _figures_of(experiment: dict[str, Any], units: dict[str, str]) -> tuple[tuple[Figure, ...], str | None]:
+    """The workload kind's figures; for a kind this storlab does not know, elapsed first and the rest as recorded."""
+    kind = KINDS.get(experiment.get("identity", {}).get("workload", {}).get("kind", ""))
+    if kind is not None:
+        return kind.figures, kind.note
+    others = tuple(Figure(name, unit, name) for name, unit in sorted(units.items()) if name != ELAPSED.name)
+    return (ELAPSED, *others), None
+
+
+def _summaries(runs: list[RunRecord]) -> dict[str, Summary]:
+    names = set.intersection(*(set(r.figures) for r in runs)) if runs else set()
+    return {name: summarize([r.figures[name] for r in runs]) for name in names}
+
+
+def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tuple[int | None, list[str]]:
+    """Runs are comparable only on the same machine facts: the largest group's facts, and a note for
+    each other group (set aside)."""
+    groups = Counter(r.facts_id for r in runs)
+    kept_facts = groups.most_common(1)[0][0] if groups else None
+    notes = []
+    for fid in groups:
+        if fid != kept_facts:
+            diffs = system.differences(facts[kept_facts]["comparable"], facts[fid]["comparable"])
+            notes.append(f"{'host ' + who + ': ' if who else ''}{groups[fid]} runs recorded on other machine "
+                         "facts are set aside: " + "; ".join(diffs))
+    return kept_facts, notes
+
+
+def load(store: Store) -> Results:
+    experiment = store.experiment() or {}
+    figures, note = _figures_of(experiment, store.units())
+    all_runs = store.runs()
+    facts = store.facts()
+    records = store.cells()
+    # Each host of a `hosts` experiment is its own machine: its runs are held against its own facts.
+    host_of = {c.id: c.factors.get(HOST_FACTOR) for c in records}
+    by_host: dict[str | None, list[RunRecord]] = {}
+    for r in all_runs:
+        by_host.setdefault(host_of.get(r.cell_id), []).append(r)
+    kept, notes, machines = [], [], []
+    for host, runs in by_host.items():
+        kept_facts, said = _kept(runs, facts, host)
+        notes += said
+        mine = [r for r in runs if r.facts_id == kept_facts]
+        kept += mine
+        names = ", ".join(sorted({r.host for r in mine if r.host})) or None
+        machines.append((host or names, facts[kept_facts]["body"]))
+    kept_ids = {r.id for r in kept}
+    set_aside = [r for r in all_runs if r.id not in kept_ids]
+    cells = []
+    for cell in records:
+        runs = [r for r in kept if r.cell_id == cell.id]
+        cells.append(
+            CellResult(
+                cell=cell,
+                runs=runs,
+                figures=_summaries(runs),
+                waits=mean_per_run([store.waits(r.id) for r in runs]),
+                wait_source=", ".join(sorted({r.wait_source for r in runs})) or "—",
+                extras=_mean_extras(runs),
+                headline_name=figures[0].name,
+                tasks=waiting_tasks.mean_per_run([store.waiting_tasks(r.id) for r in runs]),
+            )
+        )
+    failures = store.failures()
+    race = None
+    if experiment.get("race") and cells:
+        values = racing.rounds_from([c.cell.id for c in cells], kept, failures, figures[0].name)
+        race = racing.race(values, repetitions.RaceSettings(**experiment["race"]))
+    results = Results(
+        experiment=experiment, cells=cells, figures=figures, note=note, set_aside=set_aside,
+        facts_notes=notes, failures=failures,
+        facts=machines[0][1] if machines else None, machines=sorted(machines, key=lambda m: m[0] or ""),
+        race=race, conditions=settle.describe([r.conditions for r in kept]), stopped=experiment.get("stopped"),
+    )
+    results.answer = factor_answer(results)
+    return results
+
+
+def factor_answer(results: Results) -> FactorAnswer | None:
+    """What each factor does to the headline figure: the kept runs read as the factorial experiment
+    they are, the rounds as blocks (storlab.effects). Until settled, at the look the last round made,
+    so `show` says what `storlab run` decided on. Factors by their short names, as labels name them.
+    A factor nested in one engine version (a list in [engine_settings.18]) is not crossed with the
+    version: it is left out of the model and said so in not_estimable (the ranking compares its cells)."""
+    swept = results.experiment.get("factors", {})
+    nested = {d: nested_in(d) for d in swept if nested_in(d) and VERSION_FACTOR in swept}
+    declared = {short_name(d): values for d, values in swept.items() if d not in nested}
+    if not any(len(values) > 1 for values in declared.values()):
+        return None
+    head = results.headline.name
+    observations = [
+        Observation(c.cell.id, r.repetition, {short_name(d): v for d, v in c.cell.factors.items() if d not in nested},
+                    r.figures[head])
+        for c in results.cells for r in c.runs if head in r.figures
+    ]
+    if not observations:
+        return None
+    settings = results.experiment.get("answer") or {}
+    references = {k: v for k, v in (settings.get("reference") or {}).items() if k in declared}
+    look = max_looks = None
+    settling = results.settling
+    if settling is not None:
+        max_looks = settling.max_rounds - settling.min_rounds + 1
+        look = min(max(results.rounds - settling.min_rounds + 1, 1), max_looks)
+    try:
+        answer = effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
+                                 margin=settings.get("equivalent_within") or effects.DEFAULT_MARGIN, look=look,
+                                 max_looks=max_looks, headline=head)
+    except ValueError:  # a figure no log can take (zero, say): the ranking still answers
+        return None
+    answer.not_estimable += [f"{short_name(d)}: nested in {short_name(VERSION_FACTOR)}={version} (its cells alone have it), "
+                             f"not crossed with the other factors; {short_name(VERSION_FACTOR)}={version}'s effect is over its "
+                             "levels, and the ranking compares its cells" for d, version in nested.items()]
+    return answer
+
+
+def verdicts_line(results: Results) -> str:
+    """Each factor's verdicts in a few words: 'log_on different, data_files equivalent'."""
+    if results.answer is None or not results.answer.effects:
+        return "no factor to settle"
+    by_factor: dict[str, list[str]] = {}
+    for e in results.answer.effects:
+        verdict = e.verdict if len(_levels(results.answer, e.factor)) == 1 else f"{format_value(e.level)} {e.verdict}"
+        by_factor.setdefault(e.factor, []).append(verdict)
+    return ", ".join(f"{factor} {'; '.join(v)}" for factor, v in by_factor.items())
+
+
+def _levels(answer: FactorAnswer, factor: str) -> list:
+    return [e for e in answer.effects if e.factor == factor]
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def fmt_figure(value: float | None, unit: str) -> str:
+    """A figure as a table shows it: seconds as fmt_seconds, rates and counts with separators."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if unit == "s":
+        return fmt_seconds(value)
+    if unit == "ms":
+        return f"{value:.1f}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"

@@ -1,0 +1,143 @@
+"""Factors -> cells with stable ids, exclusions, and the order runs happen in."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, Experiment, excluded, nested_in, short_name
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration: the experiment's constants with one value of every factor."""
+
+    id: str
+    factors: dict[str, Any]  # dotted factor name -> value, in the experiment's factor order
+    layout: dict[str, Any]
+    workload: dict[str, Any]
+    engine_settings: dict[str, Any]
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # device placement -> its table, one value each
+    engine_version: str | None = None  # None: an engine storlab runs one version of
+
+    @property
+    def host(self) -> str | None:
+        """The host that must run it (the experiment's `hosts`), None when any host may."""
+        return self.factors.get(HOST_FACTOR)
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{short_name(k)}={format_value(v)}" for k, v in self.factors.items()) or "(single cell)"
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_./-]+")
+
+
+def format_value(value: Any) -> str:
+    """A factor value as a user reads it: a ratio {disk=7, ram=1} as 'disk:7+ram:1'. A string that could
+    be read as another value (a number, True, a ratio, text with spaces or '=') is quoted, so two
+    different values never print alike, and neither do two cells' labels."""
+    if isinstance(value, dict):
+        return "+".join(f"{k}:{format_value(v)}" for k, v in value.items())
+    if isinstance(value, str) and (not _PLAIN.fullmatch(value) or value in ("True", "False") or _number(value)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def cell_id(factors: dict[str, Any]) -> str:
+    """Derived from factor values only, so a re-run or a resume finds the same cells."""
+    canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:8]
+
+
+def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
+    """The product of the crossed factors, in declaration order; within each, the product of the
+    factors nested in its engine version (a setting of [engine_settings.V]: V's cells alone have it)."""
+    crossed = {name: values for name, values in experiment.factors.items() if nested_in(name) is None}
+    versions = experiment.model.versions()
+    result = []
+    for combo in itertools.product(*crossed.values()):
+        factors = dict(zip(crossed, combo))
+        version = factors.get(VERSION_FACTOR, versions[0] if versions else None)
+        nested = {name: values for name, values in experiment.factors.items()
+                  if nested_in(name) is not None and nested_in(name) == version}
+        result += [{**factors, **dict(zip(nested, inner))} for inner in itertools.product(*nested.values())]
+    return result
+
+
+def cells(experiment: Experiment) -> list[Cell]:
+    """Every combination of the factors (_combinations), less the excluded ones."""
+    model = experiment.model
+    versions = model.versions()
+    result = []
+    for factors in _combinations(experiment):
+        if excluded({short_name(k): v for k, v in factors.items()}, model.exclude):
+            continue
+        version = factors.get(VERSION_FACTOR, versions[0] if versions else None)
+        sections = {
+            "layout": model.layout.model_dump(),
+            "workload": model.workload.model_dump(),
+            "engine_settings": model.settings_for(version),
+            "devices": {name: dict(raw) for name, raw in model.placements.items() if isinstance(raw, dict)},
+        }
+        for dotted, value in factors.items():
+            section, key = dotted.split(".", 1)
+            if section == "placements":
+                name, key = key.split(".", 1)
+                sections["devices"][name][key] = value
+            elif nested_in(dotted):
+                sections["engine_settings"][key.split(".", 1)[1]] = value
+            elif section in sections:  # the host is where a cell runs, not part of its configuration
+                sections[section][key] = value
+        result.append(Cell(id=cell_id(factors), factors=factors, engine_version=version, **sections))
+    return result
+
+
+def round_order(all_cells: list[Cell], seed: int | None, rnd: int) -> list[Cell]:
+    """The order of one round's cells, drawn from the experiment's seed and the round's number, so
+    whatever a run leaves behind (the page cache, the disk's write-back, a checkpoint) lands on
+    different cells in each round (randomised multiple interleaved trials, Abedi and Brecht, ICPE 2017),
+    and a resume draws the same order again. The cells of one device format stay together (a new
+    format is a new device), their groups in a drawn order too. No seed: the matrix order (runs
+    recorded before storlab kept one)."""
+    if seed is None:
+        return list(all_cells)
+    draw = random.Random(f"{seed}:{rnd}")
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in all_cells:
+        groups.setdefault(_device_format(cell), []).append(cell)
+    ordered = list(groups.values())
+    draw.shuffle(ordered)
+    for group in ordered:
+        draw.shuffle(group)
+    return [cell for group in ordered for cell in group]
+
+
+def _device_format(cell: Cell) -> tuple:
+    return tuple(json.dumps(v, sort_keys=True) for k, v in cell.factors.items() if k.startswith("placements."))
+
+
+def plan(all_cells: list[Cell], repetitions: int, done: set[tuple[str, int]],
+         seed: int | None = None) -> list[tuple[Cell, int]]:
+    """Repetition 1 of every cell, then repetition 2, ...: slow drift of the machine then touches
+    every cell alike instead of favouring the cells that ran first. Within each round, the order
+    drawn from `seed` (round_order)."""
+    return [
+        (cell, rep)
+        for rep in range(1, repetitions + 1)
+        for cell in round_order(all_cells, seed, rep)
+        if (cell.id, rep) not in done
+    ]

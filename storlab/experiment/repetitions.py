@@ -1,0 +1,228 @@
+"""The experiment file's keys for how many runs each cell gets: a fixed number of repetitions, a race's
+bounds (`race = true`), or rounds until the answer is settled (`until = "settled"`, an optional budget of
+wall time), with the margin of equivalence and each factor's reference level. The race itself and the
+answer's statistics read these settings (storlab.answer)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from storlab.factors import show
+
+ALPHA = 0.05  # every verdict's error rate: a race's drops and the answer's tests alike (storlab.answer.stats)
+DEFAULT_MIN_ROUNDS = 3
+MAX_ROUNDS = 100  # the experiment file's limit on repetitions (README, "Limits")
+DEFAULT_MIN_SETTLING = 2  # until settled: the first look is after round 2
+DEFAULT_MARGIN = 0.05  # equivalent_within's default for the answer (storlab.effects.DEFAULT_MARGIN)
+
+class RaceSettings(BaseModel):
+    """What one race needs. `equivalent_within` is a fraction (0.02 for "2%"); lower_is_better is True for
+    elapsed seconds, False for a throughput."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_rounds: int = Field(DEFAULT_MIN_ROUNDS, ge=2)
+    max_rounds: int = Field(10, ge=2, le=MAX_ROUNDS)
+    equivalent_within: float | None = Field(None, gt=0, le=0.5)
+    lower_is_better: bool = True
+    alpha: float = Field(ALPHA, gt=0, lt=0.5)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
+        return self
+
+
+class RepetitionRange(BaseModel):
+    """`repetitions = { min = 3, max = 10 }`: a race's bounds on the rounds; with `until = "settled"`
+    (min 2 by default, an optional `budget = "10m"` of wall time), the rounds stop once the answer
+    is settled (storlab.effects)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int | None = None
+    max: int
+    until: Literal["settled"] | None = None
+    budget: str | None = None
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _count(cls, v):
+        if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= MAX_ROUNDS:
+            raise ValueError(f"expected an integer from 2 to {MAX_ROUNDS}, got {show(v)}")
+        return v
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _until(cls, v):
+        if v != "settled":
+            raise ValueError(f'expected "settled" (stop once every factor is different or equivalent), got {show(v)}')
+        return v
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, v):
+        parse_duration(v)
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.budget is not None and self.until is None:
+            raise ValueError('budget: only with until = "settled"')
+        return self
+
+
+@dataclass(frozen=True)
+class Settling:
+    """`until = "settled"`: after each round from `min_rounds`, the factor effects are fitted again and
+    the runs stop once they are settled, at `max_rounds`, or once `budget_s` of wall time is spent."""
+
+    min_rounds: int
+    max_rounds: int
+    budget_s: float | None = None
+
+
+class RacingKeys(BaseModel):
+    """The experiment file's keys for how many runs each cell gets, in what order, and how the answer
+    reads them, for the experiment model to inherit: `race` is declared first so the other keys'
+    validators can see it (`storlab run --race` sets it in the raw file before validation)."""
+
+    race: bool = False
+    repetitions: int | RepetitionRange = 3
+    equivalent_within: str | None = None
+    reference: dict[str, Any] | None = None  # short factor name -> its reference level (default: the first)
+    order_seed: int | None = None  # fixes the seed each round's order is drawn from (default: drawn once)
+
+    @field_validator("race", mode="before")
+    @classmethod
+    def _race(cls, v):
+        if not isinstance(v, bool):
+            raise ValueError(f"expected true or false, got {show(v)}")
+        return v
+
+    @field_validator("repetitions", mode="before")
+    @classmethod
+    def _repetitions(cls, v, info: ValidationInfo):
+        racing = info.data.get("race", False)
+        if isinstance(v, dict):
+            if not racing and "until" not in v:
+                raise ValueError(
+                    'a { min, max } table is for racing: set race = true (or run with --race), add until = "settled", '
+                    "or give one number"
+                )
+            try:
+                return RepetitionRange.model_validate(v)
+            except ValidationError as exc:  # one line naming the inner key, not pydantic's union of branches
+                err = exc.errors()[0]
+                key = ".".join(str(k) for k in err["loc"])
+                cause = err.get("ctx", {}).get("error")
+                plain = {"extra_forbidden": "unknown key", "missing": "missing"}
+                what = plain.get(err["type"]) or str(cause or err["msg"])
+                raise ValueError(f"{key}: {what}" if key else what) from None
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ROUNDS:
+            raise ValueError(
+                f"expected an integer from 1 to {MAX_ROUNDS}, or {{ min = 3, max = 10 }} with race = true, "
+                f'or {{ max = 12, until = "settled" }}, got {show(v)}'
+            )
+        if racing and v < 2:
+            raise ValueError("a race needs at least 2 repetitions")
+        return v
+
+    @field_validator("equivalent_within", mode="before")
+    @classmethod
+    def _equivalent_within(cls, v):
+        if v is not None:
+            parse_percent(v)
+        return v
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _reference(cls, v):
+        if not isinstance(v, dict) or not v:
+            raise ValueError(f'expected a table of factor = level, such as {{ log_on = "disk" }}, got {show(v)}')
+        return v
+
+    @field_validator("order_seed", mode="before")
+    @classmethod
+    def _order_seed(cls, v):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**31:
+            raise ValueError(f"expected an integer from 0 to {2**31 - 1}, got {show(v)}")
+        return v
+
+    def race_settings(self, lower_is_better: bool = True) -> RaceSettings | None:
+        """The race these keys declare, or None when the matrix runs every repetition. One number of
+        repetitions races from min(3, N) rounds to N."""
+        if not self.race:
+            return None
+        if isinstance(self.repetitions, RepetitionRange):
+            high = self.repetitions.max
+            low = self.repetitions.min or min(DEFAULT_MIN_ROUNDS, high)
+        else:
+            low, high = min(DEFAULT_MIN_ROUNDS, self.repetitions), self.repetitions
+        margin = None if self.equivalent_within is None else parse_percent(self.equivalent_within)
+        return RaceSettings(min_rounds=low, max_rounds=high, equivalent_within=margin, lower_is_better=lower_is_better)
+
+    def settling(self) -> Settling | None:
+        """`until = "settled"`, or None when every repetition (or the race's) is run."""
+        rng = self.repetitions
+        if not isinstance(rng, RepetitionRange) or rng.until is None:
+            return None
+        budget = None if rng.budget is None else parse_duration(rng.budget)
+        return Settling(min(rng.min or DEFAULT_MIN_SETTLING, rng.max), rng.max, budget)
+
+    @property
+    def margin(self) -> float:
+        """The practical margin of equivalence (`equivalent_within`, 5 % by default)."""
+        return DEFAULT_MARGIN if self.equivalent_within is None else parse_percent(self.equivalent_within)
+
+    @property
+    def most_repetitions(self) -> int:
+        """The most runs a cell can get: what a plan and its ETA count."""
+        return self.repetitions.max if isinstance(self.repetitions, RepetitionRange) else self.repetitions
+
+
+def until_settled(raw_repetitions: Any) -> Any:
+    """`storlab run --until-settled`: `repetitions = N` read as { max = N, until = "settled" } (a
+    table gets `until` added; a missing key is the default 3)."""
+    if isinstance(raw_repetitions, dict):
+        return {**raw_repetitions, "until": "settled"}
+    return {"max": raw_repetitions, "until": "settled"}  # 1 is refused there: one round settles nothing
+
+
+def parse_duration(text: object) -> float:
+    """'90s', '10m', '2h' -> seconds. A bare number is refused: seconds and minutes would both be plausible."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)\s*", text) if isinstance(text, str) else None
+    if match and float(match[1]) > 0:
+        return float(match[1]) * {"s": 1, "m": 60, "h": 3600}[match[2]]
+    raise ValueError(f'expected a duration such as "90s", "10m" or "2h", got {show(text)}')
+
+
+def parse_percent(text: object) -> float:
+    """'2%' -> 0.02. A bare number is refused: 2 and 0.02 would both be plausible readings."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        try:
+            value = float(text.strip()[:-1])
+        except ValueError:
+            value = math.nan
+        if 0 < value <= 50:
+            return value / 100
+    raise ValueError(f'expected a percentage above 0 and at most 50, such as "2%", got {show(text)}')
+
+
+

@@ -1,0 +1,485 @@
+"""Device placements: a loop device storlab makes, uses and removes, so the sector size, the
+filesystem, its mount options and the read-ahead are factors of an experiment like any other.
+
+A device is an image file (sparse: it takes disk space only as the filesystem writes), a loop device
+over it with the declared logical sector size and direct IO (so the host's page cache does not hide
+the device), a filesystem and a mount that the servers' OS user owns. Everything is written down in a
+manifest before it is made, and each device lives in a directory carrying storlab's marker, so a
+later `storlab clean` can finish the job after a crash and never touches a mount or a loop device
+whose backing file is not storlab's marked image.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import psutil
+
+from storlab import processes
+from storlab.errors import RunFailed, UserError
+from storlab.lab import instances, mounts
+from storlab.sizes import parse_size
+
+SECTORS = (512, 1024, 2048, 4096)
+FILESYSTEMS = ("ext4", "xfs")
+KEYS = ("loop", "image_dir", "sector", "fs", "mount_options", "read_ahead_kb", "allow_tmpfs")
+# The keys whose value may be a list in the experiment file: each is then a factor of the matrix.
+FACTOR_KEYS = ("sector", "fs", "mount_options", "read_ahead_kb")
+DEFAULT_IMAGE_DIR = Path("/var/tmp/storlab/img")
+DEFAULT_READ_AHEAD_KB = 128  # the kernel's own default, set explicitly so every run says what it had
+# mkfs.xfs (xfsprogs >= 5.19) refuses anything not larger than 300 MB; ext4 needs room for its journal.
+_MIN_BYTES = {"ext4": 16 * 2**20, "xfs": 300 * 2**20}
+_MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_.:=/+-]+(,[A-Za-z0-9_.:=/+-]+)*$")
+# A server killed a moment ago may still hold the filesystem: umount says "busy" until it is gone.
+_BUSY_RETRIES = 50
+_BUSY_PAUSE_S = 0.1
+
+
+@dataclass(frozen=True)
+class DeviceFormat:
+    """What a device is made with. A change in any of it means a new device, which starts empty."""
+
+    size_bytes: int
+    sector: int
+    fs: str
+    mount_options: str
+    image_dir: Path
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One cell's device: its format, and the read-ahead, which changes in place."""
+
+    format: DeviceFormat
+    read_ahead_kb: int
+    allow_tmpfs: bool = False
+
+
+@dataclass
+class Device:
+    """A device storlab made: `mount_point` is the placement's directory for the instance's files."""
+
+    placement: str
+    spec: DeviceSpec
+    loop: str  # "/dev/loop3"
+    image: Path
+    mount_point: Path
+
+    @property
+    def name(self) -> str:
+        return Path(self.loop).name
+
+    @property
+    def dev(self) -> str:
+        """"major:minor", the number the block layer's tracepoints name the device by."""
+        return (Path("/sys/block") / self.name / "dev").read_text().strip()
+
+
+# -- the spec ----------------------------------------------------------------------------------
+
+
+def _key(placement: str, key: str) -> str:
+    return f"placements.{placement}.{key}"
+
+
+def _quoted(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def device_spec(placement: str, table: Mapping[str, Any]) -> DeviceSpec:
+    """One cell's device from its table, every value a scalar (the matrix has chosen the factors'
+    values). Errors are one line: `placements.NAME.KEY: what is wrong`."""
+    unknown = sorted(set(table) - set(KEYS))
+    if unknown:
+        raise UserError(f"{_key(placement, unknown[0])}: unknown key; a device placement takes {', '.join(KEYS)}")
+    if "loop" not in table:
+        raise UserError(f"{_key(placement, 'loop')}: missing: the size of the image, like \"4GB\"")
+    try:
+        size = parse_size(table["loop"])
+    except ValueError as exc:
+        raise UserError(f"{_key(placement, 'loop')}: {exc}") from None
+    sector = table.get("sector", 512)
+    if isinstance(sector, bool) or sector not in SECTORS:
+        raise UserError(f"{_key(placement, 'sector')}: expected one of {', '.join(map(str, SECTORS))}, got {_quoted(sector)}")
+    fs = table.get("fs", "ext4")
+    if fs not in FILESYSTEMS:
+        raise UserError(f"{_key(placement, 'fs')}: expected one of {', '.join(FILESYSTEMS)}, got {_quoted(fs)}")
+    if size < _MIN_BYTES[fs]:
+        raise UserError(f"{_key(placement, 'loop')}: {fs} needs at least {_MIN_BYTES[fs] // 2**20}MB, got {_quoted(table['loop'])}")
+    if size % sector:
+        raise UserError(f"{_key(placement, 'loop')}: {_quoted(table['loop'])} is not a whole number of {sector}-byte sectors")
+    options = table.get("mount_options", "")
+    if not isinstance(options, str) or (options and not _MOUNT_OPTIONS.match(options)):
+        raise UserError(f"{_key(placement, 'mount_options')}: expected options like \"noatime,nodiscard\", got {_quoted(options)}")
+    read_ahead = table.get("read_ahead_kb", DEFAULT_READ_AHEAD_KB)
+    if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
+        raise UserError(f"{_key(placement, 'read_ahead_kb')}: expected a whole number of KiB >= 0, got {_quoted(read_ahead)}")
+    image_dir = table.get("image_dir", str(DEFAULT_IMAGE_DIR))
+    if not isinstance(image_dir, str) or not image_dir.startswith("/"):
+        raise UserError(f"{_key(placement, 'image_dir')}: expected an absolute directory, got {_quoted(image_dir)}")
+    allow_tmpfs = table.get("allow_tmpfs", False)
+    if not isinstance(allow_tmpfs, bool):
+        raise UserError(f"{_key(placement, 'allow_tmpfs')}: expected true or false, got {_quoted(allow_tmpfs)}")
+    return DeviceSpec(DeviceFormat(size, sector, fs, options, Path(image_dir)), read_ahead, allow_tmpfs)
+
+
+def device_specs(placement: str, table: Mapping[str, Any]) -> list[DeviceSpec]:
+    """Every device a table as written in the experiment file can ask for: the factor keys may be
+    lists, and each combination must be valid (xfs's minimum size, whole sectors)."""
+    choices = []
+    for key in FACTOR_KEYS:
+        value = table.get(key)
+        if isinstance(value, list) and not value:
+            raise UserError(f"{_key(placement, key)}: expected a value or a non-empty list of them, got []")
+        choices.append(value if isinstance(value, list) else [value])
+    found = []
+    for combination in itertools.product(*choices):
+        chosen = dict(table)
+        chosen.update({k: v for k, v in zip(FACTOR_KEYS, combination) if v is not None})
+        spec = device_spec(placement, chosen)
+        if spec not in found:
+            found.append(spec)
+    return found
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def check_host(placement: str, spec: DeviceSpec) -> None:
+    """What this machine must offer to make the device: root, the tools, an image directory that
+    exists or can be made, not on a RAM disk unless asked for, with room for the whole image (it is
+    sparse, but the filesystem may fill it)."""
+    if os.geteuid() != 0:
+        raise UserError(f"placements.{placement}: a device placement needs root (losetup, mkfs and mount); "
+                        "run storlab as root or use a directory placement")
+    fmt = spec.format
+    for tool in ("losetup", f"mkfs.{fmt.fs}", "mount", "umount"):
+        if shutil.which(tool) is None:
+            package = {"mkfs.xfs": "xfsprogs", "mkfs.ext4": "e2fsprogs"}.get(tool, "util-linux")
+            raise UserError(f"{_key(placement, 'fs' if tool.startswith('mkfs') else 'loop')}: {tool} not found; "
+                            f"install Debian's {package}")
+    where = _existing_ancestor(fmt.image_dir)
+    if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+        raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} cannot be made ({where} is not a writable directory)")
+    mount = mounts.mount_of(where) or {}
+    if mount.get("filesystem") == "tmpfs" and not spec.allow_tmpfs:
+        raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} is on tmpfs (memory, not a device); "
+                        "choose a directory on a disk, or set allow_tmpfs = true")
+    free = psutil.disk_usage(str(where)).free
+    if free < fmt.size_bytes:
+        raise UserError(f"{_key(placement, 'loop')}: the image needs {fmt.size_bytes / 2**30:.1f} GiB and "
+                        f"{where} has {free / 2**30:.1f} GiB free")
+
+
+# -- what a path sits on -----------------------------------------------------------------------
+
+
+@dataclass
+class SeenFormat:
+    """What the kernel says a path sits on, read back from sysfs and the mount table."""
+
+    device: str | None
+    logical_sector: int | None
+    filesystem: str | None
+    mount_options: str | None
+    read_ahead_kb: int | None
+    direct_io: bool | None  # loop devices only
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def format_of(path: Path) -> SeenFormat:
+    mount = mounts.mount_of(path) or {}
+    name = mounts.block_device_of(path)
+    if name is None:
+        return SeenFormat(None, None, mount.get("filesystem"), mount.get("options"), None, None)
+    block = Path("/sys/block") / name
+    dio = _read_int(block / "loop/dio")
+    return SeenFormat(name, _read_int(block / "queue/logical_block_size"), mount.get("filesystem"),
+                      mount.get("options"), _read_int(block / "queue/read_ahead_kb"), None if dio is None else dio == 1)
+
+
+# -- making and removing -----------------------------------------------------------------------
+
+
+def _run(argv: list[str], what: str, timeout: float = 300) -> str:
+    try:
+        code, out = processes.run(argv, timeout)
+    except FileNotFoundError:
+        raise RunFailed(f"{what}: {argv[0]} not found") from None
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"{what}: {argv[0]} took longer than {timeout:.0f} s") from None
+    if code != 0:
+        raise RunFailed(f"{what}: {' '.join(argv)} failed (exit {code}): {_tail(out)}")
+    return out
+
+
+def _tail(text: str) -> str:
+    return " | ".join(text.strip().splitlines()[-2:])
+
+
+def set_read_ahead(device: Device, read_ahead_kb: int) -> None:
+    """In place, no remake. Files opened before keep the read-ahead they had (the kernel copies it
+    when a file is opened): a server started after this call sees the new value."""
+    (Path("/sys/block") / device.name / "queue/read_ahead_kb").write_text(f"{read_ahead_kb}\n")
+
+
+def _loops_backed_by(image: Path) -> list[str]:
+    """Loop devices whose backing file is `image`: the only ones storlab may detach."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            text = backing.read_text().strip()
+        except OSError:
+            continue
+        if text.removesuffix(" (deleted)") == str(image):
+            found.append("/dev/" + backing.parent.parent.name)
+    return sorted(found)
+
+
+def _mounted_at(mount_point: Path) -> dict | None:
+    mount = mounts.mount_of(mount_point)
+    return mount if mount and mount["mount_point"] == str(mount_point) else None
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    """Any mount inside a directory: removing the directory then would delete the mounted files."""
+    prefix = str(directory).rstrip("/") + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])  # octal escapes
+        if point == str(directory) or point.startswith(prefix):
+            points.append(point)
+    return points
+
+
+def _owned(directory: Path, owner: str) -> bool:
+    try:
+        return (directory / instances.MARKER).read_text().strip() == owner
+    except OSError:
+        return False
+
+
+def remove_device(entry: Mapping[str, str], owner: str) -> tuple[list[str], list[str]]:
+    """Unmount, detach and delete one recorded device: (what was removed, what was refused).
+    Only what the manifest entry names, inside a directory whose marker names `owner`, and only a
+    mount or loop device backed by that directory's image."""
+    directory, image, mount_point = Path(entry["dir"]), Path(entry["image"]), Path(entry["mount_point"])
+    if not directory.exists():
+        return [], []
+    if not _owned(directory, owner):
+        return [], [f"{directory} (no storlab marker for {owner})"]
+    removed, refused = [], []
+    ours = set(_loops_backed_by(image))
+    while (mount := _mounted_at(mount_point)) is not None:
+        if mount["source"] not in ours:
+            refused.append(f"{mount_point} (mounted from {mount['source']}, not storlab's image)")
+            break
+        if _umount(mount_point):
+            removed.append(f"unmounted {mount_point}")
+        else:
+            refused.append(f"{mount_point} (busy: umount refused)")
+            break
+    for loop in _loops_backed_by(image):
+        code, out = processes.run(["losetup", "--detach", loop], timeout=60)
+        if code == 0:
+            removed.append(f"detached {loop}")
+        else:
+            refused.append(f"{loop} ({_tail(out)})")
+    if not refused and not _detached(image):
+        refused.append(f"{image} (a loop device still holds it: the kernel detaches it when its last user closes it)")
+    if not refused and _mounts_under(directory):
+        refused.append(f"{directory} (a mount is still inside)")
+    if refused:
+        return removed, refused
+    if instances.remove_owned_dir(directory, owner):
+        removed.append(f"deleted {directory}")
+    else:
+        refused.append(str(directory))
+    return removed, refused
+
+
+def _detached(image: Path) -> bool:
+    """A loop device still open elsewhere is only marked to detach on its last close: the image must
+    stay (and stay recognisable) until then."""
+    for _ in range(_BUSY_RETRIES):
+        if not _loops_backed_by(image):
+            return True
+        time.sleep(_BUSY_PAUSE_S)
+    return False
+
+
+def _umount(mount_point: Path) -> bool:
+    for _ in range(_BUSY_RETRIES):
+        if processes.run(["umount", str(mount_point)], timeout=60)[0] == 0:
+            return True
+        if _mounted_at(mount_point) is None:
+            return True
+        time.sleep(_BUSY_PAUSE_S)
+    return False
+
+
+def remove_recorded(manifest: instances.Manifest, placement: str | None = None) -> tuple[list[str], list[str]]:
+    """Every device a manifest names, or those of one placement: (removed, refused). `storlab clean`
+    calls it after a crash; what is refused stays in the manifest for the next try."""
+    removed, refused = [], []
+    for entry in [e for e in manifest.devices if placement is None or e["placement"] == placement]:
+        gone, left = remove_device(entry, manifest.instance_id)
+        removed += gone
+        refused += left
+        if not left:
+            manifest.devices.remove(entry)
+            manifest.save()
+    return removed, refused
+
+
+def _safe_name(placement: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", placement)
+
+
+class DevicePool:
+    """The devices of one `storlab run`. Asked for a placement's device, it reuses the current one
+    when the format is unchanged (setting the read-ahead in place), and otherwise removes it and
+    makes a new one, which starts empty. Leaving the `with` block removes every device, on every
+    path; after a kill -9, `storlab clean` removes them from the manifest.
+
+        with DevicePool() as pool:
+            device = pool.device("fast", spec)   # device.mount_point is the placement's directory
+    """
+
+    def __init__(self) -> None:
+        self.manifest = instances.Manifest(instances.new_instance_id("devices"), "devices", owner_pid=os.getpid(),
+                                           owner_start=instances.pid_start(os.getpid()))
+        self.devices: dict[str, Device] = {}
+        self._user: instances.ServerUser | None = None
+
+    def __enter__(self) -> "DevicePool":
+        self.manifest.save()
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        refused = self.close()
+        if refused and kind is None:
+            raise RunFailed(f"could not remove {'; '.join(refused)}; run `storlab clean` when it is free")
+
+    def device(self, placement: str, spec: DeviceSpec) -> Device:
+        current = self.devices.get(placement)
+        if current is not None and current.spec.format == spec.format:
+            if current.spec.read_ahead_kb != spec.read_ahead_kb:
+                set_read_ahead(current, spec.read_ahead_kb)
+                current.spec = spec
+            return current
+        if current is not None:
+            refused = self._remove(placement)
+            if refused:
+                raise RunFailed(f"placements.{placement}: could not remove the previous device: {'; '.join(refused)}")
+        check_host(placement, spec)
+        return self._make(placement, spec)
+
+    def close(self) -> list[str]:
+        """Remove every device; what could not be removed stays in the manifest for `storlab clean`."""
+        self.devices.clear()
+        with processes.interrupts_held():
+            refused = remove_recorded(self.manifest)[1]
+        if not refused:
+            self.manifest.forget()
+        return refused
+
+    def _remove(self, placement: str) -> list[str]:
+        self.devices.pop(placement, None)
+        with processes.interrupts_held():
+            return remove_recorded(self.manifest, placement)[1]
+
+    def _make(self, placement: str, spec: DeviceSpec) -> Device:
+        fmt = spec.format
+        if self._user is None:
+            self._user = instances.server_user()
+        # Made (and kept) like any placement directory; resolved, because the kernel names a loop
+        # device's backing file by its real path, and that is how `storlab clean` recognises it.
+        fmt.image_dir.mkdir(parents=True, exist_ok=True)
+        directory = fmt.image_dir.resolve() / f"storlab-{self.manifest.instance_id}-{_safe_name(placement)}"
+        image, mount_point = directory / "image", directory / "mnt"
+        entry = {"placement": placement, "dir": str(directory), "image": str(image),
+                 "mount_point": str(mount_point), "loop": ""}
+        if directory.exists():
+            raise RunFailed(f"{directory} already exists; storlab will not reuse a directory it did not make")
+        # Written down before anything exists, so a crash at any later step leaves a trail.
+        self.manifest.devices.append(entry)
+        self.manifest.save()
+        try:
+            with processes.interrupts_held():  # a directory without its marker could never be removed
+                directory.mkdir(mode=0o711)  # the servers' user passes through to the mount, sees nothing else
+                (directory / instances.MARKER).write_text(self.manifest.instance_id + "\n")
+            with open(image, "xb") as handle:
+                os.fchmod(handle.fileno(), 0o600)
+                handle.truncate(fmt.size_bytes)  # sparse: disk space is taken as the filesystem writes
+            loop = _run(["losetup", "--find", "--show", f"--sector-size={fmt.sector}", "--direct-io=on", str(image)],
+                        f"placements.{placement}: losetup").strip()
+            entry["loop"] = loop
+            self.manifest.save()
+            device = Device(placement, spec, loop, image, mount_point)
+            _check_loop(device, fmt)
+            _mkfs(device, fmt)
+            mount_point.mkdir(mode=0o755)
+            _mount(device, fmt)
+            os.chown(mount_point, self._user.uid, self._user.gid)
+            mount_point.chmod(0o755)
+            set_read_ahead(device, spec.read_ahead_kb)
+        except BaseException:
+            self._remove(placement)
+            raise
+        self.devices[placement] = device
+        return device
+
+
+def _check_loop(device: Device, fmt: DeviceFormat) -> None:
+    """The kernel falls back to buffered IO without a word when the image's filesystem cannot do
+    direct IO at this sector size: a device that silently goes through the page cache is not the
+    device the user declared."""
+    sysfs = Path("/sys/block") / device.name
+    if _read_int(sysfs / "loop/dio") != 1:
+        behind = mounts.block_device_of(device.image) or "its disk"
+        raise UserError(f"{_key(device.placement, 'image_dir')}: {device.loop} would not take direct IO with "
+                        f"{fmt.sector}-byte sectors over {fmt.image_dir} (on {behind}); "
+                        "choose a larger sector or an image_dir on another filesystem")
+    seen = _read_int(sysfs / "queue/logical_block_size")
+    if seen != fmt.sector:
+        raise RunFailed(f"placements.{device.placement}: {device.loop} has {seen}-byte sectors, asked for {fmt.sector}")
+
+
+def _mkfs(device: Device, fmt: DeviceFormat) -> None:
+    if fmt.fs == "ext4":
+        # Inode tables and journal written now: ext4's lazy init would otherwise write them in the
+        # background for minutes, inside the measurements.
+        argv = ["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", device.loop]
+    else:
+        argv = ["mkfs.xfs", "-q", "-f", device.loop]
+    _run(argv, f"placements.{device.placement}: making {fmt.fs}")
+
+
+def _mount(device: Device, fmt: DeviceFormat) -> None:
+    argv = ["mount", "-t", fmt.fs, *(["-o", fmt.mount_options] if fmt.mount_options else []),
+            device.loop, str(device.mount_point)]
+    code, out = processes.run(argv, timeout=120)
+    if code == 0:
+        return
+    if fmt.mount_options:
+        raise UserError(f"{_key(device.placement, 'mount_options')}: {fmt.fs} refused {_quoted(fmt.mount_options)}: "
+                        f"{_tail(out)}")
+    raise RunFailed(f"placements.{device.placement}: {' '.join(argv)} failed: {_tail(out)}")

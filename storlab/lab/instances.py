@@ -1,0 +1,425 @@
+"""What every engine's throwaway instance shares: the directories storlab owns, the manifest that
+lets `storlab clean` finish the job after a crash, the unprivileged OS user, and the server process.
+
+Every directory storlab creates carries a marker naming the instance; storlab removes or reuses a
+directory only when the marker is there and names the same instance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import signal
+import stat
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from storlab import processes
+from storlab.errors import RunFailed, UserError
+from storlab.lab import diagnosis, safe_files, setting_failures
+
+MARKER = ".storlab-owned"
+SERVER_USER = "storlab"
+
+
+def state_dir() -> Path:
+    """Where manifests of live instances are kept, so a later `storlab clean` finds them."""
+    base = os.environ.get("STORLAB_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "storlab"
+    )
+    path = Path(base) / "instances"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class ServerUser:
+    name: str
+    uid: int
+    gid: int
+
+    @property
+    def is_self(self) -> bool:
+        return self.uid == os.getuid()
+
+
+def current_user() -> ServerUser:
+    me = pwd.getpwuid(os.getuid())
+    return ServerUser(me.pw_name, me.pw_uid, me.pw_gid)
+
+
+def server_user(create: bool = True) -> ServerUser:
+    """Servers refuse to run as root: as root, run them as the `storlab` system user (made if missing).
+    Without `create`, a user not made yet is described as it will be: in no group, no uid of its own
+    (so only the "other" permission bits let it through a directory)."""
+    if os.getuid() != 0:
+        return current_user()
+    try:
+        entry = pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        if not create:
+            return ServerUser(SERVER_USER, -1, -1)
+        subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+             "--shell", "/usr/sbin/nologin", SERVER_USER],
+            check=True, capture_output=True,
+        )
+        entry = pwd.getpwnam(SERVER_USER)
+    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def unreachable_ancestor(path: Path, user: ServerUser) -> Path | None:
+    """The first existing ancestor of `path` the user cannot traverse (a server there cannot start)."""
+    if user.uid == 0:
+        return None
+    for ancestor in reversed([path, *path.parents]):
+        if not ancestor.exists():
+            break
+        st = ancestor.stat()
+        if st.st_uid == user.uid:
+            bit = stat.S_IXUSR
+        elif user.gid >= 0 and (st.st_gid == user.gid or st.st_gid in os.getgrouplist(user.name, user.gid)):
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return ancestor
+    return None
+
+
+def check_reachable(label: str, path: Path, user: ServerUser) -> None:
+    blocked = unreachable_ancestor(path, user)
+    if blocked is not None:
+        raise UserError(
+            f"{label}: {path} is not reachable by the servers' OS user {user.name} "
+            f"({blocked} is mode {stat.S_IMODE(blocked.stat().st_mode):04o}); choose a directory outside it"
+        )
+
+
+def new_instance_id(engine: str) -> str:
+    return f"{engine[:2]}{secrets.token_hex(4)}"
+
+
+def pid_start(pid: int) -> int | None:
+    """When a process started (clock ticks since boot). A pid is reused, a pid with its start time is
+    not: together they name one process for good."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    # A zombie has ended; only its parent has not collected it yet.
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def running(pid: int | None, started: int | None) -> bool:
+    """Whether the process recorded as (pid, start time) still runs; without a recorded start time
+    (a manifest from an older storlab) any process with that pid counts, to be safe."""
+    if not pid:
+        return False
+    now = pid_start(pid)
+    return now is not None and (started is None or now == started)
+
+
+@dataclass
+class Manifest:
+    """A live instance written down before anything is created, rewritten as it grows."""
+
+    instance_id: str
+    engine: str
+    owner_pid: int
+    owner_start: int | None = None
+    dirs: list[str] = field(default_factory=list)
+    server_pid: int | None = None
+    server_start: int | None = None
+    kept: bool = False
+    # Devices storlab made (storlab.devices): one entry per device, written before it is made.
+    devices: list[dict] = field(default_factory=list)
+
+    @property
+    def owner_running(self) -> bool:
+        return running(self.owner_pid, self.owner_start)
+
+    @property
+    def path(self) -> Path:
+        return state_dir() / f"{self.instance_id}.json"
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, self.path)
+
+    def forget(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    @classmethod
+    def all(cls) -> list["Manifest"]:
+        return cls.read()[0]
+
+    @classmethod
+    def read(cls) -> tuple[list["Manifest"], dict[Path, str]]:
+        """Every manifest, and the files that cannot be read as one (file -> why): `storlab clean`
+        names those, since it cannot tell what they would have it clean."""
+        found, unreadable = [], {}
+        for file in sorted(state_dir().glob("*.json")):
+            try:
+                manifest = cls(**json.loads(file.read_text()))
+                if not (isinstance(manifest.instance_id, str) and isinstance(manifest.dirs, list)
+                        and all(isinstance(d, str) for d in manifest.dirs)
+                        and isinstance(manifest.devices, list) and all(isinstance(d, dict) for d in manifest.devices)):
+                    raise ValueError("its fields are not a manifest's")
+                found.append(manifest)
+            except (OSError, ValueError, TypeError) as exc:
+                unreadable[file] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return found, unreadable
+
+
+def make_owned_dir(path: Path, manifest: Manifest, user: ServerUser, server_writes: bool = True) -> Path:
+    """Create a fresh directory for the instance, marked as storlab's. `server_writes`: owned by the
+    server user (a socket directory); otherwise it stays storlab's (mode 0711), and only the
+    directories made in it are the server's, so no name in it can be swapped for a link."""
+    if path.exists():
+        raise RunFailed(f"{path} already exists; storlab will not reuse a directory it did not make for this instance")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    manifest.dirs.append(str(path))
+    manifest.save()
+    path.mkdir(mode=0o700)
+    # Through a descriptor: the placement's folder may be writable by others, who could swap the new
+    # name for a link before storlab marks it and hands it over.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        marker = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        with os.fdopen(marker, "w") as f:
+            f.write(manifest.instance_id + "\n")
+        if not server_writes:
+            os.fchmod(fd, 0o711)
+        elif not user.is_self:
+            os.fchown(fd, user.uid, user.gid)
+    finally:
+        os.close(fd)
+    return path
+
+
+def make_server_dir(path: Path, user: ServerUser) -> Path:
+    """An empty subdirectory of an owned directory (initdb and tablespaces insist on empty ones)."""
+    path.mkdir(mode=0o700)
+    if not user.is_self:
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    return path
+
+
+def remove_owned_dir(path: Path, instance_id: str) -> bool:
+    """Remove a directory only if storlab's marker in it names this instance. The marker goes last:
+    if anything else cannot be removed (a process still writing there), the directory stays marked,
+    so a later `storlab clean` may finish the job. Nothing in it is followed if it is a link."""
+    return safe_files.remove_marked(path, MARKER, instance_id)
+
+
+def server_env(user: ServerUser) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "MYSQL", "MARIADB"))}
+    if not user.is_self:
+        env.update(HOME="/tmp", USER=user.name, LOGNAME=user.name)
+    return env
+
+
+def run_tool(user: ServerUser, argv: list[str], what: str | None = None, cwd: Path | None = None,
+             timeout: float = 300, input: str | None = None) -> tuple[int, str]:
+    """Run a tool as the server user (`input` on its standard input): its exit code and its output
+    (stdout and stderr together)."""
+    what = what or Path(argv[0]).name
+    try:
+        return processes.run(argv, timeout, input, cwd=cwd, env=server_env(user), uid=user.uid, gid=user.gid,
+                             errors="replace")
+    except FileNotFoundError:
+        raise RunFailed(f"{what}: {argv[0]} not found") from None
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"{what}: {argv[0]} took longer than {timeout:.0f} s") from None
+
+
+class ToolFailed(RunFailed):
+    """A set-up tool failed; its whole output goes with it, for the diagnosis."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output
+
+
+class SettingRejected(UserError):
+    """The server refused one of the user's engine_settings: every run with it would fail alike."""
+
+    def __init__(self, message: str, setting: str):
+        super().__init__(message)
+        self.setting = setting
+
+
+class PlacementFull(RunFailed):
+    """A placement ran out of space: every later run would too."""
+
+    def __init__(self, message: str, placement: str):
+        super().__init__(message)
+        self.placement = placement
+
+
+def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None, timeout: float = 300,
+           input: str | None = None) -> str:
+    """Run a set-up tool (initdb, mariadb-install-db) as the server user; its output on failure."""
+    code, out = run_tool(user, argv, what, cwd, timeout, input)
+    if code != 0:
+        lines = [line.strip() for line in out.splitlines() if line.strip()]
+        said = next((line for line in lines if "error" in line.lower() or "fatal" in line.lower()), None)
+        raise ToolFailed(f"{what} failed (exit {code}): {said or ' | '.join(lines[-3:])}", out)
+    return out
+
+
+def give_to(folder: Path, user: ServerUser) -> None:
+    """Hand a throwaway folder storlab made (and everything in it) to the server user."""
+    if not user.is_self:
+        safe_files.give_to(folder, user.uid, user.gid)
+
+
+class ServerProcess:
+    """A database server started by storlab: its own session (so a terminal's Ctrl-C reaches storlab,
+    which then stops it in order), killed by the kernel if storlab itself dies."""
+
+    def __init__(self, argv: list[str], user: ServerUser, log_path: Path, manifest: Manifest):
+        self.argv = argv
+        self.log_path = log_path
+        self.manifest = manifest
+        self.cwd: Path | None = None  # the server's own working directory: its log's relative paths
+        log = safe_files.open_log(log_path, user.uid, user.gid)
+        try:
+            self.proc = processes.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=server_env(user), uid=user.uid, gid=user.gid)
+        finally:
+            os.close(log)
+        manifest.server_pid = self.proc.pid
+        manifest.server_start = pid_start(self.proc.pid)
+        manifest.save()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, probe, what: str, timeout: float = 120) -> None:
+        """Poll `probe()` until it returns True; fail early with the log when the server exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RunFailed(f"{what} exited during start-up (exit {self.proc.returncode})")
+            if probe():
+                try:
+                    self.cwd = Path(os.readlink(f"/proc/{self.pid}/cwd"))
+                except OSError:
+                    pass
+                return
+            time.sleep(0.1)
+        raise RunFailed(f"{what} did not accept connections within {timeout:.0f} s")
+
+    def stop(self, polite: signal.Signals, timeout: float = 60) -> None:
+        """The engine's shutdown signal, then SIGKILL to the whole process group."""
+        processes.stop(self.proc, polite, timeout)
+        self.manifest.server_pid = None
+        self.manifest.save()
+
+
+class Server(Protocol):
+    """What a workspace asks of its engine (storlab.engines.base.Engine): its name for the manifest,
+    its log's grammar and its symptoms to tell a failure, and the clean-up of its shared memory."""
+
+    name: str
+    log: diagnosis.ServerLog
+    symptoms: tuple[tuple[str, str], ...]
+
+    def release_shared_memory(self, dirs: list[Path]) -> list[str]: ...
+
+
+@dataclass
+class Workspace:
+    """The directories and bookkeeping of one instance being provisioned."""
+
+    manifest: Manifest
+    user: ServerUser
+    roots: dict[str, Path]  # placement name -> the instance's own directory on it
+    socket_dir: Path
+    server: ServerProcess | None = None
+
+    def start(self, argv: list[str]) -> ServerProcess:
+        # The log lives beside the socket, off the placements: a full placement cannot swallow the
+        # server's last words, and the log's writes are not counted as the placement's IO.
+        self.server = ServerProcess(argv, self.user, self.socket_dir / "server.log", self.manifest)
+        return self.server
+
+    def restart(self, polite: signal.Signals, accepts, what: str) -> None:
+        """Stop the server cleanly (its files consistent, its memory freed) and start it again."""
+        argv = self.server.argv
+        self.server.stop(polite)
+        self.start(argv).wait_ready(accepts, what)
+
+    def failure(self, exc: Exception, engine: Server, settings: dict) -> Exception | None:
+        """The failure in the server's own words, read while its log still exists; None to keep `exc`."""
+        text = getattr(exc, "output", "")
+        if self.server is not None:
+            text += "\n" + safe_files.read_tail(self.server.log_path, self.user.uid, diagnosis.LOG_TAIL_BYTES)
+        cause = diagnosis.explain(engine.log, text, self.server.cwd if self.server else None, self.roots, settings)
+        if cause is not None and cause.placement:
+            return PlacementFull(cause.message, cause.placement)
+        if cause is not None and cause.setting:
+            return SettingRejected(cause.message, cause.setting)
+        said = "\n".join(diagnosis.messages(engine.log, f"{exc}\n{text}"))
+        blamed = setting_failures.caused_by(engine.symptoms, said, settings)  # started, yet fails every run
+        if blamed is not None:
+            return SettingRejected(blamed[1], blamed[0])
+        if self.server is not None and not self.server.alive():
+            lines = diagnosis.messages(engine.log, text)
+            said = diagnosis.first_stop(engine.log, lines) or " | ".join(lines[-3:]) or "nothing in its log"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return RunFailed(f"{first}; the server's log says: {said}")
+        return None
+
+
+@contextmanager
+def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals,
+              settings: dict | None = None) -> Iterator[Workspace]:
+    """One owned directory on each placement plus a short socket directory (socket paths are limited
+    to 107 bytes); on every way out the server is stopped and, unless `keep`, everything removed.
+    A failure is told in the server's own words (`settings`: the user's, to name one it refuses)."""
+    user = server_user()
+    for name, path in placements.items():
+        check_reachable(f"placement {name}", path, user)
+    iid = new_instance_id(engine.name)
+    manifest = Manifest(iid, engine.name, owner_pid=os.getpid(), owner_start=pid_start(os.getpid()))
+    manifest.save()
+    ws = None
+    try:
+        roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user, server_writes=False)
+                 for name, path in placements.items()}
+        ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user))
+        try:
+            yield ws
+        except Exception as exc:
+            told = ws.failure(exc, engine, settings or {})
+            if told is None:
+                raise
+            raise told from exc
+    finally:
+        with processes.interrupts_held():  # a second signal (or SIGHUP after Ctrl-C) must not cut this short
+            if ws is not None and ws.server is not None:
+                ws.server.stop(stop_signal)
+            # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
+            # tool's server interrupted, it is storlab's job.
+            engine.release_shared_memory([Path(d) for d in manifest.dirs])
+            if keep:
+                manifest.kept = True
+                manifest.save()
+            else:
+                refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), iid)]
+                if not refused:
+                    manifest.forget()

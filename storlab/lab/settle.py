@@ -1,0 +1,55 @@
+"""Each measured run starts from the same state: the data its workload prepared written out (a
+checkpoint), every dirty page of the machine on disk (sync: the copy of the instance's template and the
+previous run's files must not be written back during this run), and none of the instance's own files
+in the OS page cache, so a run finds on disk, not in memory, what it did not write itself.
+
+Only the instance's files are evicted (posix_fadvise DONTNEED on each), not the whole page cache
+(/proc/sys/vm/drop_caches): that would also evict the templates the next run copies, the servers'
+programs, and the work of everyone else on the machine, and it needs root. What was done is recorded
+with the run, and `show` says it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+
+def evict(roots: Iterable[Path]) -> int:
+    """Drop the clean cached pages of every file under `roots` (after a sync every page is clean);
+    the number of files."""
+    count = 0
+    for root in roots:
+        for folder, _, names in os.walk(root):
+            for name in names:
+                try:
+                    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue  # a socket, or a file the server removed meanwhile
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    count += 1
+                finally:
+                    os.close(fd)
+    return count
+
+
+def settle(checkpoint: Callable[[], None], roots: Iterable[Path]) -> dict[str, Any]:
+    """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
+    conditions of the run that follows."""
+    checkpoint()
+    os.sync()
+    evict(roots)
+    return {"checkpoint": True, "sync": True, "page_cache": "the instance's files evicted"}
+
+
+def describe(conditions: list[dict[str, Any]]) -> str | None:
+    """One line for `show`: what every run had before it started (or how they differed)."""
+    if not conditions or not any(conditions):
+        return None
+    caches = sorted({c.get("page_cache", "not recorded") for c in conditions})
+    warmups = sorted({c.get("warmup_s", 0) for c in conditions})
+    line = "before each run: checkpoint, sync, page cache: " + " or ".join(caches)
+    if warmups != [0]:
+        line += "; the first " + " or ".join(f"{w:g}" for w in warmups) + " s of each run are warm-up, left out of its figures"
+    return line

@@ -1,0 +1,71 @@
+"""Waits the engine's own trace points count one by one (PostgreSQL's lock and LWLock waits, through
+bpftrace): every wait, its duration, and for a lock wait the relation it was on. They give the wait
+table its WaitCount and AvgWait_S beside the sampled time, and `storlab waits --resources` the
+relation of every lock wait, where a sampler sees only the waits that last across its readings."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from rich.table import Table
+from rich.text import Text
+
+from storlab.probes.waits import TracedWait, Wait, WaitCapture
+
+COUNTED = "bpftrace counts"
+
+
+def with_counts(capture: WaitCapture, traced: list[TracedWait]) -> WaitCapture:
+    """The sampled waits with each traced type's count and traced time beside its sampled time; a type
+    only the trace saw is added with no sampled time."""
+    counts: dict[str, float] = defaultdict(float)
+    seconds: dict[str, float] = defaultdict(float)
+    for t in traced:
+        counts[t.wait_type] += t.waits
+        seconds[t.wait_type] += t.seconds
+    waits = [replace(w, wait_count=int(counts[w.wait_type]), traced_s=seconds[w.wait_type])
+             if w.wait_type in counts else w for w in capture.waits]
+    sampled = {w.wait_type for w in capture.waits}
+    waits += [Wait(name, 0.0, int(n), traced_s=seconds[name]) for name, n in counts.items() if name not in sampled]
+    return replace(capture, source=f"{capture.source} + {COUNTED}", waits=waits, traced=traced)
+
+
+def without_counts(capture: WaitCapture, why: str) -> WaitCapture:
+    """The sampled figures as they are, the source saying in one line why nothing was counted."""
+    return replace(capture, source=f"{capture.source} (counts unavailable: {why})")
+
+
+def mean_per_run(runs: list[list[TracedWait]]) -> list[TracedWait]:
+    """A cell's traced waits: counts and seconds as the mean over its runs, histograms summed."""
+    n = len(runs)
+    found: dict[tuple[str, str], TracedWait] = {}
+    for run in runs:
+        for t in run:
+            acc = found.setdefault((t.wait_type, t.resource), TracedWait(t.wait_type, t.resource, 0, 0.0))
+            acc.waits += t.waits / n
+            acc.seconds += t.seconds / n
+            for bucket, count in t.histogram.items():
+                acc.histogram[bucket] = acc.histogram.get(bucket, 0) + count
+    return sorted(found.values(), key=lambda t: (t.wait_type, -t.seconds, t.resource))
+
+
+def lock_table(title: str, traced: list[TracedWait]) -> Table | None:
+    """Every traced lock wait by the relation it was on: waits, total and average per run. None when
+    the runs traced no lock wait."""
+    locks = [t for t in traced if t.wait_type.startswith("Lock:") and t.waits]
+    if not locks:
+        return None
+    out = Table(title=Text(title), show_edge=False, title_justify="left")
+    for col in ("WaitType", "Resource", "WaitCount", "Wait_S", "AvgWait_S", "Share"):
+        out.add_column(col, justify="left" if col in ("WaitType", "Resource") else "right")
+    totals: dict[str, float] = defaultdict(float)
+    for t in locks:
+        totals[t.wait_type] += t.seconds
+    previous = None
+    for t in sorted(locks, key=lambda t: (-totals[t.wait_type], t.wait_type, -t.seconds, t.resource)):
+        share = 100.0 * t.seconds / totals[t.wait_type] if totals[t.wait_type] else 0.0
+        out.add_row(t.wait_type if t.wait_type != previous else "", t.resource or "—", f"{t.waits:,.1f}",
+                    f"{t.seconds:.4f}", f"{t.seconds / t.waits:.6f}", f"{share:.1f} %")
+        previous = t.wait_type
+    return out

@@ -1,0 +1,155 @@
+"""Wait statistics: the records every engine's probe produces, and the arithmetic shared by every engine
+(deltas, the benign filter, the seeds' top-95 % cut)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from storlab.probes.file_io import FileIO
+
+TOP_PERCENT = 95.0
+
+
+@dataclass
+class Wait:
+    """One row of a wait table. Counts and per-wait signal time only where the source measures them;
+    `traced_s`: the time the engine's trace points measured over `wait_count` waits, where the
+    sampled `wait_s` comes from another source."""
+
+    wait_type: str
+    wait_s: float
+    wait_count: int | None = None
+    signal_s: float | None = None
+    traced_s: float | None = None
+
+
+@dataclass
+class TracedWait:
+    """The waits of one type on one resource over a run (or a cell's mean per run)."""
+
+    wait_type: str  # as pg_wait_sampling names it: Lock:extend, LWLock:WALWrite
+    resource: str  # a lock wait's relation (lab_insert_3), or the lock's kind; "" for an LWLock
+    waits: float
+    seconds: float
+    histogram: dict[int, int] = field(default_factory=dict)  # power-of-two buckets: lower bound in ns -> waits
+
+
+@dataclass
+class WaitCapture:
+    """What a wait probe saw over one run: its waits and the counters shown beside the table."""
+
+    source: str
+    waits: list[Wait]
+    extras: dict[str, float] = field(default_factory=dict)
+    traced: list[TracedWait] = field(default_factory=list)  # each wait counted by the engine's trace points
+    files: list[FileIO] = field(default_factory=list)  # IO per file of the instance
+
+
+class WaitProbe(Protocol):
+    """Started on the workload's sessions just before the load, stopped just after it."""
+
+    source: str
+
+    def start(self, sessions: list[int]) -> None: ...
+
+    def so_far(self) -> dict[str, float]:
+        """Seconds in each wait since start() (CPU included where measured, benign waits left out),
+        read while the load runs: the waits on the time axis are differences of two readings."""
+
+    def stop(self) -> WaitCapture: ...
+
+
+@dataclass
+class WaitingTask:
+    """The seeds' sys.dm_os_waiting_tasks, summed over a run: the time sessions were seen waiting in
+    one wait on one resource ("" when the engine does not name it), and how many samples saw it."""
+
+    wait_type: str
+    resource: str
+    seconds: float
+    samples: int
+
+
+@dataclass
+class WaitRow:
+    """A row of the seeds' wait table; None where the source cannot honestly fill a column."""
+
+    wait_type: str
+    wait_s: float
+    percentage: float
+    wait_count: float | None
+    avg_wait_s: float | None
+    signal_s: float | None
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Cumulative counters after minus before, dropping what did not move."""
+    out = {}
+    for key, value in after.items():
+        moved = value - before.get(key, 0)
+        if moved > 0:
+            out[key] = moved
+    return out
+
+
+def is_benign(wait_type: str, benign: frozenset[str]) -> bool:
+    """An exact name, or a class given as 'Class:*' (idle waits that say nothing about storage)."""
+    return wait_type in benign or wait_type.split(":", 1)[0] + ":*" in benign
+
+
+def top_share(waits: list[Wait], percent: float = TOP_PERCENT) -> list[WaitRow]:
+    """Largest first, keeping rows until the running total reaches `percent`; the row that crosses
+    it is kept (the seeds' `HAVING SUM(W2.Percentage) - W1.Percentage < 95`)."""
+    total = sum(w.wait_s for w in waits)
+    if total <= 0:
+        return []
+    rows, running = [], 0.0
+    for w in sorted(waits, key=lambda w: (-w.wait_s, w.wait_type)):
+        if running >= percent:
+            break
+        share = 100.0 * w.wait_s / total
+        running += share
+        rows.append(
+            WaitRow(
+                wait_type=w.wait_type,
+                wait_s=w.wait_s,
+                percentage=share,
+                wait_count=w.wait_count,
+                avg_wait_s=((w.wait_s if w.traced_s is None else w.traced_s) / w.wait_count) if w.wait_count else None,
+                signal_s=w.signal_s,
+            )
+        )
+    return rows
+
+
+def mean_per_run(runs: list[list[Wait]]) -> list[Wait]:
+    """A cell's waits as the mean over its runs; a count or signal is kept only if every run had it."""
+    n = len(runs)
+    if n == 0:
+        return []
+    wait_s: dict[str, float] = defaultdict(float)
+    counts: dict[str, float | None] = {}
+    signals: dict[str, float | None] = {}
+    traced: dict[str, float | None] = {}
+    for run in runs:
+        for w in run:
+            wait_s[w.wait_type] += w.wait_s
+            counts[w.wait_type] = _add(counts.get(w.wait_type, 0), w.wait_count)
+            signals[w.wait_type] = _add(signals.get(w.wait_type, 0), w.signal_s)
+            traced[w.wait_type] = _add(traced.get(w.wait_type, 0), w.traced_s)
+    return [
+        Wait(
+            wait_type=name,
+            wait_s=total / n,
+            wait_count=None if counts[name] is None else counts[name] / n,
+            signal_s=None if signals[name] is None else signals[name] / n,
+            traced_s=None if traced[name] is None else traced[name] / n,
+        )
+        for name, total in wait_s.items()
+    ]
+
+
+def _add(acc: float | None, value: float | None) -> float | None:
+    return None if acc is None or value is None else acc + value

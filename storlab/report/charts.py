@@ -1,0 +1,44 @@
+"""What every chart of the report shares: matplotlib set up for files (no display, no math text in the
+user's labels), one figure written as a PNG beside the store and returned as inline SVG."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+# Labels are the user's values: "$" must print as "$", never start math text.
+matplotlib.rcParams["text.parse_math"] = False
+# Ids in the SVG are derived from this salt, not from a random one: inline SVGs of one page never share
+# an id by chance, and a report written twice from the same store is the same file.
+matplotlib.rcParams["svg.hashsalt"] = "storlab"
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from storlab.results import outputs
+
+# Wait types get their colour by rank in the experiment (largest first), the same in every chart.
+PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
+OTHER_COLOUR = "#bab0ac"
+OTHER = "other waits"
+
+
+def svg(fig, png_path: Path) -> str:
+    """Writes the figure's PNG (through outputs, so a file storlab did not write is never replaced)
+    and returns its SVG for the page."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    outputs.write(png_path.parent, png_path.name, png.getvalue())
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def colours(wait_types: list[str]) -> dict[str, str]:
+    """`wait_types` largest first: the first ones get the palette, the rest the colour of OTHER."""
+    found = {name: PALETTE[i] for i, name in enumerate(wait_types[:len(PALETTE)])}
+    found[OTHER] = OTHER_COLOUR
+    return found

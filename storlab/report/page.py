@@ -1,0 +1,310 @@
+"""One self-contained HTML file (inline SVG, no other file or address needed; readable on a phone)
+with the seeds' graphs and what explains them, plus a PNG of each chart."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+from storlab.answer import analysis, effects
+from storlab.answer import terminal as answer_text
+from storlab.answer.analysis import CellResult, Results, fmt_figure
+from storlab.answer.terminal import confidence
+from storlab.experiment.file import short_name
+from storlab.experiment.matrix import format_value
+from storlab.machine import system
+from storlab.report import capability, io_report, wait_report
+from storlab.report.charts import plt
+from storlab.report.charts import svg as _svg
+from storlab.results import outputs
+from storlab.results.store import Store
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 0 auto; padding: 0 12px 2em; max-width: 1100px; color: #222;
+       overflow-wrap: anywhere; }
+h1 { font-size: 1.5em; } h2 { margin-top: 2em; font-size: 1.25em; }
+.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: normal; }
+th:first-child, td:first-child, td.l, th.l { text-align: left; }
+.warn { color: #a60; } .fail { color: #b00; } figure { margin: 1em 0; }
+figure svg { width: 100%; height: auto; display: block; }
+figcaption, .note { color: #555; font-size: 13px; }
+"""
+# Throughput and latency per bucket of the driver: each covers [its t, the next t), the last up to the
+# end of the run, so they are drawn as steps over the time they really cover.
+BUCKETED = ("rows_per_s", "transactions_per_s", "latency_p99_ms")
+# The timelines drawn for the first run of each cell: (metric, axis label, title).
+TIMELINES = [("latency_p99_ms", "p99 ms", "Transaction latency (p99) over time"),
+             ("mb_s", "MB/s", "Device MB/s over time, per placement"),
+             ("cpu_percent", "CPU %", "CPU over time")]
+
+
+FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
+         "transactions_per_s.png", "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
+         "dop.png"]
+
+
+def headline_chart(results: Results, png: Path) -> str:
+    """The headline figure (elapsed time) against the swept factor, one line per value of the other
+    factors, 95 % CI bars: the seeds' graph."""
+    x_name = wait_report.swept_factor(results)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    measured = results.measured
+    axis_label = f"{results.headline.label} (mean, 95 % CI)"
+    if x_name is None:
+        labels = [c.cell.label for c in measured]
+        means = [c.headline.mean for c in measured]
+        errs = [0 if c.headline.n < 2 else c.headline.half_width for c in measured]
+        ax.barh(labels, means, xerr=errs, color="#4a7ab5")
+        ax.set_xlabel(axis_label)
+    else:
+        lines: dict[str, list[CellResult]] = defaultdict(list)
+        for c in measured:
+            rest = {k: v for k, v in c.cell.factors.items() if k != x_name}
+            lines[", ".join(f"{short_name(k)}={format_value(v)}" for k, v in rest.items()) or "all"].append(c)
+        for label, cells in lines.items():
+            cells.sort(key=lambda c: c.cell.factors[x_name])
+            xs = [c.cell.factors[x_name] for c in cells]
+            ys = [c.headline.mean for c in cells]
+            errs = [0 if c.headline.n < 2 else c.headline.half_width for c in cells]
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, label=label)
+        values = sorted({c.cell.factors[x_name] for c in measured})
+        if x_name == "layout.data_files" and values and values[-1] / max(values[0], 1) >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(values, [str(v) for v in values])
+        ax.set_xlabel(short_name(x_name))
+        ax.set_ylabel(axis_label)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{results.experiment.get('name', '')}: {results.headline.label}")
+    return _svg(fig, png)
+
+
+RATIO_TICKS = [0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 5, 10]
+
+
+def forest_chart(results: Results, png: Path) -> str:
+    """What each factor does: each level's ratio to its factor's reference level and its interval, on
+    a log axis (a ratio and its inverse equally far from 1), 1.0 marked and the margin of equivalence
+    shaded; conditional rows (a factor's effect at each level of another it interacts with) below."""
+    answer = results.answer
+    rows = [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}") for e in answer.effects]
+    rows += [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}, given "
+              + ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())) for e in answer.conditional]
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(rows)))
+    ax.axvspan(1 / (1 + answer.margin), 1 + answer.margin, color="#dddddd",
+               label=f"equivalent within ±{100 * answer.margin:g} %")
+    ax.axvline(1.0, color="#555555", linewidth=1)
+    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
+    for y, (e, _) in enumerate(rows):
+        colour = colours.get(e.verdict, "#4e79a7")
+        if math.isfinite(e.ci_low):
+            ax.plot([e.ci_low, e.ci_high], [y, y], color=colour, linewidth=2)
+        ax.plot([e.ratio], [y], "o", color=colour)
+        ax.annotate(f"{e.ratio:.2f}x {e.verdict}", (e.ratio, y), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8, color=colour)
+    ax.set_xscale("log")
+    # Plain ratios as tick labels: a log axis labels its ticks in math text, which is off for user labels.
+    low, high = ax.get_xlim()
+    ax.xaxis.set_major_locator(FixedLocator([t for t in RATIO_TICKS if low <= t <= high] or [1.0]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks(range(len(rows)), [label for _, label in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.7)
+    ax.set_xlabel(f"{results.headline.label}: level / reference (geometric means, {confidence(answer)})")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"{results.experiment.get('name', '')}: what each factor does")
+    return _svg(fig, png)
+
+
+def factors_html(results: Results) -> str:
+    """The factor table as `show` prints it: each level against its reference, with its verdict."""
+    answer = results.answer
+    rows = [[e.factor, format_value(e.level), format_value(e.reference),
+             ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items()),
+             f"{e.ratio:.2f}x", "—" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]",
+             answer_text.verdict_text(e, answer.margin)] for e in answer.effects + answer.conditional]
+    notes = answer_text.interaction_lines(answer) + [f"not estimable: {line}" for line in answer.not_estimable]
+    noise = answer_text.noise_line(answer)
+    notes += [f"noise: {noise}"] if noise else []
+    notes.append(answer_text.status_line(results))
+    return (_table(["factor", "level", "against", "given", "ratio", confidence(answer), "verdict"], rows, left=4)
+            + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes))
+
+
+def timeline_chart(store: Store, results: Results, metric: str, ylabel: str, png: Path) -> str | None:
+    """A metric over the run's time axis, from each cell's first run."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    drawn = False
+    for c in wait_report.in_factor_order(results):
+        points = defaultdict(list)
+        for t, name, value in store.timeline(c.runs[0].id):
+            if name == metric or name.startswith(metric + ":"):
+                points[name].append((t, value))
+        for name, series in points.items():
+            xs, ys = zip(*sorted(series))
+            suffix = name[len(metric) + 1:] if ":" in name else ""
+            label = f"{c.cell.label}" + (f" [{suffix}]" if suffix else "")
+            if metric in BUCKETED:  # each bucket over the time it covers, the last to the run's end
+                end = max(c.runs[0].figures.get("elapsed_s", xs[-1]), xs[-1] + 1e-3)
+                ax.stairs(ys, [*xs, end], label=label, linewidth=1.2, baseline=None)
+            else:
+                ax.plot(xs, ys, label=label, linewidth=1.2)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("seconds since the first transaction")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _svg(fig, png)
+
+
+def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
+    head = "".join(f"<th class='{'l' if i < left else ''}'>{html.escape(h)}</th>" for i, h in enumerate(headers))
+    body = "".join(
+        "<tr>" + "".join(f"<td class='{'l' if i < left else ''}'>{html.escape(str(v))}</td>" for i, v in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
+
+
+def _ranking_html(results: Results) -> str:
+    head = results.headline
+    others = [f for f in results.figures[1:] if f.shown]
+    pooled = results.pooled_hosts
+    rows = []
+    for place, r in enumerate(results.ranking(), 1):
+        c = r.result
+        ci = "—" if c.headline.n < 2 else f"± {fmt_figure(c.headline.half_width, head.unit)}"
+        versus = "best" if r.versus_best is None else f"{r.distance_percent:+.1f} % ({r.versus_best.verdict})"
+        rows.append([f"{place}. {c.cell.label}", c.cell.id, fmt_figure(c.headline.mean, head.unit), ci,
+                     *[fmt_figure(c.figures[f.name].mean if f.name in c.figures else None, f.unit) for f in others],
+                     len(c.runs), versus, c.top_wait, *([", ".join(c.hosts)] if pooled else [])])
+    return _table(["cell", "id", head.label, "95 % CI", *[f.label for f in others], "runs", "vs best", "top wait",
+                   *(["hosts"] if pooled else [])], rows)
+
+
+def _waits_html(results: Results) -> str:
+    parts = []
+    for c in results.measured:
+        rows = [[w.wait_type, f"{w.wait_s:.3f}", "—" if w.signal_s is None else f"{w.signal_s:.3f}",
+                 "—" if w.wait_count is None else f"{w.wait_count:.0f}", f"{w.percentage:.2f}",
+                 "—" if w.avg_wait_s is None else f"{w.avg_wait_s:.6f}"] for w in c.top]
+        parts.append(f"<h3>{html.escape(c.cell.label)} <small>({c.cell.id}, source {html.escape(c.wait_source)}, per run)</small></h3>")
+        parts.append(_table(["WaitType", "Wait_S", "Signal_S", "WaitCount", "Percentage", "AvgWait_S"], rows))
+        if c.extras:
+            parts.append("<p>" + html.escape(", ".join(f"{k}: {v:,.3f}" for k, v in c.extras.items())) + "</p>")
+    return "".join(parts)
+
+
+def _figure(svg: str, caption: str = "") -> str:
+    return f"<figure>{svg}" + (f"<figcaption>{html.escape(caption)}</figcaption>" if caption else "") + "</figure>"
+
+
+def facts_html(facts: dict) -> str:
+    """The machine the runs were measured on, judged as `storlab check` judges it (without its sample of
+    the core's speed under load, which is not recorded with runs)."""
+    try:
+        report = system.assess(facts)
+    except (KeyError, TypeError, AttributeError):  # facts from before storlab collected them all
+        rows = [[key, json.dumps(value)] for key, value in sorted(_flatten(facts).items())]
+        return _table(["fact", "value"], rows, left=2)
+    marks = {system.OK: "OK", system.WARNING: "WARNING", system.UNKNOWN: "UNKNOWN"}
+    parts = []
+    for item in report.items:
+        if item.state == system.WARNING:
+            parts.append(f"<p class='warn'>warning: {html.escape(item.group)} {html.escape(item.name)}: "
+                         f"{html.escape(item.value)}: {html.escape(item.reason)}"
+                         f"{'' if item.distorts else ' (does not make the machine unfit)'}</p>")
+    rows = [[item.group, item.name, item.value, marks[item.state],
+             item.reason if item.state != system.OK else ""] for item in report.items]
+    verdict = "fit to benchmark" if report.fit else "not fit to benchmark: a warning would distort results"
+    return (f"<p>as storlab check judges these facts: {verdict}</p>" + "".join(parts)
+            + _table(["group", "fact", "value", "state", "why"], rows, left=5))
+
+
+def _flatten(value, prefix: str = "") -> dict:
+    if isinstance(value, dict) and value:
+        out = {}
+        for key, inner in value.items():
+            out.update(_flatten(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -> Path:
+    """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
+    run the waits-over-time chart draws (default the best)."""
+    results = analysis.load(store)
+    folder = store.folder
+    outputs.claim(folder, FILES)
+    capabilities = capability.gather(store, results, list(io or []))
+    name = results.experiment.get("name", folder.name)
+    sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
+    if results.experiment:
+        sections.append(f"<p>engine {html.escape(results.experiment['engine'])}, "
+                        f"{len(results.cells)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
+    for note in results.facts_notes:
+        sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
+    for cell_id, rep, message in results.failures:
+        sections.append(f"<p class='fail'>failed run: cell {html.escape(cell_id)} repetition {rep}: {html.escape(message)}</p>")
+    if results.answer is not None and (results.answer.effects or results.answer.conditional):
+        sections.append("<h2>What each factor does</h2>"
+                        + _figure(forest_chart(results, folder / "factor_effects.png"),
+                                  "each level's ratio to its factor's reference level, with its interval; "
+                                  "the shaded band is the margin of equivalence")
+                        + factors_html(results))
+    if results.measured:
+        sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
+                        + _figure(headline_chart(results, folder / "elapsed.png")))
+        sections.append("<h2>Ranking</h2>" + _ranking_html(results))
+        if results.note:
+            sections.append(f"<p>{html.escape(results.note)}</p>")
+        composition = wait_report.composition_chart(results, folder / "wait_composition.png")
+        if composition:
+            sections.append("<h2>Where the time went: waits per cell</h2>"
+                            + _figure(composition, "seconds waited per run, summed over the sessions; "
+                                      + wait_report.factor_caption(results)))
+        resources = wait_report.resources_html(results, _table)
+        if resources:
+            sections.append("<h2>Who waits on what</h2>" + resources)
+        over_time = wait_report.waits_over_time_chart(store, results, cell, folder / "waits_over_time.png")
+        if over_time:
+            caption, svg = over_time
+            sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
+        throughput = "rows_per_s" if any(f.name == "rows_per_s" for f in results.figures) else "transactions_per_s"
+        for metric, label, title in [(throughput, throughput.replace("_per_s", "/s"), "Throughput over time"), *TIMELINES]:
+            svg = timeline_chart(store, results, metric, label, folder / f"{metric}.png")
+            if svg:
+                caption = "first run of each cell" + ("; each bucket divided by the time it covers" if metric in BUCKETED else "")
+                sections.append(f"<h2>{title}</h2>" + _figure(svg, caption))
+        sizes = io_report.sizes_chart(store, results, folder / "io_sizes.png")
+        if sizes:
+            sections.append("<h2>The size of the IOs</h2>" + _figure(sizes[1], sizes[0]))
+        dop = io_report.dop_chart(results, folder / "dop.png")
+        if dop:
+            sections.append("<h2>Scan time and CPU time against parallel workers</h2>" + _figure(dop))
+    if capabilities:
+        sections.append("<h2>Device capability beside the database</h2>"
+                        + _figure(capability.chart(capabilities, folder / "io.png")))
+        sections.append(_table(["device", "kernel device", "job", "IOPS", "MB/s", "p99 ms", "flags"],
+                               capability.table_rows(capabilities), left=3))
+    if results.measured:
+        sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(results))
+    for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
+        title = f"Machine facts: {host}" if host else "Machine facts"
+        sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(facts))
+    return outputs.write(folder, "report.html", f"{outputs.REPORT_MARK}{html.escape(name)}</title>"
+                         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+                         f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")

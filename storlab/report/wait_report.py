@@ -1,0 +1,181 @@
+"""The report's explanation of the numbers: where each cell's time went (one stacked bar per cell, in
+the order of the swept factor), the waits of one run over time under its throughput, and who waited on
+what in each cell."""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from storlab.answer.analysis import CellResult, Results
+from storlab.errors import UserError
+from storlab.experiment.file import nested_in, short_name
+from storlab.probes import waiting_tasks
+from storlab.probes.wait_timeline import PREFIX
+from storlab.report.charts import OTHER, colours, plt, svg
+from storlab.results.store import Store
+
+# The throughput metrics of the driver's buckets, in the order the report prefers them.
+THROUGHPUT = ("rows_per_s", "transactions_per_s")
+
+
+def swept_factor(results: Results) -> str | None:
+    """The x axis: data_files when it is a factor (the seeds' graph), else the first numeric factor."""
+    factors = results.experiment.get("factors", {})
+    if "layout.data_files" in factors and len(factors["layout.data_files"]) > 1:
+        return "layout.data_files"
+    for name, values in factors.items():
+        if len(values) > 1 and nested_in(name) is None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return name
+    return None
+
+
+def in_factor_order(results: Results) -> list[CellResult]:
+    """The measured cells grouped by the other factors (in the file's order of their values), the swept
+    factor rising within each group: "as files are added" reads from top to bottom."""
+    factors = results.experiment.get("factors", {})
+    swept = swept_factor(results)
+
+    def position(name: str, value) -> int:
+        values = factors.get(name, [])
+        return values.index(value) if value in values else len(values)
+
+    def key(c: CellResult):
+        others = tuple(position(n, v) for n, v in c.cell.factors.items() if n != swept)
+        return others, position(swept, c.cell.factors.get(swept)) if swept else 0
+
+    return sorted(results.measured, key=key)
+
+
+def wait_ranks(cells: list[CellResult]) -> list[str]:
+    """Every wait in some cell's top 95 %, largest total first (ties by name)."""
+    totals: dict[str, float] = defaultdict(float)
+    for c in cells:
+        for row in c.top:
+            totals[row.wait_type] += row.wait_s
+    return sorted(totals, key=lambda name: (-totals[name], name))
+
+
+def composition_chart(results: Results, png: Path) -> str | None:
+    """One stacked bar per cell: seconds per run in each top wait, the rest as "other waits"."""
+    cells = in_factor_order(results)
+    if not any(c.waits for c in cells):
+        return None
+    ranked = wait_ranks(cells)
+    palette = colours(ranked)
+    shown = [name for name in ranked if name in palette]
+    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(cells)))
+    labels = [c.cell.label or c.cell.id for c in cells]
+    left = np.zeros(len(cells))
+    for name in shown + [OTHER]:
+        if name == OTHER:
+            widths = np.array([sum(w.wait_s for w in c.waits if w.wait_type not in shown) for c in cells])
+        else:
+            widths = np.array([sum(w.wait_s for w in c.waits if w.wait_type == name) for c in cells])
+        if not widths.any():
+            continue
+        ax.barh(range(len(cells)), widths, left=left, color=palette[name], label=name, height=0.7)
+        left += widths
+    ax.set_yticks(range(len(cells)), labels, fontsize=8)
+    ax.invert_yaxis()  # the first cell on top, as the tables list them
+    ax.set_xlabel("seconds waited per run (all sessions), by wait type")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.5 / (1 + len(cells))), ncol=3, frameon=False)
+    ax.set_title("where the time went: waits per cell")
+    return svg(fig, png)
+
+
+def chosen_run(results: Results, cell: str | None):
+    """(cell, run) whose waits the report draws over time: the run with the median headline of the
+    best cell, or of `cell`."""
+    if cell is not None:
+        chosen = results.cell(cell)
+        if chosen is None or chosen.headline is None:
+            known = ", ".join(c.cell.id for c in results.measured)
+            raise UserError(f"--cell {cell}: no such cell with finished runs (cells: {known})")
+    else:
+        ranking = results.ranking()
+        chosen = ranking[0].result if ranking else None
+    if chosen is None:
+        return None
+    runs = sorted(chosen.runs, key=lambda r: (r.figures.get(chosen.headline_name, 0.0), r.repetition))
+    return chosen, runs[(len(runs) - 1) // 2]
+
+
+def _edges(starts: list[float], end: float) -> list[float]:
+    """Interval edges: each interval runs to the next one's start, the last to the end of the run."""
+    last = max(end, starts[-1] + (starts[-1] - starts[-2] if len(starts) > 1 else 1.0) * 0.5)
+    return list(starts) + [last]
+
+
+def waits_over_time_chart(store: Store, results: Results, cell: str | None, png: Path) -> tuple[str, str] | None:
+    """The chosen run's throughput over its own time axis, and under it its waits stacked, in
+    sessions waiting on average (seconds waited per second). Returns (caption, svg)."""
+    chosen = chosen_run(results, cell)
+    if chosen is None:
+        return None
+    result, run = chosen
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for t, metric, value in store.timeline(run.id):
+        series[metric].append((t, value))
+    waits = {m[len(PREFIX):]: pts for m, pts in series.items() if m.startswith(PREFIX)}
+    if not waits:
+        return None
+    end = run.figures.get("elapsed_s", 0.0)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+    throughput = next((m for m in THROUGHPUT if series.get(m)), None)
+    if throughput:
+        points = sorted(series[throughput])
+        top.stairs([v for _, v in points], _edges([t for t, _ in points], end), color="#333", linewidth=1.4, baseline=None)
+        top.set_ylabel(throughput.replace("_per_s", "/s"))
+        top.set_ylim(bottom=0)
+    top.grid(alpha=0.3)
+    top.set_title(f"{result.cell.label}, repetition {run.repetition}: throughput, and the waits under it")
+    ranked = wait_ranks(results.measured)
+    palette = colours(ranked)
+    starts = sorted({t for pts in waits.values() for t, _ in pts})
+    edges = _edges(starts, end)
+    index = {t: i for i, t in enumerate(starts)}
+    stacked = defaultdict(lambda: np.zeros(len(starts)))
+    for name, pts in waits.items():
+        key = name if name in palette else "other waits"
+        for t, v in pts:
+            stacked[key][index[t]] += v
+    baseline = np.zeros(len(starts))
+    order = [n for n in ranked if n in stacked] + [n for n in stacked if n not in ranked]
+    for name in order:
+        values = stacked[name]
+        bottom.stairs(baseline + values, edges, baseline=baseline.copy(), fill=True, color=palette.get(name, palette[OTHER]),
+                      label=name, linewidth=0)
+        baseline = baseline + values
+    bottom.set_ylabel("sessions waiting (average)")
+    bottom.set_xlabel("seconds since the first transaction")
+    bottom.set_ylim(bottom=0)
+    bottom.grid(alpha=0.3)
+    bottom.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
+    caption = (f"the run of {result.cell.label} ({result.cell.id}) with the median {results.headline.label}, "
+               f"repetition {run.repetition}; waits per second of the run, each interval divided by the time it covers")
+    return caption, svg(fig, png)
+
+
+def resources_html(results: Results, table) -> str:
+    """Who waited on what in each cell: each top wait's resources and their share, as `waits --resources`."""
+    rows = []
+    for c in in_factor_order(results):
+        for wait in waiting_tasks.resources_of(c.top, c.tasks):
+            if not any(r.resource or r.others for r in wait.resources):
+                continue  # nothing named (CPU, buffer latches): the wait table above says it all
+            named = [f"{waiting_tasks.resource_label(r)} {r.share:.0f} %" for r in wait.resources]
+            rows.append([c.cell.label, wait.wait_type, f"{sum(r.seconds for r in wait.resources):.3f}", "; ".join(named)])
+    if not rows:
+        return ""
+    return ("<p>sessions seen waiting, sampled through each run; seconds per run, and each "
+            "resource's share of its wait</p>" + table(["cell", "wait", "sampled s", "resources (share)"], rows, left=4))
+
+
+def factor_caption(results: Results) -> str:
+    swept = swept_factor(results)
+    return "" if swept is None else f"cells grouped by the other factors, {html.escape(short_name(swept))} rising"

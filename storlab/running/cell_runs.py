@@ -1,0 +1,164 @@
+"""One way to run the runs of a cell, for `storlab run` (its runs come from the plan) and for a fleet
+worker (its runs come from claims): a fresh instance with the cell's layout (its device placements
+made by the device pool), the workload prepared, then each run settled, measured with the probes
+around it and handed to its slot to be recorded. A kind whose repetitions share what it prepared
+(a scan) gets all its slots on that one instance; any other kind one slot per instance. A watchdog
+gives every run a deadline (stall.py). The first failure ends the cell's runs on that instance (its
+state is unknown) and is handed back to the caller, who records it its own way."""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing, contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+from storlab import engines
+from storlab.errors import RunFailed, UserError
+from storlab.experiment import matrix
+from storlab.experiment.file import Experiment
+from storlab.lab import devices, instances, settle
+from storlab.lab.layout import spec_for
+from storlab.probes import lifecycle as run_probes
+from storlab.results.store import RunResult
+from storlab.running import stall
+from storlab.running.queue import LeaseLost
+
+
+@dataclass
+class Lab:
+    """What every cell of one experiment runs with on this machine."""
+
+    experiment: Experiment
+    paths: dict[str, Path]  # the directory placements (a device placement's mount comes from the pool)
+    keep: bool
+    pool: devices.DevicePool | None = None
+
+
+class Slot(Protocol):
+    """One run to make: its repetition, and where its progress and its result go."""
+
+    repetition: int
+
+    def progress(self, done: int, total: int) -> None:
+        """A progress reading came back (may raise to abandon the run: a fleet's lost lease)."""
+
+    def record(self, result: RunResult) -> None: ...
+
+    def stalled(self) -> None:
+        """The server stopped answering (called from the watchdog's thread, before it kills it)."""
+
+
+@dataclass
+class Failure:
+    """The run that failed, in one line, and why."""
+
+    slot: Slot
+    message: str
+    error: Exception
+
+    @property
+    def every_run_alike(self) -> bool:
+        """A refused setting, a full placement or the user's own SQL: every later run would fail alike."""
+        return isinstance(self.error, (UserError, instances.PlacementFull))
+
+
+def failure_message(exc: Exception) -> str:
+    """A failed run in one line: storlab's own words as they are, anything else named by its type."""
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else type(exc).__name__
+    return message if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {message}"
+
+
+def shares_instance(experiment: Experiment) -> bool:
+    """A cell's repetitions run on one instance, one after another (a scan's table is prepared once)."""
+    return experiment.workload.prepared_once
+
+
+def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | None:
+    """Run what `slots` hands out on one fresh instance, until it stops handing out or a run fails;
+    the failure is returned, not recorded. A lost lease (LeaseLost) and Ctrl-C pass through."""
+    slot = next(slots, None)
+    if slot is None:
+        return None
+    watch: stall.Watchdog | None = None
+    try:
+        with cell_instance(lab, cell) as instance, \
+                stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.stalled()) as watch:
+            while slot is not None:
+                result = measure(lab.experiment, cell, instance, slot.progress, watch)
+                watch.check()
+                slot.record(result)
+                slot = next(slots, None)
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        if watch is not None and watch.stalled.is_set():
+            exc = watch.failure()  # whatever the killed server's calls raised, the cause is the stall
+        return Failure(slot, failure_message(exc), exc)
+    return None
+
+
+def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePool | None) -> dict[str, Path]:
+    """Where each placement is for this cell: the directories, and each device placement's mount
+    (the pool makes the device, or reuses it when its format is the cell's)."""
+    found = dict(paths)
+    for name, table in cell.devices.items():
+        if pool is None:
+            raise RunFailed(f"placements.{name}: a device placement needs a device pool")
+        found[name] = pool.device(name, devices.device_spec(name, table)).mount_point
+    return found
+
+
+@contextmanager
+def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Any]:
+    """A fresh instance with the cell's layout and the workload's data prepared; stopped and removed
+    on every way out."""
+    experiment = lab.experiment
+    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version)
+    kind, params = experiment.workload, cell.workload
+    with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params)) as instance:
+        kind.prepare(instance, params, experiment.sql)
+        yield instance
+
+
+def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progress=None,
+            watch: stall.Watchdog | None = None) -> RunResult:
+    """One measured run on a prepared instance: settled first (restarted too, for a kind that reads
+    cold, the watchdog paused meanwhile), with the recorders around the load (run_probes)."""
+    kind, params = experiment.workload, cell.workload
+    if kind.cold:
+        with watch.paused() if watch is not None else nullcontext():
+            instance.restart()
+    conditions = settle.settle(instance.checkpoint, instance.roots.values())
+    conditions.update(_device_conditions(cell, instance))
+    if params.get("warmup_s"):
+        conditions["warmup_s"] = params["warmup_s"]
+    with closing(kind.load(instance, params, experiment.sql)) as load:
+        sessions = load.open()
+        recorders = run_probes.around_run(instance, traces_io(experiment))
+        started_at, t0 = time.time(), time.monotonic()
+        with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
+            measured = load.run(on_progress)
+    # The samplers count from t0; the run's axis from the load's first start (by the server's clock).
+    offset = started_at - measured.start_epoch
+    timeline = [(p.t_s + offset, p.metric, p.value) for p in recorded.get("timeline", [])] + measured.timeline
+    figures = [(f.name, measured.figures[f.name], f.unit) for f in kind.figures if f.name in measured.figures]
+    return RunResult(started_at, figures, recorded["capture"], instance.version, timeline, recorded["waiting_tasks"],
+                     conditions, recorded["io_sizes"])
+
+
+def traces_io(experiment: Experiment) -> bool:
+    """The size of every IO is traced (bpftrace: it takes about half a second to attach) where it is
+    the question: devices storlab makes, and loads that read. Elsewhere each run keeps the
+    per-interval average size from /proc/diskstats on its timeline."""
+    return bool(experiment.device_sizes) or experiment.workload.cold
+
+
+def _device_conditions(cell: matrix.Cell, instance: Any) -> dict[str, Any]:
+    """What each device placement really was for this run, read back from sysfs and the mount table."""
+    if not cell.devices:
+        return {}
+    seen = {name: devices.format_of(instance.roots[name]) for name in cell.devices if name in instance.roots}
+    return {"devices": {name: asdict(found) for name, found in seen.items()}}

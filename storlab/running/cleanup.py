@@ -1,0 +1,114 @@
+"""`storlab clean`: stop and remove what crashed runs left behind, from the manifests each instance
+wrote before anything was created (storlab.instances): its server, its engine's shared memory, the
+devices it made and its directories, in that order. A manifest that cannot be read is named, never
+skipped: nothing of it is cleaned, so someone must look."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from storlab import engines, processes
+from storlab.lab import devices
+from storlab.lab.instances import Manifest, remove_owned_dir, running
+
+
+def _still_ours(pid: int, dirs: list[str]) -> bool:
+    """A pid from a manifest may have been reused: it is ours only if its command line names our dirs."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return any(d in cmdline for d in dirs)
+
+
+def _kill_orphans(group: int, dirs: list[str]) -> bool:
+    """The server's children outlive it when it is killed (a PostgreSQL backend busy in a load notices
+    its postmaster's death only at its next wait): kill those still in its process group and working
+    in the instance's directories, and wait for them."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != group:
+                continue
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if any(cwd == d or cwd.startswith(d.rstrip("/") + "/") for d in dirs):
+            found.append(int(entry.name))
+    for pid in found:
+        processes.kill_tree(pid)
+    for pid in found:
+        for _ in range(100):
+            if not _exists(pid):
+                break
+            time.sleep(0.05)
+    return bool(found)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return stat_fields[0] != "Z"
+
+
+@dataclass
+class Cleaned:
+    instance_id: str
+    live: bool  # its storlab process was still running (only with clean(live=True))
+    stopped: bool
+    removed: list[str]
+    refused: list[str]
+    unreadable: str | None = None  # why its manifest cannot be read (then nothing of it was cleaned)
+
+
+def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> list[Cleaned]:
+    """Stop and remove what crashed runs left behind: instances whose storlab process is gone (pid and
+    start time, so a reused pid is not mistaken for it). `live` also stops instances of storlab runs
+    still going; without `kept`, instances kept on purpose (--keep) stay. `unreadable`: the report
+    also names each manifest that cannot be read (`storlab clean` says them; nothing of them is cleaned)."""
+    manifests, broken = Manifest.read()
+    report = [Cleaned(file.stem, False, False, [], [], f"{file}: {why}")
+              for file, why in sorted(broken.items()) if unreadable]
+    # Devices last: an instance's files may sit on one, and its server must be gone before the unmount.
+    for manifest in sorted(manifests, key=lambda m: bool(m.devices)):
+        if manifest.kept and not kept:
+            continue
+        owner_running = not manifest.kept and manifest.owner_running
+        if owner_running and not live:
+            continue
+        stopped = False
+        pid = manifest.server_pid
+        if pid and running(pid, manifest.server_start) and (manifest.server_start or _still_ours(pid, manifest.dirs)):
+            processes.kill_tree(pid)
+            for _ in range(100):
+                if not running(pid, manifest.server_start):
+                    break
+                time.sleep(0.05)
+            stopped = True
+        if pid:
+            stopped = _kill_orphans(pid, manifest.dirs) or stopped
+        # While its directories still exist. A manifest of devices alone names no engine.
+        removed = (engines.engine(manifest.engine).release_shared_memory([Path(d) for d in manifest.dirs])
+                   if manifest.engine in engines.names() else [])
+        refused = []
+        if manifest.devices:
+            found, refused = devices.remove_recorded(manifest)
+            removed += found
+        for d in manifest.dirs:
+            if remove_owned_dir(Path(d), manifest.instance_id):
+                removed.append(d)
+            else:
+                refused.append(d)
+        if not refused:
+            manifest.forget()
+        report.append(Cleaned(manifest.instance_id, owner_running, stopped, removed, refused))
+    return report
+
+
