@@ -1,4 +1,6 @@
-"""The storlab command: thin wrappers over plain functions, which tests call directly."""
+"""The storlab command: thin wrappers over plain functions, which tests call directly. Each command
+imports what it needs when it runs, so `storlab --help` and the quick commands do not load the
+statistics and chart libraries."""
 
 from __future__ import annotations
 

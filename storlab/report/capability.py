@@ -14,6 +14,7 @@ from storlab.answer.analysis import Results
 from storlab.errors import UserError
 from storlab.lab.placements import TMPFS, TMPFS_ROOT
 from storlab.machine import iobench
+from storlab.report.charts import plt, svg
 from storlab.results.store import Store, exists
 
 
@@ -139,8 +140,6 @@ def _name(c: Capability) -> str:
 
 def chart(capabilities: list[Capability], png: Path) -> str:
     """Per device, IOPS and MB/s of each fio job, and beside them what the busiest cell drove there."""
-    from storlab.report.charts import plt, svg
-
     rows = [(c, latest_jobs(c.jobs)) for c in capabilities]
     heights = [0.8 + 0.28 * (len(jobs) + (2 if c.database else 0)) for c, jobs in rows]
     fig, axes = plt.subplots(len(rows), 2, figsize=(9, sum(heights) + 0.6), squeeze=False,
