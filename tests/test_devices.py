@@ -159,7 +159,7 @@ def test_an_exception_while_in_use_leaves_nothing(image_dir):
 
 HOLD_A_DEVICE = """
     import sys, time
-    from storlab.devices import DevicePool, device_spec
+    from storlab.lab.devices import DevicePool, device_spec
     with DevicePool() as pool:
         device = pool.device("fast", device_spec("fast", {{"loop": "64MB", "image_dir": "{image_dir}"}}))
         print(device.mount_point, flush=True)

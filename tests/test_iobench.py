@@ -150,7 +150,7 @@ def test_io_command_on_disk_shows_stores_and_cleans_up(tmp_path):
 
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if line.startswith("job"))
-    assert header.split() == ["job", "IOPS", "MB/s", "p50", "ms", "p99", "ms", "p99.9", "ms"]
+    assert header.split() == ["job", "IOPS", "MiB/s", "p50", "ms", "p99", "ms", "p99.9", "ms"]
     assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
     with Store.open(out, create=False) as store:
         rows = store.io_jobs()

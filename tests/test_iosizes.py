@@ -119,7 +119,7 @@ def test_the_tracer_is_gone_after_stop_and_after_an_exception(two_devices):
 def test_the_tracer_dies_with_its_parent(two_devices):
     proc = child(f"""
         import time
-        from storlab.iosizes import IoSizeTracer
+        from storlab.probes.iosizes import IoSizeTracer
         tracer = IoSizeTracer({{"fast": "{two_devices[0].dev}"}})
         tracer.start()
         print(tracer.pid, flush=True)

@@ -86,3 +86,17 @@ def test_a_schema_1_store_opens_with_its_figures(tmp_path):
         assert run.figures["rows"] == 8000 and run.figures["rows_per_s"] == pytest.approx(8000 / run.figures["elapsed_s"])
     assert [f.name for f in results.figures][:3] == ["elapsed_s", "rows_per_s", "latency_p99_ms"]
     assert [c.headline.n for c in results.cells] == [2, 2]
+
+
+def test_device_throughput_written_in_decimal_megabytes_reads_as_mib(tmp_path):
+    """Runs recorded before MiB/s kept a device's throughput in 10^6-byte MB/s: the migration converts it."""
+    folder = tmp_path / "quickstart"
+    shutil.copytree(V1_STORE.parent / "explain" / "quickstart", folder)
+    query = "SELECT run_id, t_s, metric, value FROM timeline WHERE metric LIKE 'mb_s:%' ORDER BY 1, 2, 3"
+    with sqlite3.connect(folder / "storlab.sqlite") as db:
+        before = db.execute(query).fetchall()
+    with Store.open(folder) as store:
+        after = store.db.execute(query).fetchall()
+    assert before and len(after) == len(before)
+    for old, new in zip(before, after):
+        assert new[3] == pytest.approx(old[3] * 1e6 / 2**20)

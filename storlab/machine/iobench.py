@@ -126,7 +126,7 @@ def _bucket(depth: int) -> str:
 
 
 def measured(report: dict, iodepth: int) -> Measured:
-    """IOPS and MB/s summed over jobs and directions; latency percentiles averaged weighted by IO count
+    """IOPS and MiB/s summed over jobs and directions; latency percentiles averaged weighted by IO count
     (exact percentiles of a union cannot be rebuilt from fio's per-direction ones; with one direction
     per job, as in every preset here, the weighting changes nothing)."""
     parts, depth_shares = [], []
@@ -293,7 +293,7 @@ def default_folder(target: Path) -> Path:
 def table(results: list[IoResult]) -> Table:
     grid = Table(box=None, pad_edge=False)
     grid.add_column("job")
-    for name in ("IOPS", "MB/s", "p50 ms", "p99 ms", "p99.9 ms"):
+    for name in ("IOPS", "MiB/s", "p50 ms", "p99 ms", "p99.9 ms"):
         grid.add_column(name, justify="right")
     for r in results:
         grid.add_row(r.job + (" *" if r.flags else ""), f"{r.iops:,.0f}", f"{r.mb_s:,.1f}",

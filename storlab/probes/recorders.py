@@ -86,7 +86,7 @@ class TimelinePoint:
 
 @dataclass
 class DeviceTimeline:
-    """IOPS, MB/s and CPU % every half second for the devices behind the placements, on the run's time axis."""
+    """IOPS, MiB/s and CPU % every half second for the devices behind the placements, on the run's time axis."""
 
     devices: dict[str, str]  # placement name -> kernel device name
     period_s: float = 0.5
@@ -109,7 +109,7 @@ class DeviceTimeline:
             ios = (b.read_count - a.read_count) + (b.write_count - a.write_count)
             nbytes = (b.read_bytes - a.read_bytes) + (b.write_bytes - a.write_bytes)
             self.points.append(TimelinePoint(t, f"iops:{placement}", ios / weight_s))
-            self.points.append(TimelinePoint(t, f"mb_s:{placement}", nbytes / weight_s / 1e6))
+            self.points.append(TimelinePoint(t, f"mb_s:{placement}", nbytes / weight_s / 2**20))
             if ios:
                 self.points.append(TimelinePoint(t, f"io_kb:{placement}", nbytes / ios / 1024))
         self.points.append(TimelinePoint(t, "cpu_percent", psutil.cpu_percent(interval=None)))

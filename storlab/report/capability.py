@@ -1,5 +1,5 @@
 """The device's capability (`storlab io`) beside what the database drove on it: the fio jobs measured on
-a placement's device, and the IOPS and MB/s the busiest cell reached there (mean and peak over its
+a placement's device, and the IOPS and MiB/s the busiest cell reached there (mean and peak over its
 runs' device timelines). The io results come from the results folder itself, from folders given with
 `storlab report --io`, and from the folders `storlab io` writes by default beside it
 (results/io-<path>) for the experiment's placements."""
@@ -84,7 +84,7 @@ def _devices(facts: dict[int, dict]) -> dict[str, str | None]:
 
 
 def _database(store: Store, results: Results, placement: str) -> DatabaseIo | None:
-    """The busiest cell on this placement: the highest mean MB/s over its runs' device timelines."""
+    """The busiest cell on this placement: the highest mean MiB/s over its runs' device timelines."""
     best = None
     for c in results.measured:
         iops, mb_s = [], []
@@ -139,7 +139,7 @@ def _name(c: Capability) -> str:
 
 
 def chart(capabilities: list[Capability], png: Path) -> str:
-    """Per device, IOPS and MB/s of each fio job, and beside them what the busiest cell drove there."""
+    """Per device, IOPS and MiB/s of each fio job, and beside them what the busiest cell drove there."""
     rows = [(c, latest_jobs(c.jobs)) for c in capabilities]
     heights = [0.8 + 0.28 * (len(jobs) + (2 if c.database else 0)) for c, jobs in rows]
     fig, axes = plt.subplots(len(rows), 2, figsize=(9, sum(heights) + 0.6), squeeze=False,
@@ -163,7 +163,7 @@ def chart(capabilities: list[Capability], png: Path) -> str:
         right.barh(y, mb_s, color=colour)
         right.set_yticks(y, [])
         right.invert_yaxis()
-        right.set_xlabel("MB/s", fontsize=8)
+        right.set_xlabel("MiB/s", fontsize=8)
         for ax in (left, right):
             ax.grid(axis="x", alpha=0.3)
             ax.tick_params(axis="x", labelsize=7)

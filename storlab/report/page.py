@@ -41,7 +41,7 @@ figcaption, .note { color: #555; font-size: 13px; }
 BUCKETED = ("rows_per_s", "transactions_per_s", "latency_p99_ms")
 # The timelines drawn for the first run of each cell: (metric, axis label, title).
 TIMELINES = [("latency_p99_ms", "p99 ms", "Transaction latency (p99) over time"),
-             ("mb_s", "MB/s", "Device MB/s over time, per placement"),
+             ("mb_s", "MiB/s", "Device MiB/s over time, per placement"),
              ("cpu_percent", "CPU %", "CPU over time")]
 
 
@@ -298,7 +298,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     if capabilities:
         sections.append("<h2>Device capability beside the database</h2>"
                         + _figure(capability.chart(capabilities, folder / "io.png")))
-        sections.append(_table(["device", "kernel device", "job", "IOPS", "MB/s", "p99 ms", "flags"],
+        sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
                                capability.table_rows(capabilities), left=3))
     if results.measured:
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(results))
