@@ -302,9 +302,13 @@ def _logs(values: ByRound) -> dict[str, dict[int, float]]:
     return {cell: {r: math.log(v) for r, v in runs.items() if v is not None and v > 0} for cell, runs in values.items()}
 
 
-def _paired(reference: Mapping[int, float], candidate: Mapping[int, float]) -> Comparison:
-    """The paired t-test of the log ratios candidate / reference over the rounds both have (Student 1908):
-    what the rounds share (the machine's mood that round) cancels out of each ratio."""
+def _paired(reference: Mapping[int, float], candidate: Mapping[int, float],
+            pooled: tuple[float, int] | None = None) -> Comparison:
+    """The t-test of the mean log ratio candidate / reference over the rounds both have (Student 1908): what
+    the rounds share (the machine's mood that round) cancels out of each ratio. Its noise is `pooled`, the
+    residual mean square and degrees of freedom of the two-way model (cell + round) over every cell, where
+    there is one: the factor table reads the same noise, so a handful of rounds can tell the cells apart
+    as surely as it tells the factors' levels; otherwise the spread of this pair's own ratios."""
     common = sorted(reference.keys() & candidate.keys())
     diffs = [candidate[r] - reference[r] for r in common]
     n = len(diffs)
@@ -312,12 +316,32 @@ def _paired(reference: Mapping[int, float], candidate: Mapping[int, float]) -> C
     change = 100.0 * math.expm1(mean)
     if n < 2:
         return Comparison(change, math.nan, False)
-    variance = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)
-    if variance == 0:
+    if pooled is not None:
+        mse, df = pooled
+        variance_of_mean = 2 * mse / n
+    else:
+        df = n - 1
+        variance_of_mean = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1) / n
+    if variance_of_mean == 0:
         p = 1.0 if mean == 0 else 0.0
     else:
-        p = float(2 * special.stdtr(n - 1, -abs(mean) / math.sqrt(variance / n)))
+        p = float(2 * special.stdtr(df, -abs(mean) / math.sqrt(variance_of_mean)))
     return Comparison(change, p, p < ALPHA)
+
+
+def _pooled(logs: Mapping[str, Mapping[int, float]]) -> tuple[float, int] | None:
+    """Residual mean square and degrees of freedom of log(figure) ~ cell + round over the rounds every cell
+    has; None with fewer than three cells (a pair's own spread is the same thing) or two such rounds."""
+    cells = [c for c in logs if logs[c]]
+    if len(cells) < 3:
+        return None
+    rounds = sorted(set.intersection(*(set(logs[c]) for c in cells)))
+    if len(rounds) < 2:
+        return None
+    y = np.array([[logs[c][r] for r in rounds] for c in cells])
+    residuals = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    df = (len(cells) - 1) * (len(rounds) - 1)
+    return float((residuals**2).sum() / df), df
 
 
 def _blocked_levels(logs: Mapping[str, Mapping[int, float]]) -> dict[str, float]:
@@ -378,12 +402,14 @@ def against_best_paired(values: ByRound, lower_is_better: bool = True) -> Verdic
     `values` are each cell's figures by round (cell id -> round -> figure). The best is the best geometric mean
     with the rounds taken out, as the factor table reads the runs (`effects`: log of the figure, the round as
     a block), so ranking and factor table agree on direction and size. Each other cell is compared with it by
-    the paired t-test of the log ratios over the rounds both have; change_percent is 100 (geometric-mean
+    the t-test of the log ratios over the rounds both have, its noise the two-way model's residual (as the
+    factor table's, so a few rounds tell cells apart as they tell levels apart); change_percent is 100 (geometric-mean
     ratio - 1). As in `against_best`, the best is picked from the data, so each step of Holm's step-down must
     be confirmed by the blocked form of the ANOVA gate: the two-way ANOVA (cell + round, on the logs) over the
     best and the cells not yet told apart from it. Simulated with identical cells, rounds drifting by 15 %
-    and CV 5-20 %, the rate of at least one false "worse" is about 3 % (2,000 experiments each of 4, 8 or 16
-    cells x 10 or 20 rounds; 0.2-2 % with 2 or 3 rounds; tests/test_stats.py checks 8 and 16 cells)."""
+    and CV 5-20 %, the rate of at least one false "worse" is 3.3-5.6 % (1,000 experiments each of 4, 8 or 16
+    cells x 2, 3, 5 or 10 rounds; 4.6-4.8 % in 4,000 each of 4 cells x 2, 3 or 5 rounds; tests/test_stats.py
+    checks 8 and 16 cells)."""
     best = best_cell_paired(values, lower_is_better)
     return _paired_step_down(values, best, lower_is_better, gated=True)
 
@@ -398,7 +424,8 @@ def against_baseline_paired(values: ByRound, baseline: str, lower_is_better: boo
 
 def _paired_step_down(values: ByRound, reference: str, lower_is_better: bool, gated: bool) -> Verdicts:
     logs = _logs(values)
-    raw = {cell: _paired(logs[reference], runs) for cell, runs in logs.items() if cell != reference}
+    pooled = _pooled(logs)
+    raw = {cell: _paired(logs[reference], runs, pooled) for cell, runs in logs.items() if cell != reference}
     tested = [cell for cell, c in raw.items() if not math.isnan(c.p_value)]
     adjusted = dict(zip(tested, holm([raw[c].p_value for c in tested])))
     if gated and len(tested) >= 2:
