@@ -169,7 +169,7 @@ def _paired(layout, factors, Y):
 
 
 def _unpaired(layout, factors, Y):
-    """stats.compare's Welch t-test on each cell's figures, as `show` compared cells before."""
+    """A Welch t-test on each cell's figures, unpaired, as `show` compared cells before the rounds were paired."""
     values = np.exp(Y)
     a = values[[o.factors["cell"] == "a" for o in layout]]
     b = values[[o.factors["cell"] == "b" for o in layout]]

@@ -1,7 +1,7 @@
 """Statistics a DBA can trust: mean with a 95 % confidence interval, spread, outliers, comparisons that say
 "not significant" when the noise is larger than the difference, corrected for the number of comparisons,
-and how many runs a difference would need at the noise measured. Cells are compared unpaired (Welch) or
-paired within rounds (log ratios, the rounds as blocks: what a round's runs share cancels out)."""
+and how many runs a difference would need at the noise measured. Cells are compared paired within rounds
+(log ratios, the rounds as blocks: what a round's runs share cancels out), as the factor table reads them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
 from storlab.experiment.repetitions import ALPHA
 
@@ -82,7 +83,7 @@ def describe_outliers(values: Sequence[float], repetitions: Sequence[int] | None
     return f"{noun} kept in the figures: {runs}, outside {low:.4g}-{high:.4g} {unit} (1.5 IQR beyond the quartiles)"
 
 
-# -- comparing two cells ---------------------------------------------------------------------------------
+# -- verdicts --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -91,118 +92,22 @@ class Comparison:
     p_value: float
     significant: bool
 
-    def describe(self, lower_is_better: bool = True) -> str:
-        if math.isnan(self.p_value):
-            return TOO_FEW_RUNS
-        if not self.significant:
-            return NOT_SIGNIFICANT
-        return _direction(self.change_percent, lower_is_better)
-
 
 def _direction(change_percent: float, lower_is_better: bool) -> str:
     return BETTER if (change_percent < 0) == lower_is_better else WORSE
 
 
-Moments = tuple[int, float, float]  # runs, mean, variance (n - 1)
-
-
-def _moments(values: Sequence[float]) -> Moments:
-    """Computed once per cell for the many tests of a step-down; plain Python is quicker than numpy for the
-    handful of runs a cell has, which keeps simulating thousands of experiments in a unit test fast."""
-    n = len(values)
-    mean = math.fsum(values) / n
-    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else math.nan
-    return n, float(mean), float(variance)
-
-
-def _welch_p(base: Moments, cand: Moments) -> float:
-    """Two-sided p-value of Welch's t-test from the two cells' moments."""
-    vb, vc = base[2] / base[0], cand[2] / cand[0]
-    se2 = vb + vc
-    if se2 == 0:  # both cells exactly repeatable: the difference is certain, or there is none
-        return 1.0 if base[1] == cand[1] else 0.0
-    df = se2**2 / (vb**2 / (base[0] - 1) + vc**2 / (cand[0] - 1))
-    t = abs(cand[1] - base[1]) / math.sqrt(se2)
-    return float(2 * special.stdtr(df, -t))
-
-
-def _compare(base: Moments, cand: Moments) -> Comparison:
-    change = 100.0 * (cand[1] - base[1]) / base[1]
-    if base[0] < 2 or cand[0] < 2:
-        return Comparison(change, math.nan, False)
-    p = _welch_p(base, cand)
-    return Comparison(change, p, p < ALPHA)
-
-
-def compare(baseline: Sequence[float], candidate: Sequence[float]) -> Comparison:
-    """Welch's t-test: it does not assume the two cells are equally noisy."""
-    return _compare(_moments(baseline), _moments(candidate))
-
-
-# -- comparing many cells --------------------------------------------------------------------------------
-
-
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979): the chance of calling at least one equal pair different
-    stays at alpha whatever the dependence between the tests, and it never rejects less than Bonferroni."""
-    m = len(p_values)
-    adjusted = [1.0] * m
-    running = 0.0
-    for step, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
-        running = max(running, min(1.0, (m - step) * p_values[index]))
-        adjusted[index] = running
-    return adjusted
-
-
-def welch_anova(groups: Sequence[Sequence[float]]) -> float:
-    """p-value of Welch's heteroscedastic one-way ANOVA (Welch 1951): are all these cells' means equal?
-    Like Welch's t-test it does not assume the cells are equally noisy; for two cells it is that t-test."""
-    if len(groups) < 2 or any(len(g) < 2 for g in groups):
-        raise ValueError("Welch's ANOVA needs at least two cells of at least two runs")
-    return _welch_anova([_moments(g) for g in groups])
-
-
-def _fisher_anova(cells: Sequence[Moments]) -> float:
-    """p-value of Fisher's one-way ANOVA from each cell's moments: exact when the cells are equally noisy."""
-    n, means, variances = (np.array(column, dtype=float) for column in zip(*cells))
-    k, total = len(n), n.sum()
-    grand = (n * means).sum() / total
-    between = (n * (means - grand) ** 2).sum() / (k - 1)
-    within = ((n - 1) * variances).sum() / (total - k)
-    if within == 0:
-        return 1.0 if between == 0 else 0.0
-    return float(special.fdtrc(k - 1, total - k, between / within))
-
-
-def _anova_gate(cells: Sequence[Moments]) -> float:
-    """Both ANOVAs must reject: the gate's level is that of whichever test is right for these cells. With two
-    cells the pairwise comparison already is this test, so the gate stands aside."""
-    if len(cells) < 3:
-        return 0.0
-    return max(_fisher_anova(cells), _welch_anova(cells))
-
-
-def _welch_anova(cells: Sequence[Moments]) -> float:
-    """Welch's ANOVA from each cell's moments. A cell whose runs all gave the same value is taken to spread
-    by a billionth of the largest mean, so an exactly repeatable cell counts as very certain instead of
-    breaking the weights."""
-    n, means, variances = (np.array(column, dtype=float) for column in zip(*cells))
-    if not variances.any():
-        return 1.0 if np.all(means == means[0]) else 0.0
-    variances = np.maximum(variances, (1e-9 * np.abs(means).max()) ** 2)
-    k = len(n)
-    w = n / variances
-    grand = (w * means).sum() / w.sum()
-    spread = (w * (means - grand) ** 2).sum() / (k - 1)
-    lam = ((1 - w / w.sum()) ** 2 / (n - 1)).sum()
-    f = spread / (1 + 2 * (k - 2) * lam / (k**2 - 1))
-    return float(special.fdtrc(k - 1, (k**2 - 1) / (3 * lam), f))
+    """Holm's step-down adjusted p-values (Holm 1979, statsmodels' multipletests): the chance of calling at
+    least one equal pair different stays at alpha whatever the dependence between the tests, and it never
+    rejects less than Bonferroni."""
+    return [float(p) for p in multipletests(p_values, method="holm")[1]] if len(p_values) else []
 
 
 @dataclass(frozen=True)
 class CellVerdict:
     change_percent: float  # this cell's mean against the reference cell's mean
-    p_value: float  # the t-test of this comparison alone (Welch's, or paired by round); nan when too few runs
+    p_value: float  # the t-test of this comparison alone, paired by round; nan when too few runs
     adjusted_p: float  # after the correction for the number of comparisons; the verdict reads this one
     verdict: str  # "worse", "better", "not significant" or "not enough runs to tell"
 
@@ -220,76 +125,6 @@ class Verdicts:
     @property
     def comparisons(self) -> int:
         return sum(1 for v in self.cells.values() if v.verdict != TOO_FEW_RUNS)
-
-
-def best_cell(values: Mapping[str, Sequence[float]], lower_is_better: bool = True) -> str:
-    """The cell with the best mean; ties go to the first cell given, so the answer does not move."""
-    sign = 1.0 if lower_is_better else -1.0
-    return min(values, key=lambda cell: sign * math.fsum(values[cell]) / len(values[cell]))
-
-
-def against_best(values: Mapping[str, Sequence[float]], lower_is_better: bool = True) -> Verdicts:
-    """Every cell against the best one (`show`), with the family-wise error held at 5 %.
-
-    Values are each cell's figures per run (elapsed seconds: lower is better). The best cell is chosen
-    after looking at the data, so a plain test against it is biased: among 8 equal cells × 3 runs the one
-    that looked fastest differs "significantly" from another 31 % of the time. Holm over the comparisons
-    against the best is not enough on its own: 5.1 % at 3 runs, 8.3 % at 5, 11 % at 10 (8 cells), because
-    the same pick of the best biases every comparison. Welch's ANOVA as an omnibus test first is not
-    enough either: it is liberal with many small cells (6 % for 16 cells × 5 runs) and fails to guard the
-    cells tied with the best once a truly worse cell has made it reject.
-
-    So each step of Holm's step-down must also be confirmed by a one-way ANOVA over the best and the cells
-    not yet told apart from it (the cells that would all be tied with the best if this step were wrong):
-    a cell is called worse only when its comparison survives Holm *and* that group is not all alike.
-    The ANOVA is both Fisher's F (exact when the cells are equally noisy) and Welch's (right when they are
-    not), and both must reject: the gate is then valid whenever either test is. Simulated with identical
-    cells the rate of at least one false "worse" is 1-3 % (8 or 16 cells × 2 to 10 runs, CVs from 3 to 17 %),
-    where Holm alone reaches 5-11 %; the power stays a few points below Holm's alone (0.86 against 0.92 for
-    a cell 15 % faster than 7 others at 5 runs, CV 5 %). The adjusted p-value is the largest of Holm's and
-    those ANOVAs' p-values, so it agrees with the verdict."""
-    best = best_cell(values, lower_is_better)
-    return _step_down(values, best, lower_is_better, gated=True)
-
-
-def against_baseline(values: Mapping[str, Sequence[float]], baseline: str, lower_is_better: bool = True) -> Verdicts:
-    """Every cell against a baseline the user chose (`compare`). The baseline is not picked from the data,
-    so Holm over the comparisons holds the family-wise error at 5 % on its own."""
-    if baseline not in values:
-        raise KeyError(baseline)
-    return _step_down(values, baseline, lower_is_better, gated=False)
-
-
-def _step_down(values: Mapping[str, Sequence[float]], reference: str, lower_is_better: bool, gated: bool) -> Verdicts:
-    moments = {cell: _moments(v) for cell, v in values.items()}
-    raw = {cell: _compare(moments[reference], m) for cell, m in moments.items() if cell != reference}
-    tested = [cell for cell, c in raw.items() if not math.isnan(c.p_value)]
-    adjusted = dict(zip(tested, holm([raw[c].p_value for c in tested])))
-    if gated:
-        order = sorted(tested, key=lambda c: raw[c].p_value)
-        running = 0.0
-        for step, cell in enumerate(order):
-            still_tied = [moments[reference]] + [moments[c] for c in order[step:]]  # not yet told apart
-            running = max(running, adjusted[cell], _anova_gate(still_tied))
-            adjusted[cell] = running
-    cells = {}
-    for cell, c in raw.items():
-        p = adjusted.get(cell, math.nan)
-        verdict = TOO_FEW_RUNS if math.isnan(p) else (
-            _direction(c.change_percent, lower_is_better) if p < ALPHA else NOT_SIGNIFICANT
-        )
-        cells[cell] = CellVerdict(c.change_percent, c.p_value, p, verdict)
-    return Verdicts(reference, cells, _correction_text(len(tested), gated))
-
-
-def _correction_text(comparisons: int, gated: bool) -> str:
-    against = "the best" if gated else "the baseline"
-    if comparisons == 0:
-        return "no comparison: every cell needs at least 2 runs"
-    if comparisons == 1:
-        return f"one comparison against {against}: nothing to correct"
-    text = f"Holm over {comparisons} comparisons against {against}"
-    return text + ", each step confirmed by ANOVA (Fisher's and Welch's)" if gated else text
 
 
 # -- comparing many cells, paired by round ---------------------------------------------------------------
