@@ -179,3 +179,23 @@ def test_a_killed_runs_shared_memory_is_removed_by_clean(tiny, tmp_path):
     finally:
         decoy.unlink(missing_ok=True)
         stop_storlab(proc)
+
+
+def test_one_marker_names_the_owner_and_never_goes_through_a_link(tmp_path):
+    """Instances, devices and templates mark what storlab made the same way: one line naming the owner."""
+    made = tmp_path / "made"
+    made.mkdir()
+    instances.mark(made, "template pg-15-abc")
+    assert (made / instances.MARKER).read_text() == "template pg-15-abc\n"
+    assert instances.marked_by(made) == "template pg-15-abc"
+    with pytest.raises(FileExistsError):  # never written twice, nor over what is there
+        instances.mark(made, "another")
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    target = tmp_path / "target"
+    target.write_text("someone else's\n")
+    (planted / instances.MARKER).symlink_to(target)
+    assert instances.marked_by(planted) is None
+    with pytest.raises(FileExistsError):
+        instances.mark(planted, "x")
+    assert target.read_text() == "someone else's\n"

@@ -270,10 +270,7 @@ def _mounts_under(directory: Path) -> list[str]:
 
 
 def _owned(directory: Path, owner: str) -> bool:
-    try:
-        return (directory / instances.MARKER).read_text().strip() == owner
-    except OSError:
-        return False
+    return instances.marked_by(directory) == owner
 
 
 def remove_device(entry: Mapping[str, str], owner: str) -> tuple[list[str], list[str]]:
@@ -425,7 +422,7 @@ class DevicePool:
         try:
             with processes.interrupts_held():  # a directory without its marker could never be removed
                 directory.mkdir(mode=0o711)  # the servers' user passes through to the mount, sees nothing else
-                (directory / instances.MARKER).write_text(self.manifest.instance_id + "\n")
+                instances.mark(directory, self.manifest.instance_id)
             with open(image, "xb") as handle:
                 os.fchmod(handle.fileno(), 0o600)
                 handle.truncate(fmt.size_bytes)  # sparse: disk space is taken as the filesystem writes

@@ -193,9 +193,7 @@ def make_owned_dir(path: Path, manifest: Manifest, user: ServerUser, server_writ
     # name for a link before storlab marks it and hands it over.
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        marker = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
-        with os.fdopen(marker, "w") as f:
-            f.write(manifest.instance_id + "\n")
+        mark(path, manifest.instance_id, dir_fd=fd)
         if not server_writes:
             os.fchmod(fd, 0o711)
         elif not user.is_self:
@@ -203,6 +201,25 @@ def make_owned_dir(path: Path, manifest: Manifest, user: ServerUser, server_writ
     finally:
         os.close(fd)
     return path
+
+
+def mark(directory: Path, owner: str, dir_fd: int | None = None) -> None:
+    """Write storlab's marker into a directory it has just made: one line naming its owner (an instance's
+    id, or a template's name), in a new file, never through a link (`dir_fd`: the directory, opened)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(MARKER, flags, 0o644, dir_fd=dir_fd) if dir_fd is not None else os.open(directory / MARKER, flags, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(owner + "\n")
+
+
+def marked_by(directory: Path) -> str | None:
+    """Who storlab's marker in `directory` names; None without a marker (or with a link in its place)."""
+    try:
+        fd = os.open(directory / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        return f.read(4096).strip()
 
 
 def make_server_dir(path: Path, user: ServerUser) -> Path:

@@ -62,7 +62,7 @@ def template(engine: str, options: dict, build: Callable[[Path], None]) -> Path:
         build(building)
         _seal(building)
         (building / "options.json").write_text(json.dumps({"engine": engine, **options}, indent=1) + "\n")
-        (building / MARKER).write_text(f"template {final.name}\n")
+        instances.mark(building, f"template {final.name}")
         try:
             os.rename(building, final)
         except OSError:
