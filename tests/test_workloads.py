@@ -196,8 +196,7 @@ def test_custom_sql_runs_and_names_its_mistakes(engine, lab_dir):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_servers_times_agree_with_the_clients_view(engine, lab_dir):
     """Each session's CALL, timed by the client, holds the server's first start and last commit of
-    that session, and exceeds it by no more than the round trips around it (0.25 s on a busy 2-core
-    machine: connection set-up is done before, the result set is a few kB)."""
+    that session (by how much it exceeds them is a duration, and the machine's: not asserted here)."""
     params = {"connections": 4, "rows_per_connection": 3_000, "batch": 10}
     with instance(engine, lab_dir, data_files=1) as inst:
         work, _ = prepared(inst, "random-insert", **params)
@@ -210,7 +209,6 @@ def test_the_servers_times_agree_with_the_clients_view(engine, lab_dir):
     assert len(tx.ends) == 4 * 300 and np.all(tx.ends >= tx.starts)
     for client_start, client_end, server_first, server_last in tx.sessions:
         assert client_start <= server_first + 0.005 and server_last <= client_end + 0.005
-        assert (client_end - client_start) - (server_last - server_first) < 0.25
 
 
 @pytest.mark.engine
