@@ -6,7 +6,9 @@ then rounds that run the same load with no probe and with each probe set, in an 
 every round so drift favours none. The table is emptied (and PostgreSQL checkpointed) before each
 load. Probe sets:
 
-  all            what `storlab run` starts: the wait probe, the waits per second (wait:<WaitType>),
+  all            what `storlab run` starts (storlab.probes.lifecycle.around_run): the wait probe with
+                 its traces (PostgreSQL 15: lock and LWLock waits and per-file IO through bpftrace;
+                 MariaDB: per-file IO from performance_schema), the waits per second (wait:<WaitType>),
                  the waiting-task sampler and the device timeline
   waiting-tasks  the waiting-task sampler alone (pg_stat_activity + pg_locks, or events_waits_current,
                  every --period seconds)
@@ -31,10 +33,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from storlab.engines import provision
-from storlab.lab import mounts
 from storlab.lab.layout import spec_for
 from storlab.probes import waiting_tasks
-from storlab.probes.recorders import DeviceTimeline
+from storlab.probes.lifecycle import RunStart, around_run, recording
 from storlab.probes.wait_timeline import WaitTimeline
 from storlab.probes.waiting_tasks import WaitingTasksSampler
 from storlab.workloads import kind
@@ -43,29 +44,27 @@ RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCAT
 SETS = ("all", "waiting-tasks", "wait-timeline")
 
 
-def rows_per_s(instance, params: dict, probes: str | None, period: float, lab: Path) -> float:
+def rows_per_s(instance, params: dict, probes: str | None, period: float) -> float:
     """One load, with the probe set `probes` around it as the runner places them (None: no probe)."""
     load = kind("random-insert").load(instance, params, {})
     with ExitStack() as stack:
         stack.callback(load.close)
         sessions = load.open()
         t0 = time.monotonic()
-        if probes in ("all", "wait-timeline"):
+        if probes == "all":  # exactly what `storlab run` starts around a run, its traces included
+            stack.enter_context(recording(around_run(instance, traced=False), RunStart(sessions, t0)))
+            return load.run().figures["rows_per_s"]
+        if probes == "wait-timeline":
             probe = instance.wait_probe()
             probe.start(sessions)
             stack.callback(probe.stop)
             timeline = WaitTimeline(probe.so_far)
             timeline.start(t0)
             stack.callback(timeline.stop)
-        if probes in ("all", "waiting-tasks"):
+        if probes == "waiting-tasks":
             tasks = WaitingTasksSampler(instance.waiting_tasks_probe(), period)
             tasks.start(sessions)
             stack.callback(tasks.stop)
-        if probes == "all":
-            device = mounts.block_device_of(lab)
-            devices = DeviceTimeline({"disk": device} if device else {})
-            devices.start(t0)
-            stack.callback(devices.stop)
         return load.run().figures["rows_per_s"]
 
 
@@ -84,7 +83,7 @@ def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float,
                 with instance.connect() as conn:
                     for statement in RESET[engine]:
                         conn.execute(statement)
-                results[who] = rows_per_s(instance, params, who, period, lab)
+                results[who] = rows_per_s(instance, params, who, period)
             line = ", ".join(f"{who or 'no probe'} {value:,.0f}" for who, value in results.items())
             if round_no == 0:
                 print(f"  {engine} warm-up: {line} rows/s", flush=True)
