@@ -14,8 +14,10 @@ load. Probe sets:
                  every --period seconds)
   wait-timeline  the wait probe and its reading once a second
 
-Prints each round, then per engine and probe set the median of (rows/s with it) / (rows/s without)
-over the rounds (round 0 is a warm-up for every set and is not counted).
+Prints each round, then per engine and probe set the ratio (rows/s with it) / (rows/s without) as the
+geometric mean over the rounds with its 95 % interval, and the median (round 0 is a warm-up for every
+set and is not counted). The interval says whether enough rounds were run: narrower than 2 % tells a
+1 % cost.
 
     .venv/bin/python benchmarks/probe_overhead.py [--engines postgres,mariadb] [--probes all,waiting-tasks]
         [--rounds 5] [--rows 40000] [--period 0.5] [--postgres-version 18]
@@ -27,10 +29,13 @@ instead: --postgres-version 18 --probes wait-timeline measures what that sampler
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from contextlib import ExitStack
 from pathlib import Path
+
+from scipy import stats as sps
 
 from storlab.engines import provision
 from storlab.lab.layout import spec_for
@@ -95,6 +100,15 @@ def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float,
     return ratios
 
 
+def interval(ratios: list[float]) -> tuple[float, float, float]:
+    """The ratios' geometric mean and its 95 % interval (Student's t on the logs): each round pairs the
+    loads with and without, so the round's mood cancels out of its ratio."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    half = sps.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+    return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default="postgres,mariadb")
@@ -115,9 +129,10 @@ def main() -> None:
     summary = []
     for engine in args.engines.split(","):
         for s, ratios in measure(engine, sets, args.rounds, args.rows, args.period, lab, args.postgres_version).items():
-            summary.append(f"{engine:8} {s:14}: throughput with / without median {statistics.median(ratios):.3f} "
-                           f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {args.rounds} rounds, "
-                           f"16 connections x {args.rows} rows, 4 data files")
+            low, mid, high = interval(ratios)
+            summary.append(f"{engine:8} {s:14}: throughput with / without {mid:.3f} [{low:.3f}, {high:.3f}] (geometric "
+                           f"mean, 95 % CI; median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max "
+                           f"{max(ratios):.3f}) over {args.rounds} rounds, 16 connections x {args.rows} rows, 4 data files")
     print("\n".join(summary))
 
 

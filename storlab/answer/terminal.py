@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from storlab.answer import effects
+from storlab.answer import effects, explain
 from storlab.answer.analysis import CellResult, Ranked, Results, fmt_figure, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning
@@ -356,6 +356,25 @@ def compare_cells(results: Results, console: Console, baseline: str | None = Non
                               _fmt(v.p_value, 3), _fmt(v.adjusted_p, 3), v.verdict))
     console.print(table)
     console.print(Text(f"verdicts: {verdicts.correction}, at 5 %"))
+    for c in measured:
+        if c is not base:
+            explained = explain.cells(results, base, c)
+            if explained is not None:
+                console.print()
+                console.print(explanation_table(explained, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} "
+                                                           f"({base.cell.id})", base.cell.id, c.cell.id))
+                console.print(Text(explain.note(explained)))
+
+
+def explanation_table(explained: explain.Explanation, what: str, baseline: str, candidate: str) -> Table:
+    """What explains the difference (storlab.answer.explain): the waits per unit of work, side by side."""
+    table = Table(title=Text(f"what explains the difference: {what}, {explain.title(explained)}"), show_edge=False,
+                  title_justify="left")
+    for col in ("WaitType", baseline, candidate, "difference", "share"):
+        table.add_column(col, justify="left" if col == "WaitType" else "right")
+    for row in explain.rows(explained):
+        table.add_row(*_plain(*row))
+    return table
 
 
 # -- the answer as JSON (storlab show --json; its schema: storlab/answer/answer_schema.json, docs/answer-json.md) --
