@@ -36,13 +36,16 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
     done = invoke("report", recorded)
     assert done.exit_code == 0, done.output
     page = (recorded / "report.html").read_text()
-    for title in ("Where the time went: waits per cell", "Who waits on what", "Waits over time",
+    for title in ("What explains the difference", "Where the time went: waits per cell", "Who waits on what", "Waits over time",
                   "Throughput over time", "Device capability beside the database", "Machine facts"):
         assert f"<h2>{title}</h2>" in page
     assert page.count("<svg") == len(CHARTS)
     for name in CHARTS:
         image = Image.open(recorded / name)
         assert image.format == "PNG" and image.size[0] > 300 and len(image.getcolors(1 << 20)) > 10, name
+    # Each factor's level against its reference, its cells matched on the other factor.
+    assert "log_on=ram against log_on=disk, over 2 pairs of cells alike in the other factors" in page
+    assert "<td class='l'>LWLock:WALWrite</td><td class=''>8.000</td><td class=''>1.875</td>" in page
     # Lock:extend on the partitions of the 4-file cells, each with its share.
     assert re.search(r"<td class='l'>Lock:extend</td><td class='l'>[0-9.]+</td><td class='l'>[^<]*lab_insert_\d [0-9]+ %", page)
     # The io folder beside the results is found by itself, its jobs beside what the database drove.

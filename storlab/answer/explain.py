@@ -123,7 +123,7 @@ def explain(baseline: Profile, candidate: Profile, unit: str, percent: float = T
     shown = {ln.wait_type for ln in lines}
     rest = [k for k in names if k not in shown]
     if rest:
-        lines.append(line(f"{REST} ({len(rest)} types)", sum(baseline.waits.get(k, 0.0) for k in rest),
+        lines.append(line(f"{REST} ({len(rest)} type{'s' if len(rest) > 1 else ''})", sum(baseline.waits.get(k, 0.0) for k in rest),
                           sum(candidate.waits.get(k, 0.0) for k in rest)))
     lines.append(line(OUTSIDE, baseline.session_s - sum(baseline.waits.values()),
                       candidate.session_s - sum(candidate.waits.values())))
@@ -172,6 +172,34 @@ def rows(expl: Explanation) -> list[list[str]]:
     return [[ln.wait_type, f"{factor * ln.baseline:.3f}", f"{factor * ln.candidate:.3f}",
              f"{factor * ln.difference:+.3f}", "—" if ln.share is None else f"{100 * ln.share:+.0f} %"]
             for ln in expl.lines]
+
+
+def summary(expl: Explanation, candidate: str) -> str | None:
+    """In words: the wait types that go the difference's way, largest first, until they explain 80 % of
+    it (three at most), and those that offset it by 10 % or more; None without shares."""
+    if not expl.lines or expl.lines[0].share is None:
+        return None
+    name, factor = scale(expl)
+    waits = sorted((ln for ln in expl.lines if not ln.wait_type.startswith(REST) and ln.wait_type != OUTSIDE),
+                   key=lambda ln: -ln.share)
+    named, total = [], 0.0
+    for ln in (ln for ln in waits if ln.share > 0):
+        if total >= 0.8 or len(named) == 3:
+            break
+        named.append(ln.wait_type)
+        total += ln.share
+    against = [ln for ln in reversed(waits) if ln.share <= -0.1][:3]
+    said = f"{candidate} spends {factor * abs(expl.difference):.3f} session-{name} " \
+           f"{'more' if expl.difference > 0 else 'less'} per {expl.unit}: "
+    said += f"{_and(named)} {'explain' if len(named) > 1 else 'explains'} {100 * total:.0f} % of it" if named else \
+        "no wait type explains it"
+    if against:
+        said += f"; {_and([ln.wait_type for ln in against])} offset it by {-100 * sum(ln.share for ln in against):.0f} %"
+    return said
+
+
+def _and(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
 
 
 def title(expl: Explanation) -> str:

@@ -361,15 +361,18 @@ def compare_cells(results: Results, console: Console, baseline: str | None = Non
             explained = explain.cells(results, base, c)
             if explained is not None:
                 console.print()
-                console.print(explanation_table(explained, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} "
-                                                           f"({base.cell.id})", base.cell.id, c.cell.id))
-                console.print(Text(explain.note(explained)))
+                console.print(Text(f"what explains the difference: {c.cell.label} ({c.cell.id}) against "
+                                   f"{base.cell.label} ({base.cell.id}), {explain.title(explained)}"))
+                console.print(explanation_table(explained, base.cell.id, c.cell.id))
+                for line in (explain.note(explained), explain.summary(explained, c.cell.id)):
+                    if line:
+                        console.print(Text(line))
 
 
-def explanation_table(explained: explain.Explanation, what: str, baseline: str, candidate: str) -> Table:
+def explanation_table(explained: explain.Explanation, baseline: str, candidate: str) -> Table:
     """What explains the difference (storlab.answer.explain): the waits per unit of work, side by side."""
-    table = Table(title=Text(f"what explains the difference: {what}, {explain.title(explained)}"), show_edge=False,
-                  title_justify="left")
+    table = Table(show_edge=False)
+
     for col in ("WaitType", baseline, candidate, "difference", "share"):
         table.add_column(col, justify="left" if col == "WaitType" else "right")
     for row in explain.rows(explained):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from storlab.answer import analysis, effects
+from storlab.answer import analysis, effects, explain
 from storlab.answer import terminal as answer_text
 from storlab.answer.analysis import CellResult, Results, fmt_figure
 from storlab.answer.terminal import confidence
@@ -208,6 +208,34 @@ def _waits_html(results: Results) -> str:
     return "".join(parts)
 
 
+def _explain_html(results: Results) -> str:
+    """What explains the difference (storlab.answer.explain): each factor's level against its reference
+    level, the cells matched on the other factors; without factor effects, each cell against the first."""
+    found = []
+    answer = results.answer
+    if answer is not None and answer.effects:
+        for e in answer.effects:
+            done = explain.level(results, e.factor, e.level, e.reference)
+            if done:
+                level, reference = f"{e.factor}={format_value(e.level)}", f"{e.factor}={format_value(e.reference)}"
+                what = f"{level} against {reference}, over {done[1]} pairs of cells alike in the other factors"
+                found.append((done[0], what, reference, level))
+    elif results.measured:
+        base = results.measured[0]
+        for c in results.measured[1:]:
+            done = explain.cells(results, base, c)
+            if done:
+                found.append((done, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} ({base.cell.id})",
+                              base.cell.id, c.cell.id))
+    parts = []
+    for expl, what, baseline, candidate in found:
+        parts.append(f"<h3>{html.escape(what)} <small>({html.escape(explain.title(expl))})</small></h3>"
+                     + _table(["WaitType", baseline, candidate, "difference", "share"], explain.rows(expl)))
+        lines = [explain.note(expl), explain.summary(expl, candidate)]
+        parts += [f"<p class='note'>{html.escape(line)}</p>" for line in lines if line]
+    return "".join(parts)
+
+
 def _figure(svg: str, caption: str = "") -> str:
     return f"<figure>{svg}" + (f"<figcaption>{html.escape(caption)}</figcaption>" if caption else "") + "</figure>"
 
@@ -276,6 +304,9 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
             sections.append("<h2>Where the time went: waits per cell</h2>"
                             + _figure(composition, "seconds waited per run, summed over the sessions; "
                                       + wait_report.factor_caption(results)))
+        explained = _explain_html(results)
+        if explained:
+            sections.append("<h2>What explains the difference</h2>" + explained)
         resources = wait_report.resources_html(results, _table)
         if resources:
             sections.append("<h2>Who waits on what</h2>" + resources)
