@@ -3,6 +3,7 @@ import random
 
 import pytest
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
 from storlab.answer.effects import Observation, analyse
@@ -34,6 +35,8 @@ def test_holm_adjusts_step_down():
     # sorted: 0.01 x 4 = 0.04, 0.03 x 3 = 0.09, 0.04 x 2 = 0.08 -> kept at 0.09 (monotone), 0.5 x 1
     assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
     assert holm([]) == []
+    p = [0.001, 0.2, 0.03, 0.5, 0.04, 0.3, 0.6, 0.012]
+    assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
 
 
 def test_against_best_paired_when_higher_is_better():

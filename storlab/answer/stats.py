@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 from scipy import stats as sps
-from statsmodels.stats.multitest import multipletests
 
 from storlab.experiment.repetitions import ALPHA
 
@@ -98,10 +97,17 @@ def _direction(change_percent: float, lower_is_better: bool) -> str:
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979, statsmodels' multipletests): the chance of calling at
-    least one equal pair different stays at alpha whatever the dependence between the tests, and it never
-    rejects less than Bonferroni."""
-    return [float(p) for p in multipletests(p_values, method="holm")[1]] if len(p_values) else []
+    """Holm's step-down adjusted p-values (Holm 1979): the chance of calling at least one equal pair different
+    stays at alpha whatever the dependence between the tests, and it never rejects less than Bonferroni.
+    The same figures as statsmodels' multipletests(method="holm") (a test holds them together), written out
+    because that call costs 20 ms here and the simulations that prove the error rates make it 10^5 times."""
+    m = len(p_values)
+    adjusted = [1.0] * m
+    running = 0.0
+    for step, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - step) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
 
 
 @dataclass(frozen=True)
