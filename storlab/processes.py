@@ -69,15 +69,19 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def _continue(pid: int) -> None:
-    """A stopped process acts on no signal until it is continued: continue `pid` and its descendants
-    (a PostgreSQL backend leads a session of its own, outside its server's group)."""
+def _tree(pid: int) -> list[psutil.Process]:
+    """`pid` and its descendants, found through their parents: a PostgreSQL backend leads a session of
+    its own, outside its server's process group, so a signal to the group misses it."""
     try:
         root = psutil.Process(pid)
-        found = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return
-    for process in found:
+        return []
+
+
+def _continue(pid: int) -> None:
+    """A stopped process acts on no signal until it is continued: continue `pid` and its descendants."""
+    for process in _tree(pid):
         try:
             process.resume()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -108,10 +112,8 @@ def kill_tree(pid: int) -> None:
     """SIGKILL a process that is not storlab's child (a server left by a crashed run, or a stalled one),
     its process group and its descendants (a PostgreSQL backend leads a session of its own); a stopped
     process dies of SIGKILL without being continued."""
-    try:
-        root = psutil.Process(pid)
-        found = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
+    found = _tree(pid)
+    if not found:
         return
     try:
         os.killpg(pid, signal.SIGKILL)

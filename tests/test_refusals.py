@@ -26,7 +26,7 @@ from storlab.lab import instances, setting_failures
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import folder_lock, shared_store
 from storlab.results.store import FILENAME, MIGRATIONS, RunResult, Store
-from tests.commands import invoke, storlab
+from tests.commands import invoke, start, storlab
 from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
 from tests.test_bad_input import BASE
@@ -53,13 +53,6 @@ connections = 2
 rows_per_connection = {rows}
 batch = 500
 """
-
-
-
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "storlab", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-
 
 
 def one_line(text: str) -> str:
