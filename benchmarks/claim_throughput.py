@@ -24,7 +24,7 @@ from pathlib import Path
 
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, Connection
@@ -119,7 +119,7 @@ def main() -> None:
     counts = [int(w) for w in args.workers.split(",")]
     place = Path(tempfile.mkdtemp(prefix="storlab-bench-store-", dir="/var/tmp"))
     place.chmod(0o755)
-    spec = spec_for({"data_on": "store"}, {}, {"store": place})
+    spec = spec_for(CellLayout(data_on="store"), {}, {"store": place})
     with provision("postgres", spec, False, max(counts) + 10) as instance:
         with instance.connect() as conn:
             conn.execute("CREATE DATABASE fleetbench")

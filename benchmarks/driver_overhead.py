@@ -22,17 +22,20 @@ from pathlib import Path
 from storlab.engines import provision
 from storlab.engines.mariadb import instance as mariadb
 from storlab.engines.postgres import instance as postgres
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import kind
-from storlab.workloads.random_insert import RANDOM_UUID
+from storlab.workloads.random_insert import RANDOM_UUID, RandomInsertParams
 
 ROWS_PER_CONNECTION = {10: 4_000, 1000: 40_000}
 RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCATE TABLE lab_insert"]}
 
 
+def insert_params(connections: int, rows: int, batch: int) -> RandomInsertParams:
+    return RandomInsertParams(kind="random-insert", connections=connections, rows_per_connection=rows, batch=batch)
+
+
 def storlab_rows_per_s(instance, connections: int, rows: int, batch: int) -> float:
-    params = {"connections": connections, "rows_per_connection": rows, "batch": batch}
-    load = kind("random-insert").load(instance, params, {})
+    load = kind("random-insert").load(instance, insert_params(connections, rows, batch), {})
     try:
         load.open()
         return load.run().figures["rows_per_s"]
@@ -74,10 +77,10 @@ C_CLIENT = {"postgres": ("pgbench", pgbench_rows_per_s), "mariadb": ("mariadb-sl
 def measure(engine: str, batch: int, rounds: int, connections: int, lab: Path) -> list[float]:
     rows = ROWS_PER_CONNECTION.get(batch, 100 * batch)
     client, client_rows_per_s = C_CLIENT[engine]
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab})
     ratios = []
     with provision(engine, spec, keep=False, connections=connections) as instance:
-        kind("random-insert").prepare(instance, {"connections": connections, "rows_per_connection": rows, "batch": batch}, {})
+        kind("random-insert").prepare(instance, insert_params(connections, rows, batch), {})
         for round_no in range(rounds + 1):
             results = {}
             order = ("storlab", client) if round_no % 2 else (client, "storlab")

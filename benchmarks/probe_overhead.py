@@ -9,18 +9,19 @@ load. Probe sets:
   all            what `storlab run` starts (storlab.probes.lifecycle.around_run): the wait probe with
                  its traces (PostgreSQL 15: lock and LWLock waits and per-file IO through bpftrace;
                  MariaDB: per-file IO from performance_schema), the waits per second (wait:<WaitType>),
-                 the waiting-task sampler and the device timeline
-  waiting-tasks  the waiting-task sampler alone (pg_stat_activity + pg_locks, or events_waits_current,
-                 every --period seconds)
+                 the device timeline and every probe of the registry (storlab.probes.registry)
   wait-timeline  the wait probe and its reading once a second
+  waiting_tasks, io_sizes, pressure, ...
+                 one probe of the registry alone, with its own recorder (waiting_tasks: pg_stat_activity
+                 + pg_locks, or events_waits_current, every 0.5 s)
 
 Prints each round, then per engine and probe set the ratio (rows/s with it) / (rows/s without) as the
 geometric mean over the rounds with its 95 % interval, and the median (round 0 is a warm-up for every
 set and is not counted). The interval says whether enough rounds were run: narrower than 2 % tells a
 1 % cost.
 
-    .venv/bin/python benchmarks/probe_overhead.py [--engines postgres,mariadb] [--probes all,waiting-tasks]
-        [--rounds 5] [--rows 40000] [--period 0.5] [--postgres-version 18]
+    .venv/bin/python benchmarks/probe_overhead.py [--engines postgres,mariadb] [--probes all,waiting_tasks]
+        [--rounds 5] [--rows 40000] [--postgres-version 18]
 
 PostgreSQL 18 (the wheel's server, without pg_wait_sampling) samples pg_stat_activity every 50 ms
 instead: --postgres-version 18 --probes wait-timeline measures what that sampler costs.
@@ -38,45 +39,47 @@ from pathlib import Path
 from scipy import stats as sps
 
 from storlab.engines import provision
-from storlab.lab.layout import spec_for
-from storlab.probes import waiting_tasks
-from storlab.probes.lifecycle import RunStart, around_run, recording
+from storlab.lab.layout import CellLayout, spec_for
+from storlab.probes.kept import RunScope
+from storlab.probes.lifecycle import CAPTURE, TIMELINE, Recorder, RunStart, around_run, recording
+from storlab.probes.registry import PROBES
 from storlab.probes.wait_timeline import WaitTimeline
-from storlab.probes.waiting_tasks import WaitingTasksSampler
 from storlab.workloads import kind
+from storlab.workloads.random_insert import RandomInsertParams
 
 RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCATE TABLE lab_insert"]}
-SETS = ("all", "waiting-tasks", "wait-timeline")
+ALONE = {probe.name: probe for probe in PROBES if probe.recorder is not None}
+SETS = ("all", "wait-timeline", *ALONE)
 
 
-def rows_per_s(instance, params: dict, probes: str | None, period: float) -> float:
+def recorders(instance, probes: str) -> list[Recorder]:
+    """The recorders of one probe set, as the runner starts them."""
+    if probes == "all":  # exactly what `storlab run` starts around a run, its traces included
+        return around_run(instance, traced=False)
+    if probes == "wait-timeline":
+        waits = instance.wait_probe()
+        timeline = WaitTimeline(waits.so_far)
+        return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
+                Recorder(TIMELINE, lambda run: timeline.start(run.t0), timeline.stop)]
+    alone = ALONE[probes].recorder(RunScope(instance, traced=False))
+    return [Recorder(probes, lambda run: alone.start(run.sessions, run.t0), alone.stop)]
+
+
+def rows_per_s(instance, params: RandomInsertParams, probes: str | None) -> float:
     """One load, with the probe set `probes` around it as the runner places them (None: no probe)."""
     load = kind("random-insert").load(instance, params, {})
     with ExitStack() as stack:
         stack.callback(load.close)
         sessions = load.open()
-        t0 = time.monotonic()
-        if probes == "all":  # exactly what `storlab run` starts around a run, its traces included
-            stack.enter_context(recording(around_run(instance, traced=False), RunStart(sessions, t0)))
-            return load.run().figures["rows_per_s"]
-        if probes == "wait-timeline":
-            probe = instance.wait_probe()
-            probe.start(sessions)
-            stack.callback(probe.stop)
-            timeline = WaitTimeline(probe.so_far)
-            timeline.start(t0)
-            stack.callback(timeline.stop)
-        if probes == "waiting-tasks":
-            tasks = WaitingTasksSampler(instance.waiting_tasks_probe(), period)
-            tasks.start(sessions)
-            stack.callback(tasks.stop)
+        if probes is not None:
+            stack.enter_context(recording(recorders(instance, probes), RunStart(sessions, time.monotonic())))
         return load.run().figures["rows_per_s"]
 
 
-def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float, lab: Path,
+def measure(engine: str, sets: list[str], rounds: int, rows: int, lab: Path,
             version: str | None = None) -> dict[str, list[float]]:
-    params = {"connections": 16, "rows_per_connection": rows, "batch": 1000}
-    spec = spec_for({"data_files": 4, "data_on": "disk"}, {}, {"disk": lab}, version if engine == "postgres" else None)
+    params = RandomInsertParams(kind="random-insert", connections=16, rows_per_connection=rows, batch=1000)
+    spec = spec_for(CellLayout(data_on="disk", data_files=4), {}, {"disk": lab}, version if engine == "postgres" else None)
     ratios: dict[str, list[float]] = {s: [] for s in sets}
     with provision(engine, spec, keep=False, connections=16) as instance:
         kind("random-insert").prepare(instance, params, {})
@@ -88,7 +91,7 @@ def measure(engine: str, sets: list[str], rounds: int, rows: int, period: float,
                 with instance.connect() as conn:
                     for statement in RESET[engine]:
                         conn.execute(statement)
-                results[who] = rows_per_s(instance, params, who, period)
+                results[who] = rows_per_s(instance, params, who)
             line = ", ".join(f"{who or 'no probe'} {value:,.0f}" for who, value in results.items())
             if round_no == 0:
                 print(f"  {engine} warm-up: {line} rows/s", flush=True)
@@ -112,11 +115,10 @@ def interval(ratios: list[float]) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default="postgres,mariadb")
-    parser.add_argument("--probes", default="all,waiting-tasks", help=f"comma-separated, of: {', '.join(SETS)}")
+    parser.add_argument("--probes", default="all,waiting_tasks", help=f"comma-separated, of: {', '.join(SETS)}")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", type=int, default=40_000, help="rows per connection (16 connections)")
     parser.add_argument("--postgres-version", default="15", help="the PostgreSQL version to measure (15 or 18)")
-    parser.add_argument("--period", type=float, default=waiting_tasks.PERIOD_S, help="the waiting-task sampler's period, seconds")
     args = parser.parse_args()
     sets = args.probes.split(",")
     unknown = [s for s in sets if s not in SETS]
@@ -128,7 +130,7 @@ def main() -> None:
     lab.chmod(0o755)
     summary = []
     for engine in args.engines.split(","):
-        for s, ratios in measure(engine, sets, args.rounds, args.rows, args.period, lab, args.postgres_version).items():
+        for s, ratios in measure(engine, sets, args.rounds, args.rows, lab, args.postgres_version).items():
             low, mid, high = interval(ratios)
             summary.append(f"{engine:8} {s:14}: throughput with / without {mid:.3f} [{low:.3f}, {high:.3f}] (geometric "
                            f"mean, 95 % CI; median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max "

@@ -5,9 +5,10 @@ PostgreSQL, and the same experiment on MariaDB (its engine_settings left out: th
 then prints, for each, the wall time, the time inside the workload (the sum of the runs' elapsed
 times: first transaction start to last commit) and its share of the wall time, and the seconds of
 set-up and tear-down per run (provision from the template, prepare, checkpoint, sync, page cache,
-probes, stop, removal, recording).
+probes, stop, removal, recording). --no-trace runs it as `storlab run --no-trace` does (no bpftrace):
+the difference is what the traces cost around the load.
 
-    .venv/bin/python benchmarks/setup_overhead.py [--engines postgres,mariadb] [--experiment examples/quickstart.toml]
+    .venv/bin/python benchmarks/setup_overhead.py [--engines postgres,mariadb] [--experiment examples/quickstart.toml] [--no-trace]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from storlab.results.store import Store
 from storlab.running import runner
 
 
-def measure(path: Path, engine: str) -> str:
+def measure(path: Path, engine: str, trace: bool) -> str:
     text = path.read_text()
     if engine != "postgres":
         text = re.sub(r'engine = "postgres"', f'engine = "{engine}"', text)
@@ -37,7 +38,7 @@ def measure(path: Path, engine: str) -> str:
         exp = experiment.load(copy)
         folder = Path(tmp) / "results"
         began = time.monotonic()
-        runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()))
+        runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()), trace=trace)
         wall = time.monotonic() - began
         with Store.open(folder, create=False) as store:
             runs = store.runs()
@@ -50,9 +51,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default="postgres,mariadb")
     parser.add_argument("--experiment", default=str(Path(__file__).parent.parent / "examples" / "quickstart.toml"))
+    parser.add_argument("--no-trace", action="store_true", help="Without bpftrace, as storlab run --no-trace.")
     args = parser.parse_args()
     for engine in args.engines.split(","):
-        print(measure(Path(args.experiment), engine), flush=True)
+        print(measure(Path(args.experiment), engine, not args.no_trace), flush=True)
 
 
 if __name__ == "__main__":

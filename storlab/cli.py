@@ -211,6 +211,10 @@ def _results(folder: str | None, dsn: str | None = None, experiment: str | None 
         return analysis.load(store)
 
 
+_NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or IO per file), "
+             "IO sizes as averages.")
+
+
 def _say(console: Console):
     return lambda line: console.print(line, markup=False)
 
@@ -230,8 +234,9 @@ def _say(console: Console):
 @click.option("--until-settled", is_flag=True,
               help='Stop once every factor is different or equivalent (as until = "settled" in the file): '
                    "repetitions = N becomes at most N rounds.")
+@click.option("--no-trace", is_flag=True, help=_NO_TRACE)
 def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
-        race: bool, until_settled: bool) -> None:
+        race: bool, until_settled: bool, no_trace: bool) -> None:
     """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
@@ -248,7 +253,8 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
             raise UserError("--out: give a results folder or --store, not both")
         if dry_run:
             raise UserError("--dry-run: works on a results folder; with --store, storlab submit queues the plan and says what it holds")
-        outcome = fleet.run_here(exp, dsn, fleet.check_host(host or fleet.this_host()), keep, _say(console))
+        outcome = fleet.run_here(exp, dsn, fleet.check_host(host or fleet.this_host()), keep, _say(console),
+                                 not no_trace)
         console.print()
         answer.show(_results(None, dsn, exp.name), console)
         if outcome.failed:
@@ -266,7 +272,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
         raise UserError(f"{exp.where(('hosts',))}: hosts: a results folder is one machine's; put the experiment in "
                         "a shared store (storlab submit FILE --store DSN) and start storlab worker on each host")
     with folder_lock.writing(folder):  # one writer per results folder
-        outcome = runner.run(exp, folder, keep, console)
+        outcome = runner.run(exp, folder, keep, console, not no_trace)
     console.print()
     answer.show(_results(str(folder)), console)
     console.print(f"results: {folder}  (storlab report {folder} writes the HTML report)", markup=False)
@@ -370,13 +376,16 @@ def submit(experiment_file: str, dsn: str) -> None:
 @click.option("--until-done", is_flag=True,
               help="Stop once every run this worker may take is recorded; with --experiment, fail if it refuses that one.")
 @click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
-def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, until_done: bool, keep: bool) -> None:
+@click.option("--no-trace", is_flag=True, help=_NO_TRACE)
+def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, until_done: bool, keep: bool,
+           no_trace: bool) -> None:
     """Claim runs from a shared store, run them on this host (relative placements are relative to
     the working folder), and record each with this host's name and machine facts. Takes only runs it
     can run: its engine installed, the settings accepted, its placements there or made."""
     from storlab.running import fleet
 
-    options = fleet.WorkerOptions(fleet.check_host(host or fleet.this_host()), experiment, lease_s, until_done, keep)
+    options = fleet.WorkerOptions(fleet.check_host(host or fleet.this_host()), experiment, lease_s, until_done, keep,
+                                  not no_trace)
     outcome = fleet.work(dsn, options, _say(_console()))
     if until_done:
         click.echo(f"{options.host}: {outcome.finished} runs recorded, {len(outcome.failed)} failed, {outcome.lost} given up")

@@ -83,12 +83,14 @@ def image_dir():
 
 
 def prepared(instance, kind_name: str, files: dict | None = None, **params):
-    """The workload kind `kind_name` prepared in `instance` with `params`; returns (kind, params)."""
+    """The workload kind `kind_name` prepared in `instance` with `params` (validated by the kind's
+    Params, one value each, as a cell's); returns (kind, the validated params)."""
     from storlab.workloads import kind
 
     work = kind(kind_name)
-    work.prepare(instance, params, files or {})
-    return work, params
+    validated = work.Params.model_validate({"kind": kind_name, **params})
+    work.prepare(instance, validated, files or {})
+    return work, validated
 
 
 def run_load(instance, kind_name: str, files: dict | None = None, probe=None, **params):

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from storlab.lab import instances
+from storlab.lab.layout import CellLayout
 from storlab.running import capacity
 from storlab.sizes import format_bytes
+from storlab.workloads.random_insert import RandomInsertParams
 from tests.commands import storlab
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 
@@ -66,8 +68,8 @@ def small_experiment(write_experiment, small_fs):
 
 def test_an_experiment_that_cannot_fit_is_refused_with_the_figures(small_experiment, small_fs, tmp_path):
     path = small_experiment(rows=200_000, log_on="small")  # the case: 4 connections x 200,000 rows
-    need = capacity.run_footprint("postgres", {}, {"kind": "random-insert", "connections": 4,
-                                                   "rows_per_connection": 200_000}, {})
+    need = capacity.run_footprint("postgres", CellLayout(data_on="small"),
+                                  RandomInsertParams(kind="random-insert", connections=4, rows_per_connection=200_000), {})
     expected = (f"storlab: small.toml:7: placements.small: too small: one run writes about "
                 f"{format_bytes(need.data + need.log)} (placements.small {format_bytes(need.data + need.log)}; "
                 f"cell (single cell)) and 85 MiB is free on {small_fs}; free space, choose another placement or "

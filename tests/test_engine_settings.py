@@ -14,7 +14,7 @@ from storlab.engines import provision
 from storlab.engines.mariadb.settings import conf_value as mariadb_value
 from storlab.engines.postgres.settings import conf_value as postgres_value
 from storlab.lab import instances
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import storlab
 from tests.conftest import storlab_processes
 
@@ -121,7 +121,7 @@ def test_preload_libraries_are_added_to_storlabs_and_values_stay_one_line(lab_di
     value = "it's \\ a # 'value'"
     settings = {"shared_preload_libraries": "auto_explain", "auto_explain.log_min_duration": 0,
                 "application_name": value}
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, settings, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), settings, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=2) as inst:
         with inst.connect() as conn:
             assert conn.execute("SHOW shared_preload_libraries").fetchone()[0] == "pg_wait_sampling,auto_explain"
@@ -132,7 +132,7 @@ def test_preload_libraries_are_added_to_storlabs_and_values_stay_one_line(lab_di
 
 def test_mariadb_values_stay_one_line(lab_dir):
     value = 'a "b" # c \\ d'
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {"init_connect": f"SET @x = '{value}'"}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {"init_connect": f"SET @x = '{value}'"}, {"disk": lab_dir})
     with provision("mariadb", spec, keep=False, connections=2) as inst:
         with inst.admin() as conn:
             assert conn.execute("SELECT @@init_connect").fetchone()[0] == f"SET @x = '{value}'"

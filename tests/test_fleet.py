@@ -25,7 +25,7 @@ from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import instances
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
@@ -178,7 +178,7 @@ def store_server(lab_root, monkeypatch):
     passfile = lab_root / "pgpass"
     passfile.write_text(f"*:*:*:fleet:{password}\n")
     passfile.chmod(0o600)
-    with provision("postgres", spec_for({"data_on": "store"}, {}, {"store": place}), False, 40) as instance:
+    with provision("postgres", spec_for(CellLayout(data_on="store"), {}, {"store": place}), False, 40) as instance:
         with instance.connect() as conn:
             conn.execute(f"CREATE ROLE fleet LOGIN PASSWORD '{password}'")
             conn.execute("CREATE DATABASE fleet OWNER fleet")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storlab.lab.devices import DevicePool, device_spec
-from storlab.probes import iosizes
+from storlab.probes import bpftrace, iosizes
 from storlab.probes.iosizes import AVERAGE, TRACED, IoSizeTracer, device_numbers
 from tests.devicetools import child, gone, needs_root, read_line, wait_gone
 
@@ -25,7 +25,7 @@ def test_the_program_filters_by_the_kernels_device_number():
 
 
 def test_bpftraces_maps_become_buckets_per_placement_and_direction():
-    """bpftrace -f json output as it prints it on SIGINT (recorded here, 0.17)."""
+    """bpftrace -f json output as it prints its maps (recorded here, 0.17)."""
     dev = 7 << 20 | 3
     output = "\n".join([
         '{"type": "attached_probes", "data": {"probes": 1}}',
@@ -36,7 +36,7 @@ def test_bpftraces_maps_become_buckets_per_placement_and_direction():
         json.dumps({"type": "hist", "data": {"@write": {str(dev): [{"min": 1048576, "max": 2097151, "count": 257}]}}}),
     ])
     tracer = IoSizeTracer({"fast": "7:3", "idle": "7:4"})
-    assert tracer._parse(output) == {"fast": {"read": {4096: 12, 131072: 3}, "write": {1048576: 257}},
+    assert tracer.sizes(bpftrace.parse(output)) == {"fast": {"read": {4096: 12, 131072: 3}, "write": {1048576: 257}},
                                      "idle": {"read": {}, "write": {}}}
 
 
@@ -87,7 +87,7 @@ def test_without_bpftrace_the_sizes_are_diskstats_averages(two_devices):
     for program, why in ((None, "tracing turned off"),
                          ("/nonexistent/bpftrace", "/nonexistent/bpftrace not found (Debian's bpftrace)"),
                          ("false", "bpftrace exited at start (exit 1): no output")):
-        with IoSizeTracer(device_numbers({"fast": fast.mount_point}), bpftrace=program) as tracer:
+        with IoSizeTracer(device_numbers({"fast": fast.mount_point}), command=program) as tracer:
             dd("if=/dev/zero", f"of={fast.mount_point}/data", "bs=1M", "count=32", "oflag=direct")
         result = tracer.result
         assert tracer.pid is None and (result.source, result.note) == (AVERAGE, why)
@@ -102,14 +102,16 @@ def test_the_tracer_is_gone_after_stop_and_after_an_exception(two_devices):
     tracer = IoSizeTracer(numbers)
     tracer.start()
     pid = tracer.pid
-    assert pid is not None and not gone(pid), tracer._note
+    assert pid is not None and not gone(pid), tracer.note
     result = tracer.stop()
-    assert result.source == TRACED and gone(pid), result.note
+    assert result.source == TRACED, result.note
+    bpftrace.wait_ended()  # it ends in the background once its maps are read
+    assert gone(pid)
 
     with pytest.raises(ZeroDivisionError):
         with IoSizeTracer(numbers) as tracer:
             pid = tracer.pid
-            assert pid is not None, tracer._note
+            assert pid is not None, tracer.note
             1 / 0
     assert gone(pid) and tracer.result is None
 

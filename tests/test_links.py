@@ -1,8 +1,9 @@
 """Root is never led by a link the servers' OS user plants: in a template, in an instance's folders
-(its server's log, its socket directory), in a results folder (the temporary files of report and
-export), or named as an experiment's SQL file. Run as root; each link is made by the `storlab` user
-itself (runuser), and each target is a root-only file whose content and time must stay as they were,
-and whose content must appear nowhere."""
+(its server's log, its socket directory, the files evicted from the page cache), in a killed server's
+shared memory, in a results folder (the temporary files of report and export), or named as an
+experiment's SQL file. Run as root; each link is made by the `storlab` user itself (runuser), and each
+target is a root-only file whose content and time must stay as they were, and whose content must
+appear nowhere."""
 
 from __future__ import annotations
 
@@ -11,17 +12,21 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from storlab import processes
 from storlab.cli import main
 from storlab.engines import provision
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
-from storlab.lab import instances, safe_files, templates
-from storlab.lab.layout import spec_for
+from storlab.engines.postgres import shared_memory
+from storlab.lab import instances, safe_files, settle, templates
+from storlab.lab.layout import CellLayout, spec_for
+from tests.conftest import storlab_processes
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 
@@ -74,7 +79,7 @@ def private_templates(monkeypatch):
 
 
 def small_spec(lab_dir: Path):
-    return spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    return spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
 
 
 def owners(folder: Path) -> set[int]:
@@ -198,6 +203,74 @@ def test_a_socket_folder_swapped_for_a_link_is_not_emptied(lab_root, lab_dir, pr
             shutil.rmtree(moved, ignore_errors=True)
             Path(str(moved).removesuffix("-moved")).unlink(missing_ok=True)
     assert victim.untouched()
+
+
+def test_evicting_an_instance_never_follows_a_folder_swapped_for_a_link_mid_walk(lab_root, victim, monkeypatch):
+    """The folders evict walks are the servers' user's: it swaps one for a link to root's folder while
+    the walk is inside it (at the first file's fadvise), where files of the same names wait."""
+    root = lab_root / "storlab-po12345678"  # an instance's own folder on a placement, root's
+    root.mkdir(mode=0o711)
+    folder = root / "pgdata" / "base"
+    folder.mkdir(parents=True)
+    for name in ("one", "two"):
+        (folder / name).write_text("the server's\n")
+        Victim(victim.path.parent, name)
+    instances.give_to(root / "pgdata", instances.server_user())
+    advised = []
+    fadvise = os.posix_fadvise
+
+    def swap_then_advise(fd: int, offset: int, length: int, advice: int) -> None:
+        if not advised:
+            assert as_server_user("mv", folder, folder.with_name("moved")).returncode == 0
+            plant(folder, victim.path.parent)
+        st = os.fstat(fd)
+        advised.append((st.st_dev, st.st_ino))
+        fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", swap_then_advise)
+    assert settle.evict([root]) == 2
+    roots_files = {(st.st_dev, st.st_ino) for st in map(os.stat, victim.path.parent.iterdir())}
+    assert len(advised) == 2 and not roots_files & set(advised)
+    assert victim.untouched()
+
+
+@pytest.mark.engine
+def test_a_killed_servers_shared_memory_is_never_read_through_a_fifo(lab_dir, private_templates):
+    """The servers' user swaps a killed server's control segment in /dev/shm for a FIFO: reading it
+    would never end. What can be released is, and the FIFO is left alone."""
+    fifos = []
+    with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
+        ws = inst.workspace
+        with open(f"/proc/{ws.server.pid}/maps") as maps:
+            fifos = sorted({Path(line.split()[-1]) for line in maps if "/dev/shm/PostgreSQL." in line})
+        assert fifos  # the control segment, mapped by the postmaster
+        processes.kill_tree(ws.server.pid)
+        ws.server.proc.wait()
+        for fifo in fifos:
+            assert as_server_user("rm", fifo).returncode == 0
+            assert as_server_user("mkfifo", fifo).returncode == 0
+        released = []
+        release = threading.Thread(target=lambda: released.extend(shared_memory.release(list(map(Path, ws.manifest.dirs)))),
+                                   daemon=True)
+        try:
+            release.start()
+            release.join(60)  # a hang guard: a FIFO's read waits for a writer
+            hung = release.is_alive()
+        finally:
+            for fifo in fifos:  # a writer that closes at once ends a read that hung
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    pass
+            release.join()
+    try:
+        assert not hung
+        assert released and all(r.startswith("shared memory segment ") for r in released)
+        assert all(fifo.is_fifo() for fifo in fifos)
+    finally:
+        for fifo in fifos:
+            fifo.unlink(missing_ok=True)
+    assert storlab_processes() == []
 
 
 def test_a_marker_that_is_a_fifo_or_a_link_is_not_read(lab_root, victim):

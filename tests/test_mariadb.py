@@ -14,7 +14,7 @@ from storlab.engines import provision
 from storlab.engines.mariadb import instance as mariadb
 from storlab.errors import UserError
 from storlab.lab import instances
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads.random_insert import RANDOM_UUID
 from tests.conftest import prepared, run_load, storlab_processes
 
@@ -84,7 +84,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_partitions_and_redo_log_are_where_declared(two_placements):
-    spec = spec_for({"data_files": 4, "data_on": {"disk": 1, "fast": 1}, "log_on": "fast", "log_size": "64MB"},
+    spec = spec_for(CellLayout(data_on={"disk": 1, "fast": 1}, data_files=4, log_on="fast", log_size_bytes=64 * 2**20),
                     {}, two_placements)
     with provision("mariadb", spec, keep=False, connections=2) as inst:
         (pid,) = storlab_processes()
@@ -111,8 +111,8 @@ def test_partitions_and_redo_log_are_where_declared(two_placements):
 
 
 def test_system_tablespace_files_in_order_across_placements(two_placements):
-    spec = spec_for({"data_files": 3, "data_on": {"disk": 2, "fast": 1}, "striping": "contiguous",
-                     "file_kind": "system-tablespace"}, {}, two_placements)
+    spec = spec_for(CellLayout(data_on={"disk": 2, "fast": 1}, data_files=3, striping="contiguous",
+                               file_kind="system-tablespace"), {}, two_placements)
     with provision("mariadb", spec, keep=False, connections=2) as inst:
         prepared(inst, "random-insert", batch=100)
         with inst.connect() as conn:
@@ -127,7 +127,7 @@ def test_system_tablespace_files_in_order_across_placements(two_placements):
 
 @pytest.mark.parametrize("page_size, expected", [("4k", 4096), ("32k", 32768), ("64k", 65536)])
 def test_page_size_is_honoured(tmp_placement, page_size, expected):
-    spec = spec_for({"data_files": 2, "data_on": "disk", "page_size": page_size}, {}, tmp_placement)
+    spec = spec_for(CellLayout(data_on="disk", data_files=2, page_size=page_size), {}, tmp_placement)
     with provision("mariadb", spec, keep=False, connections=2) as inst:
         run_load(inst, "random-insert", connections=1, rows_per_connection=500, batch=200)
         with inst.connect() as conn:
@@ -137,7 +137,7 @@ def test_page_size_is_honoured(tmp_placement, page_size, expected):
 
 
 def test_pytest_tmp_path_placement_works_or_fails_clearly(tmp_path):
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": tmp_path})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": tmp_path})
     blocked = instances.unreachable_ancestor(tmp_path, instances.server_user())
     if blocked is not None:  # as root: pytest's base temp dir is private to root
         with pytest.raises(UserError, match=str(blocked)):
@@ -151,10 +151,9 @@ def test_pytest_tmp_path_placement_works_or_fails_clearly(tmp_path):
 
 def test_waits_count_reads_from_disk_for_the_workload_user_only(lab_dir):
     # A buffer pool far smaller than the table: the sessions read the pages they insert into.
-    spec = spec_for({"data_files": 2, "data_on": "disk"}, {"innodb_buffer_pool_size": "8M"}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk", data_files=2), {"innodb_buffer_pool_size": "8M"}, {"disk": lab_dir})
     with provision("mariadb", spec, keep=False, connections=4) as inst:
-        params = {"connections": 4, "rows_per_connection": 12_000, "batch": 1000}
-        work, _ = prepared(inst, "random-insert", **params)
+        work, params = prepared(inst, "random-insert", connections=4, rows_per_connection=12_000, batch=1000)
         probe = inst.wait_probe()
         assert probe.source == "performance_schema"
         load = work.load(inst, params, {})
@@ -203,7 +202,7 @@ def test_waits_count_reads_from_disk_for_the_workload_user_only(lab_dir):
 
 
 def test_server_is_unprivileged_and_stops_on_error(lab_dir):
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with pytest.raises(ZeroDivisionError):
         with provision("mariadb", spec, keep=False, connections=2) as inst:
             (pid,) = storlab_processes()
@@ -220,7 +219,7 @@ def test_server_is_unprivileged_and_stops_on_error(lab_dir):
 def test_no_option_file_can_open_it_to_the_network(lab_dir):
     """skip-networking and the socket are on the server's command line, after its option file: lines
     added to my.cnf change nothing at the next start."""
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with provision("mariadb", spec, keep=False, connections=2) as inst:
         with open(inst.roots["disk"] / "my.cnf", "a") as f:
             f.write("skip-networking = 0\nport = 33999\nbind-address = 127.0.0.1\nsocket = /tmp/storlab-test.sock\n")

@@ -1,6 +1,12 @@
+from pathlib import Path
+
+from storlab.answer import explain
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
-from storlab.lab.layout import assign_files
+from storlab.lab.devices import DeviceFormat, DeviceSpec
+from storlab.lab.layout import CellLayout, assign_files
+from storlab.running import stall
+from storlab.workloads.random_insert import RandomInsertParams
 
 BODY = """
 name = "m"
@@ -30,7 +36,30 @@ def test_product_order_and_stable_ids(write_experiment):
     assert len(cells) == 8 and len({c.id for c in cells}) == 8
     again = matrix.cells(experiment.load(write_experiment(BODY.replace("repetitions = 2", "repetitions = 9"), "b.toml")))
     assert [c.id for c in again] == [c.id for c in cells]
-    assert cells[3].layout["data_files"] == 1 and cells[3].workload["connections"] == 8
+    assert cells[3].layout.data_files == 1 and cells[3].workload.connections == 8
+
+
+def test_cells_carry_typed_values_one_each(write_experiment):
+    """A cell's layout has its sizes in bytes, its workload is the kind's own parameters with the
+    cell's value of each factor, its device placement a device spec; the ids stay the factors' hashes."""
+    body = BODY.replace('ram = "tmpfs"', 'ram = "tmpfs"\nfast = { loop = "64MB", sector = [512, 4096], image_dir = "/var/tmp/img" }')
+    body = body.replace('data_on = "disk"', 'data_on = { disk = 3, fast = 1 }\nlog_size = ["64MB", "1GB"]')
+    body = body.replace("connections = [4, 8]", "connections = [4, 8]\nwarmup_s = 2\nstall_after_s = 9")
+    cells = matrix.cells(experiment.load(write_experiment(body), check_placements=False))
+    cell = next(c for c in cells if c.label == "fast.sector=4096 data_files=2 log_on=ram log_size=1GB connections=8")
+    assert cell.layout == CellLayout(data_on={"disk": 3, "fast": 1}, data_files=2, log_on="ram", log_size_bytes=2**30)
+    assert type(cell.workload) is RandomInsertParams
+    assert (cell.workload.connections, cell.workload.rows_per_connection, cell.workload.warmup_s) == (8, 100_000, 2.0)
+    assert stall.stall_after(cell.workload) == 9
+    assert cell.devices == {"fast": DeviceSpec(DeviceFormat(64 * 2**20, 4096, "ext4", "", Path("/var/tmp/img")), 128)}
+    assert cell.id == matrix.cell_id(cell.factors) and len({c.id for c in cells}) == len(cells) == 32
+
+
+def test_explain_counts_a_cells_sessions_from_its_stored_parameters():
+    stored = {"identity": {"workload": {"kind": "random-insert", "connections": [4, 8], "batch": 10}}}
+    assert explain.sessions(stored, {"workload.connections": 8}) == 8
+    assert explain.sessions({"identity": {"workload": {"kind": "bulk-insert", "rows": 10}}}, {}) == 1
+    assert explain.sessions({"identity": {"workload": {"kind": "a-kind-of-later"}}}, {}) == 1
 
 
 

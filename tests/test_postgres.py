@@ -10,7 +10,7 @@ from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.conftest import prepared, run_load, storlab_processes
 
@@ -25,7 +25,7 @@ def two_placements(lab_root, lab_dir):
 
 
 def test_layout_puts_files_where_declared(two_placements):
-    spec = spec_for({"data_files": 4, "data_on": {"disk": 1, "fast": 1}, "log_on": "fast"}, {}, two_placements)
+    spec = spec_for(CellLayout(data_on={"disk": 1, "fast": 1}, data_files=4, log_on="fast"), {}, two_placements)
     with provision("postgres", spec, keep=False, connections=4) as inst:
         prepared(inst, "random-insert", batch=100)
         with inst.connect() as conn:
@@ -54,7 +54,7 @@ def test_layout_puts_files_where_declared(two_placements):
 
 
 def test_server_runs_unprivileged_and_stops_on_error(lab_dir):
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with pytest.raises(ZeroDivisionError):
         with provision("postgres", spec, keep=False, connections=2):
             pids = storlab_processes()
@@ -67,10 +67,9 @@ def test_server_runs_unprivileged_and_stops_on_error(lab_dir):
 
 
 def test_random_insert_records_rows_latency_and_waits(lab_dir):
-    spec = spec_for({"data_files": 2, "data_on": "disk"}, {}, {"disk": lab_dir})
-    params = {"connections": 4, "rows_per_connection": 20_000, "batch": 1000}
+    spec = spec_for(CellLayout(data_on="disk", data_files=2), {}, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=4) as inst:
-        work, _ = prepared(inst, "random-insert", **params)
+        work, params = prepared(inst, "random-insert", connections=4, rows_per_connection=20_000, batch=1000)
         for probe in (inst.wait_probe(), postgres.ActivityProbe(inst)):
             load = work.load(inst, params, {})
             try:
@@ -94,7 +93,7 @@ def test_random_insert_records_rows_latency_and_waits(lab_dir):
 
 
 def test_keep_leaves_directories_and_clean_removes_them(lab_dir):
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with provision("postgres", spec, keep=True, connections=2):
         pass
     kept = list(lab_dir.glob("storlab-*"))
@@ -122,7 +121,7 @@ def test_never_removes_a_directory_it_did_not_make(lab_dir):
 def test_no_configuration_file_can_open_it_to_the_network(lab_dir):
     """What keeps an instance private is on the server's command line: lines added to its
     postgresql.auto.conf (a file the servers' user can write) change nothing at the next start."""
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=2) as inst:
         conf = inst.roots["disk"] / "pgdata" / "postgresql.auto.conf"
         with open(conf, "a") as f:
@@ -141,14 +140,14 @@ def test_a_placement_path_with_a_quote_is_quoted_or_refused_in_one_line(lab_root
     placements = {"disk": lab_root / "disk", "log": lab_root / "o'neil's \\ log"}
     for path in placements.values():
         path.mkdir()
-    spec = spec_for({"data_files": 2, "data_on": "disk", "log_on": "log"}, {}, placements)
+    spec = spec_for(CellLayout(data_on="disk", data_files=2, log_on="log"), {}, placements)
     with provision("postgres", spec, keep=False, connections=2) as inst:
         run_load(inst, "random-insert", connections=2, rows_per_connection=500, batch=100)
         with inst.connect() as conn:
             assert conn.execute("SELECT count(*) FROM lab_insert").fetchone()[0] == 1000
             wal = Path(conn.execute("SHOW data_directory").fetchone()[0], "pg_wal").resolve()
     assert wal.is_relative_to(placements["log"])
-    quoted = spec_for({"data_files": 2, "data_on": "log"}, {}, placements)
+    quoted = spec_for(CellLayout(data_on="log", data_files=2), {}, placements)
     with pytest.raises(UserError, match=r"^placement log: .*o'neil's .* cannot hold a tablespace \(PostgreSQL refuses "
                                         r"a ' in a tablespace's location\); choose another directory$"):
         with provision("postgres", quoted, keep=False, connections=2):

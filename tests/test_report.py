@@ -1,6 +1,7 @@
 """The report of a recorded experiment (tests/data/explain: a real PostgreSQL run and `storlab io` of its
-disk placement): what it shows, its PNGs, and the page as a phone's browser renders it (headless
-Chromium: no console error, no request beyond the file itself, every chart drawn, no sideways scroll)."""
+disk placement): what it shows, its PNGs, and the page as a browser renders it at a phone's width and a
+desktop's (headless Chromium: no console error, no request beyond the file itself, every chart drawn,
+no sideways scroll, no two texts of a chart overlapping)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,25 @@ import io
 import json
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from storlab.answer import analysis
+from storlab.probes import iosizes
+from storlab.report import io_report, wait_report
+from storlab.report.charts import plt
+from storlab.results.store import Store
 from tests.browser import Chromium
 from tests.commands import invoke
 
 RECORDED = Path(__file__).parent / "data" / "explain"
 IO_FOLDER = "io-var-tmp-storlab-testdata-disk"
 CHARTS = ["factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
-          "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png"]
+          "latency.png", "mb_s.png", "cpu_percent.png", "io.png"]
 
 
 
@@ -30,6 +37,44 @@ def recorded(tmp_path) -> Path:
     leaves it by default."""
     shutil.copytree(RECORDED, tmp_path / "results")
     return tmp_path / "results" / "quickstart"
+
+
+# Requests per run by power-of-two bucket, as bpftrace traced them on this machine's disk under the
+# quickstart's log_on=disk cell (20,000 rows per session; the 4 MiB writes zero-fill new WAL segments).
+TRACED_WRITES = {4096: 5841, 8192: 1286, 16384: 5280, 32768: 4348, 65536: 168, 131072: 61, 262144: 29, 524288: 59,
+                 1048576: 22, 2097152: 20, 4194304: 60}
+TRACED_READS = {4096: 198, 8192: 211, 16384: 45, 32768: 30, 65536: 11, 262144: 1}
+# Each run's average read and write size and requests from /proc/diskstats, as runs of the log_on=ram
+# cells kept them on this machine: every run's average is another size.
+AVERAGES = [(11985, 27, 21845, 3), (12822, 23, 18432, 2), (12616, 25, 21271, 2), (7420, 69, 23004, 3)]
+EVENTS = [(0.4, "event:wal_switch", 1.0), (1.2, "event:checkpoint", 0.6), (1.5, "event:wal_switch", 1.0)]
+
+
+@pytest.fixture
+def traced(recorded) -> Path:
+    """The recorded experiment with what its runs did not trace there (not root): IO sizes traced in
+    the log_on=disk cells and only diskstats' averages in the others, as a run keeps them, and a
+    checkpoint and two WAL switches on the first run of each cell."""
+    with Store.open(recorded, create=False) as store:  # migrated: the io_sizes table is there
+        runs = store.runs()
+        cells = {c[0]: c[1] for c in store.db.execute("SELECT id, label FROM cells")}
+    rows, events, first = [], [], set()
+    for run in runs:
+        if "log_on=disk" in cells[run.cell_id]:
+            for direction, counts in (("read", TRACED_READS), ("write", TRACED_WRITES)):
+                rows += [(run.id, "disk", direction, size, n, iosizes.TRACED) for size, n in counts.items()]
+        else:  # data_files=1 the first two, data_files=4 the last two, by repetition
+            read, reads, write, writes = AVERAGES[2 * ("data_files=4" in cells[run.cell_id]) + run.repetition - 1]
+            rows += [(run.id, "disk", "read", read, reads, iosizes.AVERAGE),
+                     (run.id, "disk", "write", write, writes, iosizes.AVERAGE)]
+        if run.cell_id not in first:
+            first.add(run.cell_id)
+            events += [(run.id, *event) for event in EVENTS]
+    with sqlite3.connect(recorded / "storlab.sqlite") as db:
+        db.executemany("INSERT INTO io_sizes (run_id, placement, direction, size_bytes, requests, source) "
+                       "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        db.executemany("INSERT INTO timeline (run_id, t_s, metric, value) VALUES (?, ?, ?, ?)", events)
+    return recorded
 
 
 def test_the_report_shows_what_explains_the_numbers(recorded):
@@ -56,11 +101,27 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
     assert "<pre>" not in page
 
 
-def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_best(recorded):
-    from storlab.answer import analysis
-    from storlab.report import wait_report
-    from storlab.results.store import Store
+def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(traced):
+    with Store.open(traced, create=False) as store:
+        found = {c.label: c for c in io_report.sizes_by_cell(store, analysis.load(store))}
+    disk, ram = found["data_files=1 log_on=disk"], found["data_files=1 log_on=ram"]
+    assert disk.traced == {("disk", "read"): TRACED_READS, ("disk", "write"): TRACED_WRITES} and disk.averages == {}
+    # Each run's average weighted by its requests, and the requests per run.
+    (read, reads), (write, writes) = ram.averages[("disk", "read")], ram.averages[("disk", "write")]
+    assert ram.traced == {} and reads == pytest.approx((27 + 23) / 2) and writes == pytest.approx(2.5)
+    assert read == pytest.approx((11985 * 27 + 12822 * 23) / 50) and write == pytest.approx((21845 * 3 + 18432 * 2) / 5)
+    assert invoke("report", traced).exit_code == 0
+    page = (traced / "report.html").read_text()
+    # The legend (in the SVG, each text's string in a comment): requests per run, or the averages as averages.
+    assert "<!-- data_files=1 log_on=disk: 496 reads, 17,174 writes per run -->" in page
+    assert "<!-- data_files=1 log_on=ram: average only, 12 KiB per read, 20 KiB per write (25 reads, 2 writes per run)" in page
+    assert "a dashed line is a cell whose runs could keep only the average size per request" in page
+    assert page.count("as traced: checkpoints shaded from their start over their duration, WAL switches dotted") == 2
+    for name in ("latency.png", "mb_s.png", "io_sizes.png"):
+        assert Image.open(traced / name).format == "PNG"
 
+
+def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_best(recorded):
     with Store.open(recorded, create=False) as store:
         results = analysis.load(store)
     order = [c.cell.label for c in wait_report.in_factor_order(results)]
@@ -104,19 +165,70 @@ FIGURES = """JSON.stringify({
     return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height}; })})"""
 
 
-def test_the_report_renders_in_a_phone_browser(recorded):
-    assert invoke("report", recorded).exit_code == 0
-    url = (recorded / "report.html").resolve().as_uri()
+# Every text of every chart (matplotlib's SVG keeps each as a group of glyphs, its text in a comment
+# before them) with its box on the page.
+TEXTS = """JSON.stringify([...document.querySelectorAll('figure svg')].map(svg => {
+  let title = svg.closest('figure').previousElementSibling;
+  while (title && title.tagName !== 'H2') title = title.previousElementSibling;
+  const texts = [...svg.querySelectorAll('g[id^="text_"]')].map(g => {
+    const r = g.getBoundingClientRect();
+    const note = [...g.childNodes].find(n => n.nodeType === Node.COMMENT_NODE);
+    return {text: note ? note.data.trim() : g.id, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+  }).filter(t => t.right > t.left && t.bottom > t.top);
+  return {chart: title ? title.textContent : '?', texts};
+}))"""
+
+
+def overlapping(charts: list[dict], tolerance_px: float = 0.5) -> list[tuple[str, str, str]]:
+    """(chart, text, text) for every two texts of one chart whose boxes overlap by more than the tolerance
+    both ways."""
+    found = []
+    for chart in charts:
+        texts = chart["texts"]
+        for i, a in enumerate(texts):
+            for b in texts[i + 1:]:
+                across = min(a["right"], b["right"]) - max(a["left"], b["left"])
+                down = min(a["bottom"], b["bottom"]) - max(a["top"], b["top"])
+                if across > tolerance_px and down > tolerance_px:
+                    found.append((chart["chart"], a["text"], b["text"]))
+    return found
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_report_renders_in_a_browser_and_no_two_labels_overlap(traced, width):
+    assert invoke("report", traced).exit_code == 0
+    url = (traced / "report.html").resolve().as_uri()
     with Chromium() as browser:
-        session = browser.open(url, 390, 844)
+        session = browser.open(url, width, 844)
         page = json.loads(browser.evaluate(FIGURES, session))
-        assert len(page["charts"]) == len(CHARTS)
-        assert page["scrollWidth"] <= page["innerWidth"] == 390  # nothing makes the page scroll sideways
+        assert len(page["charts"]) == len(CHARTS) + 1  # and the IO sizes
+        assert page["scrollWidth"] <= page["innerWidth"] == width  # nothing makes the page scroll sideways
         for chart in page["charts"]:
-            assert chart["width"] <= 390 and chart["height"] > 100, chart
+            assert chart["width"] <= width and chart["height"] > 100, chart
             assert _non_blank(browser.screenshot(session, chart)), chart
+        charts = json.loads(browser.evaluate(TEXTS, session))
+        assert len(charts) == len(page["charts"]) and all(len(c["texts"]) > 5 for c in charts)
+        assert overlapping(charts) == []
         assert browser.errors() == []
         assert browser.requests() == [url]  # self-contained: no other file, no address
+
+
+def test_the_browser_check_sees_overlapping_labels(tmp_path):
+    """The overlap check can fail: tick labels too long for their ticks, drawn as they are (without
+    charts.svg turning them upright), are found."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.bar(range(12), range(12))
+    ax.set_xticks(range(12), [f"data_files={n} log_on=disk" for n in range(12)])
+    drawn = io.StringIO()
+    fig.savefig(drawn, format="svg")
+    plt.close(fig)
+    page = tmp_path / "overlap.html"
+    page.write_text(f"<!doctype html><html><body><h2>labels</h2><figure>{drawn.getvalue()[drawn.getvalue().index('<svg'):]}"
+                    "</figure></body></html>")
+    with Chromium() as browser:
+        session = browser.open(page.as_uri(), 1280, 844)
+        found = overlapping(json.loads(browser.evaluate(TEXTS, session)))
+    assert ("labels", "data_files=0 log_on=disk", "data_files=1 log_on=disk") in found
 
 
 def test_the_browser_check_sees_errors_requests_and_blank_charts(tmp_path):
@@ -140,8 +252,6 @@ def test_every_recorded_bucket_is_divided_by_the_time_it_covers(recorded):
     """The throughput buckets of each recorded run, times their widths (the last one up to the end of
     the run), give back every row: a last partial second divided by a whole one, the old false
     tail-off, would lose rows here; and no bucket is a sliver."""
-    from storlab.results.store import Store
-
     counts = []
     with Store.open(recorded, create=False) as store:
         runs = store.runs()

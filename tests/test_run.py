@@ -76,6 +76,11 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     assert report.returncode == 0, report.stderr
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 2 and "data_files" in html and "Wait statistics" in html
+    if Path("/proc/pressure/io").exists():  # the kernel's pressure probe kept each run's, and shows them
+        with sqlite3.connect(out / "storlab.sqlite") as db:
+            kept = db.execute("SELECT count(DISTINCT run_id) FROM pressure WHERE name = 'nr_dirtied' AND value > 0")
+            assert kept.fetchone()[0] == 4
+        assert "The kernel&#x27;s view: stalls and page-cache writes" in html
 
     exported = storlab("export", str(out), "--format", "csv")
     assert exported.returncode == 0

@@ -14,6 +14,7 @@ import pytest
 
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
+from storlab.probes import iosizes
 from storlab.results.store import Store
 from tests.commands import storlab
 from tests.conftest import storlab_processes
@@ -76,7 +77,7 @@ def test_read_ahead_makes_the_reads_large_and_the_scan_fast(write_experiment, im
             assert (seen["logical_sector"], seen["filesystem"], seen["direct_io"]) == (4096, "ext4", True)
             assert seen["read_ahead_kb"] == cells[run.cell_id]
             assert run.figures["table_mb"] > 30 and run.figures["cpu_s"] > 0
-            reads = {size: n for _, direction, size, n, _ in store.io_sizes(run.id) if direction == "read"}
+            reads = {size: n for _, direction, size, n, _ in store.kept(iosizes.PROBE, run.id) if direction == "read"}
             total = sum(size * n for size, n in reads.items())
             assert total > 30 * 2**20  # the whole table came from the device: the scans were cold
             share_4k = sum(size * n for size, n in reads.items() if size <= 4096) / total

@@ -11,7 +11,7 @@ import pytest
 
 from storlab.engines import provision
 from storlab.lab import instances, templates
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from tests.conftest import run_load, storlab_processes
 
 pytestmark = pytest.mark.engine
@@ -41,7 +41,7 @@ def test_runs_copy_one_template_and_leave_it_as_it_was(engine, lab_root, private
     disk, fast = lab_root / "disk", lab_root / "fast"
     disk.mkdir()
     fast.mkdir()
-    layout = {"data_files": 2, "data_on": {"disk": 1, "fast": 1}, "log_on": "fast"}
+    layout = CellLayout(data_on={"disk": 1, "fast": 1}, data_files=2, log_on="fast")
     spec = spec_for(layout, {}, {"disk": disk, "fast": fast})
     before = None
     for round_no in range(2):
@@ -70,7 +70,7 @@ def servers_segments() -> set[Path]:
 
 
 def test_an_immediate_shutdown_leaves_no_shared_memory(lab_dir, private_templates):
-    spec = spec_for({"data_files": 1, "data_on": "disk"}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     before = servers_segments()
     with provision("postgres", spec, keep=False, connections=2) as inst:
         run_load(inst, "random-insert", connections=2, rows_per_connection=1000, batch=100)

@@ -1,28 +1,38 @@
 """Exact waits and IO per file, recorded by `storlab run` on real servers: PostgreSQL's trace points
 through bpftrace (every lock wait named by its relation, counts in the wait table, each partition's
 and WAL segment's writes), and each file's reads and stalls on a cold scan, on PostgreSQL (smgr trace
-points) and MariaDB (performance_schema)."""
+points) and MariaDB (performance_schema). The traces read their maps right after the load and end in
+the background, never outliving storlab; --no-trace runs none."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
 
+from storlab.engines import provision
 from storlab.engines.postgres.traced_waits import why_not_traced
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, traced_waits
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.store import RunResult, Store
 from tests import commands
+from tests.conftest import stop_storlab
+from tests.devicetools import child, gone, read_line
 
 TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is not None,
                             reason="tracing needs root and bpftrace")
+POSTGRES_15 = Path("/usr/lib/postgresql/15/bin/postgres")
 
 # The seed-000 twin, small: 16 sessions inserting random UUIDs into 8 hash partitions.
 TWIN = """
@@ -80,20 +90,26 @@ def traces_of(state: Path) -> list[int]:
     return found
 
 
-def record(tmp_path_factory, body: str, **fields) -> Path:
+@contextmanager
+def laid_out(tmp_path_factory, body: str, **fields) -> Iterator[tuple[Path, Path, dict, Path]]:
+    """(experiment file, results folder, environment, state dir) of a run with a state dir of its own;
+    its placement removed afterwards."""
     root = tmp_path_factory.mktemp("traced")
     lab = Path("/var/tmp") / f"storlab-test-traced-{os.getpid()}-{root.name}"
     lab.mkdir(mode=0o755, exist_ok=True)
     lab.chmod(0o755)  # the servers' OS user must reach it
     experiment = root / "exp.toml"
     experiment.write_text(body.format(disk=lab, **fields))
-    out = root / "results"
     state = tmp_path_factory.mktemp("state")
-    env = {**os.environ, "STORLAB_STATE_DIR": str(state)}
     try:
-        done = storlab("run", experiment, "--out", out, env=env)
+        yield experiment, root / "results", {**os.environ, "STORLAB_STATE_DIR": str(state)}, state
     finally:
         subprocess.run(["rm", "-rf", "--one-file-system", str(lab)], check=False)
+
+
+def record(tmp_path_factory, body: str, *options: str, **fields) -> Path:
+    with laid_out(tmp_path_factory, body, **fields) as (experiment, out, env, state):
+        done = storlab("run", experiment, "--out", out, *options, env=env)
     assert done.returncode == 0, done.stderr
     assert traces_of(state) == []  # every bpftrace it started is gone
     return out
@@ -159,7 +175,7 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
     assert done.returncode == 0, done.stderr
     run = json.loads((twin / "runs.json").read_text())[0]
     assert {"Lock:extend"} <= {t["wait_type"] for t in run["traced_waits"]}
-    assert any(f["object"] == "WAL" for f in run["files"])
+    assert any(f["object"] == "WAL" for f in run["file_io"])
 
 
 @pytest.mark.engine
@@ -227,3 +243,108 @@ def test_traced_counts_sit_beside_the_sampled_time():
 
     row = next(r for r in top_share(merged.waits) if r.wait_type == "Lock:extend")
     assert row.avg_wait_s == pytest.approx(1.2 / 40)  # the trace's own average, not sampled / counted
+
+
+SMALL = TWIN.replace("repetitions = 1", "repetitions = {reps}").replace("rows_per_connection = 20000",
+                                                                      "rows_per_connection = 5000")
+
+
+@TRACED
+def test_the_maps_are_read_at_once_and_the_trace_ends_in_the_background():
+    trace = bpftrace.Trace('interval:ms:10 { @ticks = count(); @sizes["a", 1] = hist(4096); }')
+    trace.start()
+    pid = trace.pid
+    assert pid is not None, trace.note
+    time.sleep(0.3)  # some ticks
+    maps = trace.stop()
+    assert maps is not None, trace.note
+    assert maps["ticks"][("",)] > 0 and list(maps["sizes"][("a", "1")]) == [4096]
+    assert not trace.running
+    bpftrace.wait_ended()
+    assert gone(pid)
+
+
+@TRACED
+@pytest.mark.skipif(not POSTGRES_15.exists(), reason="PostgreSQL 15 is not installed")
+def test_a_storlab_that_exits_waits_for_its_traces_to_end():
+    """The maps read, storlab exits at once: the trace, still detaching its PostgreSQL trace points
+    (the kernel takes seconds), is reaped before storlab goes; one killed with its parent instead
+    would still be detaching after it."""
+    proc = child(f"""
+        from pathlib import Path
+        from storlab.engines.postgres.traced_waits import program
+        from storlab.probes import bpftrace
+        trace = bpftrace.Trace(program(Path("{POSTGRES_15}"), [1], 1))  # no session of pid 1: nothing counted
+        trace.start()
+        print(trace.pid, flush=True)
+        assert trace.stop() is not None, trace.note
+    """)
+    pid = int(read_line(proc))
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert gone(pid)
+
+
+@pytest.mark.engine
+def test_no_trace_runs_no_bpftrace_and_says_so(tmp_path_factory):
+    out = record(tmp_path_factory, SMALL, "--no-trace", reps=1)
+    said = " ".join(storlab("waits", out, "--resources", "--files").stdout.split())
+    assert "(counts unavailable: traces turned off (--no-trace))" in said
+    assert "no traced lock waits: counts unavailable (traces turned off (--no-trace))" in said
+    assert "no per-file IO: counts unavailable (traces turned off (--no-trace))" in said
+    shown = storlab("show", out)
+    assert shown.returncode == 0, shown.stderr
+    assert "IO per file unavailable: traces turned off (--no-trace) (sampled waits kept)" in " ".join(shown.stdout.split())
+    with sqlite3.connect(out / "storlab.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM waits WHERE wait_count IS NOT NULL").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM waits").fetchone()[0] > 0  # the sampled waits are kept
+
+
+def _runs(out: Path) -> int:
+    try:
+        with sqlite3.connect(out / "storlab.sqlite") as db:
+            return db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    except sqlite3.Error:  # not made yet
+        return 0
+
+
+@pytest.mark.engine
+@TRACED
+@pytest.mark.parametrize("moment", ["while a trace counts", "as a run is recorded"])
+def test_ctrl_c_leaves_no_trace_running(tmp_path_factory, moment):
+    with laid_out(tmp_path_factory, SMALL, reps=4) as (experiment, out, env, state):
+        proc = commands.start("run", experiment, "--out", out, env=env)
+        try:
+            deadline = time.monotonic() + 300
+            while not (traces_of(state) if moment == "while a trace counts" else _runs(out)):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130, proc.stderr.read()
+            assert traces_of(state) == []
+        finally:
+            stop_storlab(proc)
+
+
+@pytest.mark.engine
+@TRACED
+def test_checkpoints_and_wal_switches_are_the_runs_timeline_events(lab_dir):
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
+    with provision("postgres", spec, keep=False, connections=1) as inst, inst.connect() as conn:
+        probe = inst.wait_probe()
+        t0 = time.monotonic()
+        probe.start([conn.execute("SELECT pg_backend_pid()").fetchone()[0]])
+        try:
+            conn.execute("CREATE TABLE lab_events AS SELECT g FROM generate_series(1, 10000) g")
+            conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+        finally:
+            capture = probe.stop()
+        traced_s = time.monotonic() - t0
+    assert capture.source.endswith("+ bpftrace counts"), capture.source
+    points = [(at - t0, metric, value) for at, metric, value in capture.events]
+    switches = [(t, v) for t, metric, v in points if metric == "event:wal_switch"]
+    checkpoints = [(t, v) for t, metric, v in points if metric == "event:checkpoint"]
+    assert len(switches) == 1 and switches[0][1] == 1.0 and 0 < switches[0][0] < traced_s, points
+    # The checkpoint asked for, on the same clock: it starts after the switch and ends inside the trace.
+    assert checkpoints and all(switches[0][0] < t and 0 < duration and t + duration < traced_s
+                               for t, duration in checkpoints), points

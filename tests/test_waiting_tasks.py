@@ -3,6 +3,7 @@ scripted reader (the engines' readers are tested against real servers in test_ex
 
 import pytest
 
+from storlab.probes import waiting_tasks
 from storlab.probes.wait_timeline import WaitTimeline, points
 from storlab.probes.waiting_tasks import WaitingTasksSampler, mean_per_run, resource_label, resources_of
 from storlab.probes.waits import Wait, WaitCapture, WaitingTask, top_share
@@ -117,7 +118,7 @@ def test_waiting_tasks_are_stored_with_their_run(tmp_path):
         facts = store.record_facts({}, {})
         tasks = [WaitingTask("Lock:extend", "lab_insert_1", 0.5, 5), WaitingTask("Lock:extend", "", 0.25, 3)]
         result = RunResult(0.0, [("elapsed_s", 1.0, "s")], WaitCapture("pg_wait_sampling", [Wait("Lock:extend", 0.8)]),
-                           "15", [(0.0, "wait:Lock:extend", 0.8)], tasks)
+                           "15", [(0.0, "wait:Lock:extend", 0.8)], kept={waiting_tasks.PROBE.name: tasks})
         run_id = store.record_run("a", 1, result, facts)
-        assert store.waiting_tasks(run_id) == tasks
+        assert store.kept(waiting_tasks.PROBE, run_id) == tasks
         assert store.timeline(run_id) == [(0.0, "wait:Lock:extend", 0.8)]

@@ -9,7 +9,7 @@ import pytest
 from storlab.engines import provision
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
-from storlab.lab.layout import spec_for
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import KINDS, kind
 from storlab.workloads.custom import split
 from storlab.workloads.driver import Transactions, buckets, measure, timeline
@@ -19,7 +19,7 @@ ENGINES = ["postgres", "mariadb"]
 
 
 def instance(engine: str, lab_dir, data_files: int = 2, **layout):
-    spec = spec_for({"data_files": data_files, "data_on": "disk", **layout}, {}, {"disk": lab_dir})
+    spec = spec_for(CellLayout(data_on="disk", data_files=data_files, **layout), {}, {"disk": lab_dir})
     return provision(engine, spec, keep=False, connections=8)
 
 
@@ -197,9 +197,8 @@ def test_custom_sql_runs_and_names_its_mistakes(engine, lab_dir):
 def test_the_servers_times_agree_with_the_clients_view(engine, lab_dir):
     """Each session's CALL, timed by the client, holds the server's first start and last commit of
     that session (by how much it exceeds them is a duration, and the machine's: not asserted here)."""
-    params = {"connections": 4, "rows_per_connection": 3_000, "batch": 10}
     with instance(engine, lab_dir, data_files=1) as inst:
-        work, _ = prepared(inst, "random-insert", **params)
+        work, params = prepared(inst, "random-insert", connections=4, rows_per_connection=3_000, batch=10)
         load = work.load(inst, params, {})
         try:
             load.open()
@@ -213,7 +212,7 @@ def test_the_servers_times_agree_with_the_clients_view(engine, lab_dir):
 
 @pytest.mark.engine
 def test_log_growth_is_the_wal_segment_size(lab_dir):
-    with instance("postgres", lab_dir, data_files=1, log_growth="1MB", log_size="4MB") as inst:
+    with instance("postgres", lab_dir, data_files=1, log_growth_bytes=2**20, log_size_bytes=4 * 2**20) as inst:
         with inst.connect() as conn:
             assert conn.execute("SHOW wal_segment_size").fetchone()[0] == "1MB"
             assert conn.execute("SHOW min_wal_size").fetchone()[0] == "4MB"

@@ -220,7 +220,7 @@ def load(store: Store) -> Results:
                 wait_source=", ".join(sorted({r.wait_source for r in runs})) or "—",
                 extras=_mean_extras(runs),
                 headline_name=figures[0].name,
-                tasks=waiting_tasks.mean_per_run([store.waiting_tasks(r.id) for r in runs]),
+                tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
             )
         )
     failures = store.failures()

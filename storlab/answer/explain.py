@@ -71,12 +71,14 @@ def unit_of(cells: Sequence) -> tuple[str, str, Callable[[float], float]] | None
 
 
 def sessions(experiment: dict, factors: dict) -> int:
-    """How many sessions a cell's load opened (the workload's kind tells, from its parameters)."""
-    params = dict((experiment.get("identity") or {}).get("workload") or {})
-    params.update({k.split(".", 1)[1]: v for k, v in factors.items() if k.startswith("workload.")})
+    """How many sessions a cell's load opened (the workload's kind tells, from its parameters: the
+    stored experiment's, the cell's factor values in place of the lists, validated as the file was)."""
+    declared = dict((experiment.get("identity") or {}).get("workload") or {})
+    declared.update({k.split(".", 1)[1]: v for k, v in factors.items() if k.startswith("workload.")})
     try:
-        return max(int(KINDS[params["kind"]].sessions(params)), 1)
-    except (KeyError, TypeError, ValueError):
+        kind = KINDS[declared["kind"]]
+        return max(kind.sessions(kind.Params.model_validate(declared)), 1)
+    except (KeyError, ValueError):  # a folder of a kind or keys this storlab does not know: one session
         return 1
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,8 @@ from typing import Any
 from storlab.errors import UserError
 from storlab.experiment.file import short_name
 from storlab.experiment.matrix import format_value
+from storlab.probes import waiting_tasks
+from storlab.probes.registry import PROBES
 from storlab.results import outputs
 from storlab.results.store import Store
 
@@ -45,9 +47,7 @@ def write(store: Store, fmt: str) -> Path:
     if fmt == "json":
         for row, run in zip(table, runs):
             row["waits"] = [asdict(w) for w in store.waits(run.id)]
-            row["waiting_tasks"] = [asdict(t) for t in store.waiting_tasks(run.id)]
-            row["traced_waits"] = [asdict(t) for t in store.traced_waits(run.id)]
-            row["files"] = [asdict(f) for f in store.file_io(run.id)]
+            row.update({probe.name: _plain(store.kept(probe, run.id)) for probe in PROBES})
         return outputs.write(store.folder, name, json.dumps(table, indent=1, default=str))
     columns = list(dict.fromkeys(k for row in table for k in row))
     text = io.StringIO(newline="")
@@ -56,6 +56,15 @@ def write(store: Store, fmt: str) -> Path:
     for row in table:
         writer.writerow({k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()})
     return outputs.write(store.folder, name, text.getvalue())
+
+
+def _plain(value: Any) -> Any:
+    """What a probe recorded, as JSON holds it: its records as objects, its rows as lists."""
+    if is_dataclass(value):
+        return asdict(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _factor_type(pa, values: list[Any]):
@@ -104,7 +113,7 @@ def parquet(store: Store, runs: list, table: list[dict]) -> bytes:
         arrays.append(pa.array(values, type=kind))
     fields += [pa.field("waits", pa.list_(wait)), pa.field("waiting_tasks", pa.list_(task))]
     arrays += [pa.array([[asdict(w) for w in store.waits(r.id)] for r in runs], type=pa.list_(wait)),
-               pa.array([[asdict(t) for t in store.waiting_tasks(r.id)] for r in runs], type=pa.list_(task))]
+               pa.array([[asdict(t) for t in store.kept(waiting_tasks.PROBE, r.id)] for r in runs], type=pa.list_(task))]
     buffer = io.BytesIO()
     pq.write_table(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), buffer)
     return buffer.getvalue()

@@ -31,8 +31,8 @@ class Traced:
 def per_cell(store: Store, results: Results) -> dict[str, Traced]:
     found = {}
     for c in results.measured:
-        waits = [store.traced_waits(r.id) for r in c.runs]
-        files = [store.file_io(r.id) for r in c.runs]
+        waits = [store.kept(traced_waits.PROBE, r.id) for r in c.runs]
+        files = [store.kept(file_io.PROBE, r.id) for r in c.runs]
         traced = [w for w in waits if w]
         with_files = [f for f in files if f]
         found[c.cell.id] = Traced(traced_waits.mean_per_run(traced), file_io.mean_per_run(with_files),
@@ -42,7 +42,7 @@ def per_cell(store: Store, results: Results) -> dict[str, Traced]:
 
 def _why_not(c: CellResult, what: str) -> str:
     """The sources' reasons (from the wait source) why nothing was traced, or that nothing was recorded."""
-    reasons = sorted({r.wait_source.split(UNAVAILABLE, 1)[1].rstrip(")") for r in c.runs if UNAVAILABLE in r.wait_source})
+    reasons = sorted({r.wait_source.split(UNAVAILABLE, 1)[1].removesuffix(")") for r in c.runs if UNAVAILABLE in r.wait_source})
     if reasons:
         return f"{c.cell.label} ({c.cell.id}): no {what}: counts unavailable ({'; '.join(reasons)})"
     return f"{c.cell.label} ({c.cell.id}): no {what} recorded with these runs"
@@ -50,7 +50,7 @@ def _why_not(c: CellResult, what: str) -> str:
 
 def unavailable(results: Results) -> str | None:
     """One line for `storlab show` when some runs' waits could not be counted, and why."""
-    reasons = sorted({r.wait_source.split(UNAVAILABLE, 1)[1].rstrip(")")
+    reasons = sorted({r.wait_source.split(UNAVAILABLE, 1)[1].removesuffix(")")
                       for c in results.measured for r in c.runs if UNAVAILABLE in r.wait_source})
     if not reasons:
         return None

@@ -72,7 +72,8 @@ class Instance(Protocol):
     def cancel(self, sessions: list[int]) -> None:
         """Stop whatever the sessions are running (a failed or interrupted load)."""
 
-    def wait_probe(self) -> WaitProbe: ...
+    def wait_probe(self, trace: bool = True) -> WaitProbe:
+        """The workload's waits; `trace` False: without bpftrace (storlab run --no-trace)."""
 
     def waiting_tasks_probe(self) -> Any:
         """A reader of the workload's waiting sessions and what each waits on (waiting_tasks.WaitingSessions)."""

@@ -11,18 +11,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, Experiment, excluded, nested_in, short_name
+from storlab.lab.devices import DeviceSpec, device_spec
+from storlab.lab.layout import CellLayout
+from storlab.sizes import parse_size
+from storlab.workloads.kind import WorkloadParams
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One configuration: the experiment's constants with one value of every factor."""
+    """One configuration: the experiment's constants with one value of every factor, validated and
+    typed (sizes in bytes, the workload kind's own parameters, each device's spec)."""
 
     id: str
     factors: dict[str, Any]  # dotted factor name -> value, in the experiment's factor order
-    layout: dict[str, Any]
-    workload: dict[str, Any]
+    layout: CellLayout
+    workload: WorkloadParams  # the kind's Params, one value of each key
     engine_settings: dict[str, Any]
-    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # device placement -> its table, one value each
+    devices: dict[str, DeviceSpec] = field(default_factory=dict)  # device placement -> its device
     engine_version: str | None = None  # None: an engine storlab runs one version of
 
     @property
@@ -87,9 +92,9 @@ def cells(experiment: Experiment) -> list[Cell]:
         if excluded({short_name(k): v for k, v in factors.items()}, model.exclude):
             continue
         version = factors.get(VERSION_FACTOR, versions[0] if versions else None)
-        sections = {
+        sections: dict[str, dict[str, Any]] = {
             "layout": model.layout.model_dump(),
-            "workload": model.workload.model_dump(),
+            "workload": {},
             "engine_settings": model.settings_for(version),
             "devices": {name: dict(raw) for name, raw in model.placements.items() if isinstance(raw, dict)},
         }
@@ -102,8 +107,24 @@ def cells(experiment: Experiment) -> list[Cell]:
                 sections["engine_settings"][key.split(".", 1)[1]] = value
             elif section in sections:  # the host is where a cell runs, not part of its configuration
                 sections[section][key] = value
-        result.append(Cell(id=cell_id(factors), factors=factors, engine_version=version, **sections))
+        result.append(Cell(
+            id=cell_id(factors), factors=factors, engine_version=version, layout=_layout(sections["layout"]),
+            # Each value was validated as one of its factor's, and the whole as the file was.
+            workload=model.workload.model_copy(update=sections["workload"]),
+            engine_settings=sections["engine_settings"],
+            # The file checked every combination of a device's factors (devices.device_specs).
+            devices={name: device_spec(name, table) for name, table in sections["devices"].items()}))
     return result
+
+
+def _layout(declared: dict[str, Any]) -> CellLayout:
+    """The layout's keys, one value each, its sizes parsed once from the validated text; a key left
+    unset takes CellLayout's default."""
+    given = {key: value for key, value in declared.items() if value is not None}
+    for key in ("log_size", "log_growth"):
+        if key in given:
+            given[f"{key}_bytes"] = parse_size(given.pop(key))
+    return CellLayout(**given)
 
 
 def round_order(all_cells: list[Cell], seed: int | None, rnd: int) -> list[Cell]:

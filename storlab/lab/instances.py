@@ -14,11 +14,12 @@ import secrets
 import signal
 import stat
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
@@ -26,6 +27,11 @@ from storlab.lab import diagnosis, safe_files, setting_failures
 
 MARKER = ".storlab-owned"
 SERVER_USER = "storlab"
+# A fresh server answers within seconds of its start, however loaded the machine; one that has not by
+# then (stopped, or stuck on a hung device) never will.
+START_S = 120
+# Every connection to an instance: a live server accepts a session within milliseconds.
+CONNECT_TIMEOUT_S = 10
 
 
 def state_dir() -> Path:
@@ -65,11 +71,8 @@ def server_user(create: bool = True) -> ServerUser:
     except KeyError:
         if not create:
             return ServerUser(SERVER_USER, -1, -1)
-        subprocess.run(
-            ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-             "--shell", "/usr/sbin/nologin", SERVER_USER],
-            check=True, capture_output=True,
-        )
+        run_as(current_user(), ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+                                "/nonexistent", "--shell", "/usr/sbin/nologin", SERVER_USER], "useradd", timeout=60)
         entry = pwd.getpwnam(SERVER_USER)
     return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
@@ -247,15 +250,25 @@ def server_env(user: ServerUser) -> dict[str, str]:
 def run_tool(user: ServerUser, argv: list[str], what: str | None = None, cwd: Path | None = None,
              timeout: float = 300, input: str | None = None) -> tuple[int, str]:
     """Run a tool as the server user (`input` on its standard input): its exit code and its output
-    (stdout and stderr together)."""
+    (stdout and stderr together). One that has not finished after `timeout` is killed, and what it
+    said until then goes with the failure."""
     what = what or Path(argv[0]).name
     try:
         return processes.run(argv, timeout, input, cwd=cwd, env=server_env(user), uid=user.uid, gid=user.gid,
                              errors="replace")
     except FileNotFoundError:
         raise RunFailed(f"{what}: {argv[0]} not found") from None
-    except subprocess.TimeoutExpired:
-        raise RunFailed(f"{what}: {argv[0]} took longer than {timeout:.0f} s") from None
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.output or b"").decode(errors="replace")
+        raise ToolFailed(f"{what}: {argv[0]} did not finish within {timeout:g} s and was stopped; its output: "
+                         f"{_said(out) or 'none'}", out) from None
+
+
+def _said(out: str) -> str:
+    """A tool's output in one line: its first error, else its last lines."""
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    said = next((line for line in lines if "error" in line.lower() or "fatal" in line.lower()), None)
+    return said or " | ".join(lines[-3:])
 
 
 class ToolFailed(RunFailed):
@@ -284,12 +297,10 @@ class PlacementFull(RunFailed):
 
 def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None, timeout: float = 300,
            input: str | None = None) -> str:
-    """Run a set-up tool (initdb, mariadb-install-db) as the server user; its output on failure."""
+    """Run a set-up tool as `user` (initdb, mariadb-install-db: the server user); its output on failure."""
     code, out = run_tool(user, argv, what, cwd, timeout, input)
     if code != 0:
-        lines = [line.strip() for line in out.splitlines() if line.strip()]
-        said = next((line for line in lines if "error" in line.lower() or "fatal" in line.lower()), None)
-        raise ToolFailed(f"{what} failed (exit {code}): {said or ' | '.join(lines[-3:])}", out)
+        raise ToolFailed(f"{what} failed (exit {code}): {_said(out)}", out)
     return out
 
 
@@ -325,20 +336,42 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_ready(self, probe, what: str, timeout: float = 120) -> None:
-        """Poll `probe()` until it returns True; fail early with the log when the server exits."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RunFailed(f"{what} exited during start-up (exit {self.proc.returncode})")
-            if probe():
-                try:
-                    self.cwd = Path(os.readlink(f"/proc/{self.pid}/cwd"))
-                except OSError:
-                    pass
-                return
-            time.sleep(0.1)
-        raise RunFailed(f"{what} did not accept connections within {timeout:.0f} s")
+    @contextmanager
+    def starting(self, accepts: Callable[[], bool], what: str) -> Iterator[None]:
+        """Poll `accepts()` (a connection, given CONNECT_TIMEOUT_S) until the server accepts one, then
+        run the block: storlab's first statements to it. Both get START_S from now: a server that has
+        not answered by then is killed, so whatever waits on it returns, and the start fails in one
+        line naming the server and its log. A server that exits meanwhile fails it at once."""
+        expired = threading.Event()
+
+        def give_up() -> None:
+            expired.set()
+            processes.kill_tree(self.pid)
+
+        timer = threading.Timer(START_S, give_up)
+        timer.daemon = True
+        timer.start()
+        unanswered = (f"{what} did not answer within {START_S:g} s of its start; its instance was stopped "
+                      f"(its log: {self.log_path}, kept with --keep)")
+        try:
+            while not accepts():
+                if not self.alive():
+                    raise RunFailed(f"{what} exited during start-up (exit {self.proc.returncode})")
+                time.sleep(0.1)
+            try:
+                self.cwd = Path(os.readlink(f"/proc/{self.pid}/cwd"))
+            except OSError:
+                pass
+            yield
+        except Exception as exc:
+            if expired.is_set():
+                raise RunFailed(unanswered) from exc
+            raise
+        finally:
+            timer.cancel()
+            timer.join()
+        if expired.is_set():  # the last statement's answer came as the deadline passed: the server is gone
+            raise RunFailed(unanswered)
 
     def stop(self, polite: signal.Signals, timeout: float = 60) -> None:
         """The engine's shutdown signal, then SIGKILL to the whole process group."""
@@ -378,7 +411,8 @@ class Workspace:
         """Stop the server cleanly (its files consistent, its memory freed) and start it again."""
         argv = self.server.argv
         self.server.stop(polite)
-        self.start(argv).wait_ready(accepts, what)
+        with self.start(argv).starting(accepts, what):
+            pass  # its instance is set up already
 
     def failure(self, exc: Exception, engine: Server, settings: dict) -> Exception | None:
         """The failure in the server's own words, read while its log still exists; None to keep `exc`."""

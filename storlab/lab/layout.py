@@ -1,5 +1,6 @@
-"""A cell's storage layout resolved to places on this machine: which placement holds each data
-file, where the log lives, its size and growth, the page size. Engines build instances from it."""
+"""A cell's storage layout, as declared (CellLayout) and resolved to places on this machine
+(InstanceSpec): which placement holds each data file, where the log lives, its size and growth, the
+page size. Engines build instances from it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storlab.sizes import parse_size
+
+@dataclass(frozen=True)
+class CellLayout:
+    """One cell's `[layout]`, one value of every key (the matrix has chosen the factors' values), its
+    sizes in bytes. A key the file leaves unset takes the default here."""
+
+    data_on: str | dict[str, int]  # a placement, or a ratio across placements ({disk: 7, ram: 1})
+    data_files: int = 1
+    log_on: str | None = None  # None: with the first data file
+    log_size_bytes: int | None = None  # None: the engine's default
+    log_growth_bytes: int | None = None
+    page_size: str | None = None
+    file_kind: str = "partitions"
+    striping: str = "round-robin"
 
 
 @dataclass(frozen=True)
@@ -72,24 +86,18 @@ def assign_files(count: int, ratio: dict[str, int], striping: str) -> list[str]:
     return order
 
 
-def _size(layout: dict[str, Any], key: str) -> int | None:
-    return parse_size(layout[key]) if layout.get(key) else None
-
-
-def spec_for(layout: dict[str, Any], settings: dict[str, Any], placements: dict[str, Path],
+def spec_for(layout: CellLayout, settings: dict[str, Any], placements: dict[str, Path],
              engine_version: str | None = None) -> InstanceSpec:
-    data_on = layout["data_on"]
-    ratio = {data_on: 1} if isinstance(data_on, str) else dict(data_on)
-    names = assign_files(layout.get("data_files") or 1, ratio, layout.get("striping") or "round-robin")
-    data = [Placement(n, placements[n]) for n in names]
-    log_name = layout.get("log_on") or data[0].name
+    ratio = {layout.data_on: 1} if isinstance(layout.data_on, str) else dict(layout.data_on)
+    data = [Placement(n, placements[n]) for n in assign_files(layout.data_files, ratio, layout.striping)]
+    log_name = layout.log_on or data[0].name
     return InstanceSpec(
         data_files=data,
         log=Placement(log_name, placements[log_name]),
-        log_size_bytes=_size(layout, "log_size"),
-        log_growth_bytes=_size(layout, "log_growth"),
-        page_size=layout.get("page_size"),
-        file_kind=layout.get("file_kind") or "partitions",
+        log_size_bytes=layout.log_size_bytes,
+        log_growth_bytes=layout.log_growth_bytes,
+        page_size=layout.page_size,
+        file_kind=layout.file_kind,
         settings=settings,
         engine_version=engine_version,
     )

@@ -221,6 +221,45 @@ def remove_marked(path: Path, marker: str, owner: str) -> bool:
         os.close(parent)
 
 
+def regular_files(folder: Path) -> Iterator[int]:
+    """A read-only descriptor of each regular file under `folder`, open until the next is asked for.
+    The walk goes one folder at a time, each opened through its parent's descriptor without following
+    a link: a folder or a file swapped for a link after it was listed is passed over, never followed."""
+    try:
+        fd = _open_dir(folder)
+    except OSError:
+        return
+    yield from _regular_files(fd)
+
+
+def _regular_files(fd: int) -> Iterator[int]:
+    """regular_files of the folder open as `fd`, which it closes."""
+    try:
+        with os.scandir(fd) as entries:
+            listed = list(entries)
+            files = [entry.name for entry in listed if entry.is_file(follow_symlinks=False)]
+            folders = [entry.name for entry in listed if entry.is_dir(follow_symlinks=False)]
+        for name in files:
+            try:
+                file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                               dir_fd=fd)
+            except OSError:
+                continue  # a link now, or removed
+            try:
+                if stat.S_ISREG(os.fstat(file).st_mode):
+                    yield file
+            finally:
+                os.close(file)
+        for name in folders:
+            try:
+                folder = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                continue  # a link now, or removed
+            yield from _regular_files(folder)
+    finally:
+        os.close(fd)
+
+
 def give_to(folder: Path, uid: int, gid: int) -> None:
     """Hand `folder` and everything in it to another user, deepest first: each name is changed while
     the directory holding it is still root's, so nothing in it can be swapped for a link meanwhile,

@@ -14,23 +14,18 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from storlab.lab import safe_files
+
 
 def evict(roots: Iterable[Path]) -> int:
     """Drop the clean cached pages of every file under `roots` (after a sync every page is clean);
-    the number of files."""
+    the number of files. The folders are the servers' user's, who could swap one for a link mid-walk:
+    they are walked through descriptors (safe_files), so root opens nothing outside them."""
     count = 0
     for root in roots:
-        for folder, _, names in os.walk(root):
-            for name in names:
-                try:
-                    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                except OSError:
-                    continue  # a socket, or a file the server removed meanwhile
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                    count += 1
-                finally:
-                    os.close(fd)
+        for fd in safe_files.regular_files(root):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            count += 1
     return count
 
 

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +33,7 @@ from storlab.lab import instances, safe_files
 # Part of every key: a change in how templates are built makes the old ones unused.
 FORMAT = 1
 MARKER = instances.MARKER
+COPY_S = 600  # a template's copy takes seconds; one that takes this long is stuck on its device
 
 
 def root() -> Path:
@@ -140,7 +142,11 @@ def copy(source: Path, target: Path, preallocated: bool = False) -> None:
     space reserved, nothing written), so the copy is made the same way, zeros as holes, then every
     file allocated whole, instead of writing 100 MB of zeros a fresh install never wrote."""
     sparse = "--sparse=always" if preallocated else "--sparse=auto"
-    code, out = processes.run(["cp", "-a", "--reflink=auto", sparse, str(source), str(target)], timeout=600)
+    try:
+        code, out = processes.run(["cp", "-a", "--reflink=auto", sparse, str(source), str(target)], timeout=COPY_S)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"copying the template {source} to {target} did not finish within {COPY_S} s "
+                        "and was stopped") from None
     if code != 0:
         raise RunFailed(f"copying the template {source} to {target} failed: {out.strip()}")
     if preallocated:

@@ -1,17 +1,28 @@
 """One bpftrace program as a child of storlab, for the probes that count in the kernel: started and
-attached before the load, interrupted after it (bpftrace then prints its maps once, as JSON), killed
-on every other path. Nothing is printed per event: counts, sums and power-of-two histograms stay in
-BPF maps while the workload runs. Where bpftrace cannot run, `note` says why in one line and the
-caller keeps its sampled figures."""
+attached before the load, flushed right after it, killed on every other path. Nothing is printed per
+event: counts, sums and power-of-two histograms stay in BPF maps while the workload runs.
+
+The maps are printed on storlab's word, not at bpftrace's exit: bpftrace detaches every probe before
+it prints at exit, and the kernel takes 0.1 to 0.2 s to remove each uprobe (2 to 3 s for
+PostgreSQL's trace points; a SIGKILL waits as long). So each program gets one more probe, on a system
+call storlab makes (kill(id, 0) with an id no process has), that prints every map and then a line
+saying so; storlab reads the maps as soon as that line is there, and the process is interrupted and
+reaped by a thread of its own while storlab goes on. The next trace compiles and attaches meanwhile,
+and returns from start() only once every trace before it has ended (so no detach overlaps a measured
+load); storlab's exit waits for them too. Where bpftrace cannot run, `note` says why in one line and
+the caller keeps its sampled figures."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from typing import IO, Any
 
@@ -21,14 +32,26 @@ from storlab import processes
 _ATTACHED = "__BPFTRACE_NOTIFY_PROBES_ATTACHED"
 _ATTACH_TIMEOUT_S = 60.0  # compiling takes seconds on a busy 2-core machine
 _STOP_TIMEOUT_S = 30.0
+_FLUSHED = "storlab flushed"
+# The ids storlab's flush calls name: above any pid (pid_max is at most 2^22), so kill(id, 0) finds
+# no process, signals nothing and fails with ESRCH. One per trace: two running at once flush apart.
+_FLUSH_IDS = itertools.count(1 << 30)
+_MAP = re.compile(r"@(\w+)")
+OFF = "traces turned off (--no-trace)"
 
 Key = tuple[str, ...]
 # map name (no @) -> key -> a number, a histogram {lower bound: count}, or stats {count, average, total}
 Maps = dict[str, dict[Key, Any]]
 
+# Traces flushed and ending in the background (their probes detaching), until each is reaped.
+_ending: list[threading.Thread] = []
+_ending_lock = threading.Lock()
 
-def why_not(bpftrace: str) -> str | None:
-    """None when bpftrace can be started here; otherwise why not."""
+
+def why_not(bpftrace: str | None) -> str | None:
+    """None when bpftrace can be started here; otherwise why not (bpftrace None: traces turned off)."""
+    if bpftrace is None:
+        return OFF
     if os.geteuid() != 0:
         return "tracing needs root"
     if shutil.which(bpftrace) is None:
@@ -36,20 +59,56 @@ def why_not(bpftrace: str) -> str | None:
     return None
 
 
+def _flushing(program: str, caller: int, flush_id: int) -> str:
+    """`program` with the probe that prints every map it names, then the flush line, when `caller`
+    (a process id) calls kill(flush_id, 0)."""
+    prints = " ".join(f"print(@{name});" for name in sorted(set(_MAP.findall(program))))
+    return (f"{program}\ntracepoint:syscalls:sys_enter_kill /pid == {caller} && args->pid == {flush_id} && "
+            f'args->sig == 0/ {{ {prints} printf("{_FLUSHED} {flush_id}\\n"); }}\n')
+
+
+def wait_ended() -> None:
+    """Every trace flushed so far has exited and been reaped."""
+    while True:
+        with _ending_lock:
+            if not _ending:
+                return
+            thread = _ending[0]
+        thread.join()
+        with _ending_lock:
+            if thread in _ending:
+                _ending.remove(thread)
+
+
+def _end_in_background(proc: subprocess.Popen) -> None:
+    """Interrupt `proc` and reap it from a thread of its own (not a daemon: storlab's exit waits for it);
+    SIGKILL if it has not exited within the stop timeout."""
+    thread = threading.Thread(target=processes.stop, args=(proc, signal.SIGINT, _STOP_TIMEOUT_S),
+                              name=f"bpftrace {proc.pid} ending")
+    with _ending_lock:
+        _ending.append(thread)
+        thread.start()
+
+
 class Trace:
     """Use as start(), then stop() for the maps (None when the trace failed: `note` says why), or
-    kill() on a way out that wants nothing."""
+    kill() on a way out that wants nothing. `bpftrace` None: traces turned off."""
 
-    def __init__(self, program: str, bpftrace: str = "bpftrace"):
+    def __init__(self, program: str, bpftrace: str | None = "bpftrace"):
         self.program = program
         self.bpftrace = bpftrace
         self.note = ""
         self._proc: subprocess.Popen | None = None
         self._output: IO[bytes] | None = None
+        self._flush_id = next(_FLUSH_IDS)
 
     @property
     def running(self) -> bool:
         return self._proc is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
         reason = why_not(self.bpftrace)
@@ -60,48 +119,60 @@ class Trace:
         self._output = tempfile.TemporaryFile()
         # Killed by the kernel if storlab dies: tied to the starting thread, so start it from one that lives.
         self._proc = processes.start(
-            [self.bpftrace, "-f", "json", "-e", self.program],
+            [self.bpftrace, "-f", "json", "-e", _flushing(self.program, os.getpid(), self._flush_id)],
             stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
             env={**os.environ, _ATTACHED: "1"},
         )
         try:
-            self._wait_attached()
+            self._wait_for(_ATTACHED, _ATTACH_TIMEOUT_S, "at start", "attach")
+            wait_ended()  # the traces before it end while it compiles and attaches, never during the load
         except BaseException:
             self.kill()
             raise
 
-    def _wait_attached(self) -> None:
-        deadline = time.monotonic() + _ATTACH_TIMEOUT_S
+    def _wait_for(self, line: str, timeout_s: float, when: str, what: str) -> str | None:
+        """The output once `line` is in it; None (`note` says why, the process killed) when bpftrace
+        exited first or did not print it in time."""
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             text = self._text()
-            if _ATTACHED in text:
-                return
+            if line in text:
+                return text
             if self._proc.poll() is not None:
-                self.note = f"bpftrace exited at start (exit {self._proc.returncode}): {_last_error(text)}"
+                self.note = f"bpftrace exited {when} (exit {self._proc.returncode}): {_last_error(text)}"
                 self.kill()
-                return
-            time.sleep(0.05)
-        self.note = f"bpftrace did not attach within {_ATTACH_TIMEOUT_S:.0f} s"
+                return None
+            time.sleep(0.005)
+        self.note = f"bpftrace did not {what} within {timeout_s:.0f} s"
         self.kill()
+        return None
 
     def _text(self) -> str:
         self._output.seek(0)
         return self._output.read().decode(errors="replace")
 
     def stop(self) -> Maps | None:
-        """SIGINT: bpftrace prints its maps and exits. None (and `note`) when it could not."""
+        """The maps as they are now (None, and `note`, when bpftrace could not print them); the
+        process ends in the background."""
         if self._proc is None:
             return None
         try:
-            processes.stop(self._proc, signal.SIGINT, _STOP_TIMEOUT_S)
-            if self._proc.returncode == -signal.SIGKILL:
-                self.note = f"bpftrace did not stop within {_STOP_TIMEOUT_S:.0f} s"
+            try:
+                os.kill(self._flush_id, 0)  # no such process: only the trace's own probe sees the call
+            except ProcessLookupError:
+                pass
+            marker = f"{_FLUSHED} {self._flush_id}"
+            text = self._wait_for(marker, _STOP_TIMEOUT_S, "before it printed its maps", "print its maps")
+            if text is None:
                 return None
-            return parse(self._text())
+            return parse(text[:text.rfind("\n", 0, text.index(marker)) + 1])  # the lines before the flush line
         except ValueError as exc:
             self.note = f"bpftrace's output could not be read: {exc}"
             return None
         finally:
+            if self._proc is not None:
+                _end_in_background(self._proc)
+                self._proc = None
             self.kill()
 
     def kill(self) -> None:
@@ -125,7 +196,8 @@ def parse(text: str) -> Maps:
             continue
         for name, values in message["data"].items():
             found = maps.setdefault(name.lstrip("@"), {})
-            if not isinstance(values, dict):  # a map without a key
+            if not isinstance(values, dict) or (message["type"] == "stats" and "count" in values
+                                                and not isinstance(values["count"], dict)):  # a map without a key
                 values = {"": values}
             for key, value in values.items():
                 if message["type"] == "hist":

@@ -6,11 +6,14 @@ table `storlab waits --files` prints."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
+
+from storlab.probes.kept import Db, Probe, histogram
 
 MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in one row
 _NUMBERS = ("reads", "read_bytes", "read_s", "writes", "write_bytes", "write_s", "syncs", "sync_s")
@@ -118,3 +121,47 @@ def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
                     f"{sum(f.write_bytes for f in rest) / 1e6:,.2f}", _avg(sum(f.write_s for f in rest), writes),
                     "", "", "")
     return out
+
+
+def _write(db: Db, run_id: int, files: list[FileIO]) -> None:
+    db.executemany(
+        "INSERT INTO file_io (run_id, file, object, placement, reads, read_bytes, read_s, writes, write_bytes, "
+        "write_s, syncs, sync_s, read_histogram, write_histogram, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, f.file, f.object, f.placement, f.reads, f.read_bytes, f.read_s, f.writes, f.write_bytes, f.write_s,
+          f.syncs, f.sync_s, json.dumps(f.read_histogram), json.dumps(f.write_histogram), f.source) for f in files])
+
+
+def _read(db: Db, run_id: int) -> list[FileIO]:
+    return [FileIO(*row[:11], read_histogram=histogram(row[11]), write_histogram=histogram(row[12]), source=row[13])
+            for row in db.execute(
+                "SELECT file, object, placement, reads, read_bytes, read_s, writes, write_bytes, write_s, syncs, sync_s, "
+                "read_histogram, write_histogram, source FROM file_io WHERE run_id = ? ORDER BY file", (run_id,))]
+
+
+
+PROBE = Probe(
+    "file_io",
+    # The IO of each file of the instance in a run; histograms JSON, power-of-two buckets in ns.
+    ("""
+    CREATE TABLE file_io (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        file TEXT NOT NULL,
+        object TEXT NOT NULL,
+        placement TEXT NOT NULL,
+        reads INTEGER NOT NULL,
+        read_bytes INTEGER NOT NULL,
+        read_s REAL NOT NULL,
+        writes INTEGER NOT NULL,
+        write_bytes INTEGER NOT NULL,
+        write_s REAL NOT NULL,
+        syncs INTEGER,
+        sync_s REAL,
+        read_histogram TEXT NOT NULL,
+        write_histogram TEXT NOT NULL,
+        source TEXT NOT NULL
+    );
+    CREATE INDEX file_io_run ON file_io(run_id);
+    """,),
+    _write, _read,
+    from_capture=lambda capture: capture.files,
+)

@@ -1,38 +1,28 @@
 """The size of every IO a placement's device served, per direction (seed 002's IO-size histogram).
 
-The block layer's `block:block_rq_issue` tracepoint, through bpftrace: the kernel keeps power-of-two
-histograms per device and direction in BPF maps and nothing is printed per event, so tracing costs
-the workload little; bpftrace prints the maps when it is interrupted. Where tracing is impossible
-(not root, no bpftrace, no tracefs, or bpftrace fails), /proc/diskstats gives the average size over
-the same interval, labelled as an average: it cannot show a mix of small and large IOs.
+The block layer's `block:block_rq_issue` tracepoint, through one bpftrace program (probes/bpftrace.py):
+the kernel keeps power-of-two histograms per device and direction in BPF maps and nothing is printed
+per event, so tracing costs the workload little; the maps are read once after the load. Where
+tracing is impossible (not root, no bpftrace, no tracefs, or bpftrace fails), /proc/diskstats gives
+the average size over the same interval, labelled as an average: it cannot show a mix of small and
+large IOs.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
 import subprocess
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
-from storlab import processes
 from storlab.lab import mounts
+from storlab.probes import bpftrace
+from storlab.probes.kept import Db, Probe, RunScope
 
 TRACED = "bpftrace"
 AVERAGE = "diskstats average"
 DIRECTIONS = ("read", "write")
 TRACEFS = Path("/sys/kernel/tracing")
 _TRACEPOINT = TRACEFS / "events/block/block_rq_issue"
-# bpftrace prints this once every probe is attached (the switch its own test suite uses): IO issued
-# before it would be missed.
-_ATTACHED = "__BPFTRACE_NOTIFY_PROBES_ATTACHED"
-_ATTACH_TIMEOUT_S = 60.0  # compiling the program takes seconds on a busy 2-core machine
-_STOP_TIMEOUT_S = 30.0
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
 
 # One histogram map per direction keyed by the device; the filter keeps other devices' IO out in
@@ -82,15 +72,14 @@ def program(numbers: list[str]) -> str:
     return _PROGRAM.format(devices=" || ".join(f"args->dev == {dev}" for dev in sorted({_kernel_dev(n) for n in numbers})))
 
 
-def why_not_traced(bpftrace: str | None) -> str | None:
+def why_not_traced(command: str | None) -> str | None:
     """None when tracing can work; otherwise the reason, for the note beside the averages. Mounts
     tracefs where it is missing (and leaves it: it is the kernel's, shared by every tracer)."""
-    if bpftrace is None:
+    if command is None:
         return "tracing turned off"
-    if os.geteuid() != 0:
-        return "tracing the block layer needs root"
-    if shutil.which(bpftrace) is None:
-        return f"{bpftrace} not found (Debian's bpftrace)"
+    reason = bpftrace.why_not(command)
+    if reason is not None:
+        return reason
     if not _TRACEPOINT.exists():
         done = subprocess.run(["mount", "-t", "tracefs", "tracefs", str(TRACEFS)], capture_output=True, text=True)
         if not _TRACEPOINT.exists():
@@ -115,105 +104,57 @@ class IoSizeTracer:
             run_workload()
         sizes = tracer.result
 
-    `devices` maps placement -> "major:minor"; `bpftrace` is the program to run, None to use the
+    `devices` maps placement -> "major:minor"; `command` is the bpftrace to run, None to use the
     diskstats averages only."""
 
-    def __init__(self, devices: dict[str, str], bpftrace: str | None = "bpftrace") -> None:
+    def __init__(self, devices: dict[str, str], command: str | None = "bpftrace") -> None:
         self.devices = dict(devices)
-        self.bpftrace = bpftrace
+        self.command = command
         self.result: IoSizes | None = None
-        self._proc: subprocess.Popen | None = None
-        self._output: IO[bytes] | None = None
+        self.note = ""
+        self._trace: bpftrace.Trace | None = None
         self._before: dict[str, tuple[int, int, int, int]] = {}
-        self._note = ""
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._trace.pid if self._trace is not None else None
 
     def start(self) -> None:
         self._before = _read_diskstats()
         if not self.devices:
             return
-        reason = why_not_traced(self.bpftrace)
-        if reason is not None:
-            self._note = reason
+        self.note = why_not_traced(self.command) or ""
+        if self.note:
             return
-        # A file, not a pipe: nothing has to read while the workload runs, and it vanishes on close.
-        self._output = tempfile.TemporaryFile()
-        # Killed by the kernel if storlab dies: tied to the starting thread, so start it from one that lives.
-        self._proc = processes.start(
-            [self.bpftrace, "-f", "json", "-e", program(list(self.devices.values()))],
-            stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
-            env={**os.environ, _ATTACHED: "1"},
-        )
-        try:
-            self._wait_attached()
-        except BaseException:
-            self._kill()
-            raise
-
-    def _wait_attached(self) -> None:
-        deadline = time.monotonic() + _ATTACH_TIMEOUT_S
-        while time.monotonic() < deadline:
-            text = self._text()
-            if _ATTACHED in text:
-                return
-            if self._proc.poll() is not None:
-                self._note = f"bpftrace exited at start (exit {self._proc.returncode}): {_last_error(text)}"
-                self._kill()
-                return
-            time.sleep(0.05)
-        self._note = f"bpftrace did not attach within {_ATTACH_TIMEOUT_S:.0f} s"
-        self._kill()
-
-    def _text(self) -> str:
-        self._output.seek(0)
-        return self._output.read().decode(errors="replace")
+        self._trace = bpftrace.Trace(program(list(self.devices.values())), self.command)
+        self._trace.start()
+        self.note = self._trace.note
 
     def stop(self) -> IoSizes:
         """The histograms, or the averages when tracing was impossible or failed."""
         if self.result is not None:
             return self.result
-        sizes = None
-        if self._proc is not None:
+        maps = None
+        if self._trace is not None:
             try:
-                processes.stop(self._proc, signal.SIGINT, _STOP_TIMEOUT_S)  # bpftrace prints its maps and exits
-                if self._proc.returncode == -signal.SIGKILL:
-                    self._note = f"bpftrace did not stop within {_STOP_TIMEOUT_S:.0f} s"
-                else:
-                    sizes = self._parse(self._text())
-            except ValueError as exc:
-                self._note = f"bpftrace's output could not be read: {exc}"
+                maps = self._trace.stop()
+                self.note = self._trace.note
             finally:
                 self._kill()
-        self.result = (IoSizes(TRACED, sizes, dict(self.devices)) if sizes is not None
-                       else IoSizes(AVERAGE, self._averages(), dict(self.devices), self._note))
+        self.result = (IoSizes(TRACED, self.sizes(maps), dict(self.devices)) if maps is not None
+                       else IoSizes(AVERAGE, self._averages(), dict(self.devices), self.note))
         return self.result
 
     def _kill(self) -> None:
-        if self._proc is not None:
-            processes.stop(self._proc, signal.SIGKILL)
-            self._proc = None
-        if self._output is not None:
-            self._output.close()
-            self._output = None
+        if self._trace is not None:
+            self._trace.kill()
+            self._trace = None
 
-    def _parse(self, text: str) -> dict[str, dict[str, dict[int, int]]]:
-        by_dev: dict[int, dict[str, dict[int, int]]] = {}
-        for line in text.splitlines():
-            if not line.startswith("{"):
-                continue
-            message = json.loads(line)
-            if message.get("type") != "hist":
-                continue
-            for map_name, per_dev in message["data"].items():
-                direction = map_name.lstrip("@")
-                for dev, buckets in per_dev.items():
-                    counts = by_dev.setdefault(int(dev), {d: {} for d in DIRECTIONS}).setdefault(direction, {})
-                    counts.update({b["min"]: b["count"] for b in buckets if b["count"]})
-        empty = {d: {} for d in DIRECTIONS}
-        return {p: {d: dict(by_dev.get(_kernel_dev(n), empty)[d]) for d in DIRECTIONS} for p, n in self.devices.items()}
+    def sizes(self, maps: bpftrace.Maps) -> dict[str, dict[str, dict[int, int]]]:
+        """The traced maps as sizes per placement and direction."""
+        by_dev = {(int(key[0]), direction): buckets for direction in DIRECTIONS
+                  for key, buckets in maps.get(direction, {}).items()}
+        return {p: {d: dict(by_dev.get((_kernel_dev(n), d), {})) for d in DIRECTIONS} for p, n in self.devices.items()}
 
     def _averages(self) -> dict[str, dict[str, dict[int, int]]]:
         after = _read_diskstats()
@@ -239,6 +180,49 @@ class IoSizeTracer:
             self._kill()
 
 
-def _last_error(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip() and "RLIMIT_MEMLOCK" not in ln]
-    return lines[-1] if lines else "no output"
+class _Recording:
+    def __init__(self, tracer: IoSizeTracer):
+        self.tracer = tracer
+
+    def start(self, sessions: list[int], t0: float) -> None:
+        self.tracer.start()
+
+    def stop(self) -> IoSizes:
+        return self.tracer.stop()
+
+
+def _recording(run: RunScope) -> _Recording:
+    return _Recording(IoSizeTracer(device_numbers(run.instance.spec.placements), "bpftrace" if run.traced else None))
+
+
+def _write(db: Db, run_id: int, found: IoSizes) -> None:
+    db.executemany("INSERT INTO io_sizes (run_id, placement, direction, size_bytes, requests, source) VALUES (?, ?, ?, ?, ?, ?)",
+                   [(run_id, placement, direction, size, count, found.source)
+                    for placement, by_direction in found.sizes.items()
+                    for direction, counts in by_direction.items() for size, count in counts.items()])
+
+
+def _read(db: Db, run_id: int) -> list[tuple[str, str, int, int, str]]:
+    """(placement, direction, size in bytes, requests, source) of one run."""
+    return list(db.execute("SELECT placement, direction, size_bytes, requests, source FROM io_sizes WHERE run_id = ? "
+                           "ORDER BY placement, direction, size_bytes", (run_id,)))
+
+
+PROBE = Probe(
+    "io_sizes",
+    # The size of the IOs each placement's device served during a run: traced requests by power-of-two
+    # bucket, or one average per direction from /proc/diskstats (source says which).
+    ("""
+    CREATE TABLE io_sizes (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        placement TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        requests INTEGER NOT NULL,
+        source TEXT NOT NULL
+    );
+    CREATE INDEX io_sizes_run ON io_sizes(run_id);
+    """,),
+    _write, _read,
+    recorder=_recording,
+)

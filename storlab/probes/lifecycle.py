@@ -4,12 +4,11 @@ recorded, which fills one part of the run's result. They start in order and stop
 one on every way out:
 
 - the engine's wait probe: the sessions' waits (the run's wait capture);
-- the device timeline (probes.py): IOPS, MB/s and IO size per placement, and CPU %, every half second;
+- the device timeline (recorders.py): IOPS, MiB/s and IO size per placement, and CPU %;
 - the wait timeline: the waits per interval, read from the wait probe (so it starts after it);
-- the waiting tasks: which waits, and on what, sampled;
-- the IO-size tracer: the size of every IO, or each interval's average size.
-
-A new recorder is one more entry in `around_run`."""
+- then every probe of the registry that has a recorder of its own (probes/registry.py): who waits on
+  what, the IO sizes, the kernel's pressure, ... each keeping what it recorded under its name.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from storlab.lab import mounts
-from storlab.probes import iosizes
+from storlab.probes.kept import RunScope
 from storlab.probes.recorders import DeviceTimeline
+from storlab.probes.registry import PROBES
 from storlab.probes.wait_timeline import WaitTimeline
-from storlab.probes.waiting_tasks import WaitingTasksSampler
+
+CAPTURE, TIMELINE = "capture", "timeline"
 
 
 @dataclass(frozen=True)
@@ -36,30 +37,44 @@ class RunStart:
 @dataclass
 class Recorder:
     """One recorder's lifecycle: `records` names the part of the run's result its `stop()` fills
-    ("capture", "timeline", "waiting_tasks" or "io_sizes"; timeline points from several are joined
-    in the order they started)."""
+    (CAPTURE, TIMELINE, or a probe's name; timeline points from several are joined in the order
+    they started)."""
 
     records: str
     start: Callable[[RunStart], None]
     stop: Callable[[], Any]
 
 
-def around_run(instance: Any, traced: bool) -> list[Recorder]:
+def around_run(instance: Any, traced: bool, trace: bool = True) -> list[Recorder]:
     """Every recorder of a run on `instance`, in the order they start. `traced`: every IO's size
-    is traced (bpftrace), not only each interval's average."""
-    where = instance.spec.placements
-    waits = instance.wait_probe()
-    devices = DeviceTimeline(_devices(where))
+    is traced (bpftrace), not only each interval's average; `trace` False: no bpftrace at all (the
+    engine's wait probe keeps its sampled figures and says so)."""
+    waits = instance.wait_probe(trace)
+    devices = DeviceTimeline(_devices(instance.spec.placements))
     waits_over_time = WaitTimeline(waits.so_far)
-    tasks = WaitingTasksSampler(instance.waiting_tasks_probe())
-    tracer = iosizes.IoSizeTracer(iosizes.device_numbers(where), "bpftrace" if traced else None)
-    return [
-        Recorder("capture", lambda run: waits.start(run.sessions), waits.stop),
-        Recorder("timeline", lambda run: devices.start(run.t0), devices.stop),
-        Recorder("timeline", lambda run: waits_over_time.start(run.t0), waits_over_time.stop),
-        Recorder("waiting_tasks", lambda run: tasks.start(run.sessions), tasks.stop),
-        Recorder("io_sizes", lambda run: tracer.start(), tracer.stop),
+    recorders = [
+        Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
+        Recorder(TIMELINE, lambda run: devices.start(run.t0), devices.stop),
+        Recorder(TIMELINE, lambda run: waits_over_time.start(run.t0), waits_over_time.stop),
     ]
+    scope = RunScope(instance, traced)
+    for probe in PROBES:
+        recording = probe.recorder(scope) if probe.recorder is not None else None
+        if recording is not None:
+            recorders.append(Recorder(probe.name, lambda run, r=recording: r.start(run.sessions, run.t0), recording.stop))
+    return recorders
+
+
+def kept(recorded: dict[str, Any]) -> dict[str, Any]:
+    """What each probe of the registry keeps of the run: its recorder's result, or its part of the
+    engine's wait capture."""
+    found = {}
+    for probe in PROBES:
+        if probe.name in recorded:
+            found[probe.name] = recorded[probe.name]
+        elif probe.from_capture is not None and CAPTURE in recorded:
+            found[probe.name] = probe.from_capture(recorded[CAPTURE])
+    return found
 
 
 @contextmanager
@@ -91,8 +106,8 @@ def _stop(started: list[Recorder], into: dict[str, Any]) -> Exception | None:
         except Exception as exc:  # the others still stop
             error = error or exc
     for recorder, result in reversed(results):  # in the order started
-        if recorder.records == "timeline":
-            into.setdefault("timeline", []).extend(result)
+        if recorder.records == TIMELINE:
+            into.setdefault(TIMELINE, []).extend(result)
         else:
             into[recorder.records] = result
     return error

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import psutil
+
+from storlab import timeline
+from storlab.errors import RunFailed
+
+# The device sampler's period: short enough that a scan of under a second still has a point or two.
+DEVICE_PERIOD_S = 0.5
 
 
 class Sampler:
@@ -84,45 +90,89 @@ class TimelinePoint:
     value: float
 
 
-@dataclass
+@dataclass(frozen=True)
+class DiskCounters:
+    """One device's counters since boot, as /proc/diskstats keeps them (updated as each request completes)."""
+
+    ios: int  # reads and writes completed
+    bytes: int  # read and written
+
+
+def disk_counters(devices: set[str]) -> dict[str, DiskCounters]:
+    disks = psutil.disk_io_counters(perdisk=True) or {}
+    return {dev: DiskCounters(c.read_count + c.write_count, c.read_bytes + c.write_bytes)
+            for dev in devices if (c := disks.get(dev)) is not None}
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    t: float  # the clock right after the counters were read
+    counters: dict[str, DiskCounters]
+    cpu_percent: float  # the machine's CPU since the reading before
+
+
 class DeviceTimeline:
-    """IOPS, MiB/s and CPU % every half second for the devices behind the placements, on the run's time axis."""
+    """IOPS, MiB/s and average IO size for the devices behind the placements, and CPU %, every
+    `period_s` on the run's time axis, each stamped at the end of the interval it covers.
 
-    devices: dict[str, str]  # placement name -> kernel device name
-    period_s: float = 0.5
-    points: list[TimelinePoint] = field(default_factory=list)
-    _sampler: Sampler | None = None
-    _t0: float = 0.0
-    _last: dict = field(default_factory=dict)
+    Each value is what the counters moved between two readings divided by the time between those
+    same two readings: the clock is read right after the counters, not when the sampler wakes, so
+    a reading delayed on a busy machine still counts for the time it really covers. The run's last
+    partial interval is read at stop, folded into the one before when shorter than half a period
+    (a rate over a sliver of a second is noise)."""
 
-    def _read(self) -> dict:
-        disks = psutil.disk_io_counters(perdisk=True) or {}
-        return {dev: disks.get(dev) for dev in set(self.devices.values())}
+    def __init__(self, devices: dict[str, str], period_s: float = DEVICE_PERIOD_S,
+                 read: Callable[[], dict[str, DiskCounters]] | None = None,
+                 cpu: Callable[[], float] | None = None, clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], bool] | None = None):
+        self.devices = devices  # placement name -> kernel device name
+        self.period_s = period_s
+        self.read = read or (lambda: disk_counters(set(devices.values())))
+        self.cpu = cpu or (lambda: psutil.cpu_percent(interval=None))
+        self.clock = clock
+        self.sampler = Sampler(period_s, self._record, clock=clock, wait=wait)
+        self.readings: list[DeviceReading] = []
+        self._t0 = 0.0
 
-    def _record(self, weight_s: float) -> None:
-        now = self._read()
-        t = time.monotonic() - self._t0
-        for placement, dev in self.devices.items():
-            a, b = self._last.get(dev), now.get(dev)
-            if a is None or b is None or weight_s <= 0:
-                continue
-            ios = (b.read_count - a.read_count) + (b.write_count - a.write_count)
-            nbytes = (b.read_bytes - a.read_bytes) + (b.write_bytes - a.write_bytes)
-            self.points.append(TimelinePoint(t, f"iops:{placement}", ios / weight_s))
-            self.points.append(TimelinePoint(t, f"mb_s:{placement}", nbytes / weight_s / 2**20))
-            if ios:
-                self.points.append(TimelinePoint(t, f"io_kb:{placement}", nbytes / ios / 1024))
-        self.points.append(TimelinePoint(t, "cpu_percent", psutil.cpu_percent(interval=None)))
-        self._last = now
+    def _reading(self) -> DeviceReading:
+        counters = self.read()
+        return DeviceReading(self.clock(), counters, self.cpu())
+
+    def _record(self, _weight_s: float) -> None:
+        self.readings.append(self._reading())
 
     def start(self, t0: float) -> None:
         self._t0 = t0
-        self._last = self._read()
-        psutil.cpu_percent(interval=None)
-        self._sampler = Sampler(self.period_s, self._record)
-        self._sampler.start()
+        self.readings = [self._reading()]
+        self.sampler.start()
 
     def stop(self) -> list[TimelinePoint]:
-        if self._sampler is not None:
-            self._sampler.stop()
-        return self.points
+        self.sampler.stop()
+        if self.sampler.error is not None:
+            raise RunFailed(f"device timeline failed: {self.sampler.error}")
+        self.readings.append(self._reading())
+        return device_points(self.readings, self.devices, self._t0, self.period_s / 2)
+
+
+def device_points(readings: list[DeviceReading], devices: dict[str, str], t0: float,
+                  min_last_s: float) -> list[TimelinePoint]:
+    """The timeline points of consecutive readings, on the axis that starts at `t0`."""
+    pairs = [(a, b) for a, b in zip(readings, readings[1:]) if b.t > a.t]
+    if len(pairs) > 1 and pairs[-1][1].t - pairs[-1][0].t < min_last_s:
+        (a, b), (_, c) = pairs[-2], pairs[-1]
+        cpu = (b.cpu_percent * (b.t - a.t) + c.cpu_percent * (c.t - b.t)) / (c.t - a.t)
+        pairs = pairs[:-2] + [(a, DeviceReading(c.t, c.counters, cpu))]
+    points = []
+    for a, b in pairs:
+        width, t = b.t - a.t, b.t - t0
+        for placement, dev in devices.items():
+            before, after = a.counters.get(dev), b.counters.get(dev)
+            if before is None or after is None:
+                continue
+            ios, nbytes = after.ios - before.ios, after.bytes - before.bytes
+            points.append(TimelinePoint(t, timeline.IOPS.of(placement), ios / width))
+            points.append(TimelinePoint(t, timeline.MIB_S.of(placement), nbytes / width / 2**20))
+            if ios:
+                points.append(TimelinePoint(t, timeline.IO_KB.of(placement), nbytes / ios / 1024))
+        points.append(TimelinePoint(t, timeline.CPU_PERCENT.name, b.cpu_percent))
+    return points

@@ -5,12 +5,14 @@ relation of every lock wait, where a sampler sees only the waits that last acros
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import replace
 
 from rich.table import Table
 from rich.text import Text
 
+from storlab.probes.kept import Db, Probe, histogram
 from storlab.probes.waits import TracedWait, Wait, WaitCapture
 
 COUNTED = "bpftrace counts"
@@ -69,3 +71,35 @@ def lock_table(title: str, traced: list[TracedWait]) -> Table | None:
                     f"{t.seconds:.4f}", f"{t.seconds / t.waits:.6f}", f"{share:.1f} %")
         previous = t.wait_type
     return out
+
+
+def _write(db: Db, run_id: int, traced: list[TracedWait]) -> None:
+    db.executemany("INSERT INTO traced_waits (run_id, wait_type, resource, waits, seconds, histogram) VALUES (?, ?, ?, ?, ?, ?)",
+                   [(run_id, t.wait_type, t.resource, t.waits, t.seconds, json.dumps(t.histogram)) for t in traced])
+
+
+def _read(db: Db, run_id: int) -> list[TracedWait]:
+    return [TracedWait(t, r, n, s, histogram(h)) for t, r, n, s, h in db.execute(
+        "SELECT wait_type, resource, waits, seconds, histogram FROM traced_waits WHERE run_id = ? "
+        "ORDER BY wait_type, seconds DESC, resource", (run_id,))]
+
+
+
+PROBE = Probe(
+    "traced_waits",
+    # Every wait the engine's trace points counted in a run, by resource (a lock wait's relation;
+    # LWLocks by tranche, resource ''). Histograms are JSON, power-of-two buckets in ns.
+    ("""
+    CREATE TABLE traced_waits (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        wait_type TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        waits INTEGER NOT NULL,
+        seconds REAL NOT NULL,
+        histogram TEXT NOT NULL,
+        PRIMARY KEY (run_id, wait_type, resource)
+    );
+    """,),
+    _write, _read,
+    from_capture=lambda capture: capture.traced,
+)

@@ -1,18 +1,18 @@
 """The waits on the run's time axis: the wait probe read once a second while the load runs, each
-interval's difference stored as timeline metrics `wait:<WaitType>`, in seconds waited per second of the
-interval (the average number of sessions in that wait), so intervals of any width stack and compare
-honestly beside throughput, latency, device IO and CPU."""
+interval's difference stored as the timeline's family `wait:<WaitType>` (timeline.WAIT), in seconds
+waited per second of the interval (the average number of sessions in that wait), so intervals of any
+width stack and compare honestly beside throughput, latency, device IO and CPU."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable
 
+from storlab import timeline
 from storlab.errors import RunFailed
 from storlab.probes.recorders import Sampler, TimelinePoint
 
 PERIOD_S = 1.0
-PREFIX = "wait:"
 # A last interval shorter than this is folded into the one before (as the throughput buckets are):
 # a rate over a sliver of a second is noise.
 MIN_LAST_INTERVAL_S = 0.5
@@ -63,5 +63,5 @@ def points(intervals: list[tuple[float, float, dict[str, float]]]) -> list[Timel
     for start, width, moved in intervals:
         for name in sorted(moved):
             if moved[name] > 0:
-                out.append(TimelinePoint(start, PREFIX + name, moved[name] / width))
+                out.append(TimelinePoint(start, timeline.WAIT.of(name), moved[name] / width))
     return out

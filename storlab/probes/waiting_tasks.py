@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from storlab.errors import RunFailed
+from storlab.probes.kept import Db, Probe
 from storlab.probes.recorders import Sampler
 from storlab.probes.waits import WaitingTask, WaitRow
 
@@ -124,3 +125,44 @@ def resource_label(share: ResourceShare) -> str:
     if share.others:
         return f"{share.others} others"
     return share.resource or "— (not named)"
+
+
+class _Recording:
+    def __init__(self, sampler: WaitingTasksSampler):
+        self.sampler = sampler
+
+    def start(self, sessions: list[int], t0: float) -> None:
+        self.sampler.start(sessions)
+
+    def stop(self) -> list[WaitingTask]:
+        return self.sampler.stop()
+
+
+def _write(db: Db, run_id: int, tasks: list[WaitingTask]) -> None:
+    db.executemany("INSERT INTO waiting_tasks (run_id, wait_type, resource, seconds, samples) VALUES (?, ?, ?, ?, ?)",
+                   [(run_id, t.wait_type, t.resource, t.seconds, t.samples) for t in tasks])
+
+
+def _read(db: Db, run_id: int) -> list[WaitingTask]:
+    return [WaitingTask(*row) for row in db.execute(
+        "SELECT wait_type, resource, seconds, samples FROM waiting_tasks WHERE run_id = ? "
+        "ORDER BY seconds DESC, wait_type, resource", (run_id,))]
+
+
+PROBE = Probe(
+    "waiting_tasks",
+    # Each run's waiting tasks: a wait and the resource the engine names ('' when it names none),
+    # summed over the run's samples.
+    ("""
+    CREATE TABLE waiting_tasks (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        wait_type TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        seconds REAL NOT NULL,
+        samples INTEGER NOT NULL,
+        PRIMARY KEY (run_id, wait_type, resource)
+    );
+    """,),
+    _write, _read,
+    recorder=lambda run: _Recording(WaitingTasksSampler(run.instance.waiting_tasks_probe())),
+)

@@ -45,6 +45,8 @@ class WaitCapture:
     extras: dict[str, float] = field(default_factory=dict)
     traced: list[TracedWait] = field(default_factory=list)  # each wait counted by the engine's trace points
     files: list[FileIO] = field(default_factory=list)  # IO per file of the instance
+    # What the engine's trace saw happen (t in time.monotonic() seconds, timeline metric, value).
+    events: list[tuple[float, str, float]] = field(default_factory=list)
 
 
 class WaitProbe(Protocol):

@@ -10,10 +10,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storlab import timeline
 from storlab.answer.analysis import Results
 from storlab.errors import UserError
 from storlab.lab.placements import TMPFS, TMPFS_ROOT
 from storlab.machine import iobench
+from storlab.probes.recorders import DEVICE_PERIOD_S
 from storlab.report.charts import plt, svg
 from storlab.results.store import Store, exists
 
@@ -90,9 +92,9 @@ def _database(store: Store, results: Results, placement: str) -> DatabaseIo | No
         iops, mb_s = [], []
         for run in c.runs:
             for _, metric, value in store.timeline(run.id):
-                if metric == f"iops:{placement}":
+                if metric == timeline.IOPS.of(placement):
                     iops.append(value)
-                elif metric == f"mb_s:{placement}":
+                elif metric == timeline.MIB_S.of(placement):
                     mb_s.append(value)
         if not mb_s:
             continue
@@ -182,7 +184,7 @@ def table_rows(capabilities: list[Capability]) -> list[list[str]]:
             d = c.database
             out.append([_name(c), c.device or "?", f"database, busiest cell ({d.cell_label})",
                         f"{d.iops_mean:,.0f} mean, {d.iops_peak:,.0f} peak",
-                        f"{d.mb_s_mean:,.1f} mean, {d.mb_s_peak:,.1f} peak", "", "whole device, every 0.5 s"])
+                        f"{d.mb_s_mean:,.1f} mean, {d.mb_s_peak:,.1f} peak", "", f"whole device, every {DEVICE_PERIOD_S:g} s"])
     return out
 
 

@@ -24,9 +24,22 @@ OTHER_COLOUR = "#bab0ac"
 OTHER = "other waits"
 
 
+def fit_tick_labels(fig) -> None:
+    """Turns upright the x tick labels of any axes where one would run into the next (many ticks,
+    long values), so that no two labels overlap whatever the chart holds."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()),
+                       key=lambda box: box.x0)
+        if any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:])):
+            ax.tick_params(axis="x", labelrotation=90)
+
+
 def svg(fig, png_path: Path) -> str:
     """Writes the figure's PNG (through outputs, so a file storlab did not write is never replaced)
     and returns its SVG for the page."""
+    fit_tick_labels(fig)
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     outputs.write(png_path.parent, png_path.name, png.getvalue())

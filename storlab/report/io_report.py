@@ -1,60 +1,127 @@
-"""The report's charts of a scan's evidence (seed 002): the size of the IOs each placement's device
-served, per cell, and the scan's elapsed and CPU time against its degree of parallelism."""
+"""The report's charts of a scan's evidence (seed 002): a histogram of the size of the IOs each
+placement's device served, per direction, the cells side by side, and the scan's elapsed and CPU time
+against its degree of parallelism."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from storlab.answer.analysis import Results
 from storlab.experiment.file import short_name
 from storlab.experiment.matrix import format_value
+from storlab.probes import iosizes
 from storlab.report import wait_report
-from storlab.report.charts import plt, svg
+from storlab.report.charts import PALETTE, plt, svg
 from storlab.results.store import Store
 from storlab.sizes import format_bytes
 
 DOP = "workload.dop"
 
 
-def sizes_by_cell(store: Store, results: Results) -> list[tuple[str, str, dict[str, dict[int, float]]]]:
-    """(cell label, source, placement:direction -> size -> requests per run), summed over each cell's runs."""
+@dataclass
+class CellSizes:
+    """One cell's IO sizes per (placement, direction): traced requests per run by power-of-two bucket
+    (its lower bound), or where only /proc/diskstats could be read, the average size and requests per run."""
+
+    label: str
+    traced: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    averages: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+
+
+def sizes_by_cell(store: Store, results: Results) -> list[CellSizes]:
+    """Each cell with IO sizes, in factor order; its traced runs and its averaged runs apart."""
     found = []
     for c in wait_report.in_factor_order(results):
-        counts: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-        sources = set()
-        for run in c.runs:
-            for placement, direction, size, requests, source in store.io_sizes(run.id):
-                counts[f"{placement} {direction}"][size] += requests / len(c.runs)
-                sources.add(source)
-        if counts:
-            found.append((c.cell.label, ", ".join(sorted(sources)), counts))
+        kept = [rows for rows in (store.kept(iosizes.PROBE, run.id) for run in c.runs) if rows]
+        traced = [rows for rows in kept if rows[0][4] == iosizes.TRACED]
+        averaged = [rows for rows in kept if rows[0][4] != iosizes.TRACED]
+        cell = CellSizes(c.cell.label)
+        for rows in traced:
+            for placement, direction, size, requests, _ in rows:
+                by_size = cell.traced.setdefault((placement, direction), {})
+                by_size[size] = by_size.get(size, 0.0) + requests / len(traced)
+        sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for rows in averaged:
+            for placement, direction, size, requests, _ in rows:
+                sums[(placement, direction)][0] += size * requests
+                sums[(placement, direction)][1] += requests
+        cell.averages = {key: (nbytes / n, n / len(averaged)) for key, (nbytes, n) in sums.items() if n}
+        if cell.traced or cell.averages:
+            found.append(cell)
     return found
 
 
+def _per_run(counts: dict[tuple[str, str], float], placements: int) -> str:
+    return ", ".join(f"{n:,.0f} {placement + ' ' if placements > 1 else ''}{direction}{'' if round(n) == 1 else 's'}"
+                     for (placement, direction), n in sorted(counts.items()))
+
+
 def sizes_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
-    """One panel per cell: requests per run by size, one bar colour per placement and direction."""
+    """A histogram per placement and direction (one panel each): the share of each cell's requests
+    in each power-of-two size bucket, the cells' bars side by side in every bucket. A cell whose
+    runs kept only diskstats' average size is a dashed line at that size, never drawn as a bar.
+    Returns (caption, svg)."""
     found = sizes_by_cell(store, results)
     if not found:
         return None
-    fig, axes = plt.subplots(len(found), 1, figsize=(8, 1.8 * len(found) + 0.6), squeeze=False, sharex=True)
-    every = sorted({size for _, _, counts in found for by_size in counts.values() for size in by_size})
-    series = sorted({name for _, _, counts in found for name in counts})
-    width = 0.8 / max(len(series), 1)
-    for ax, (label, _, counts) in zip(axes[:, 0], found):
-        for i, name in enumerate(series):
-            xs = [every.index(size) + i * width for size in sorted(counts.get(name, {}))]
-            ax.bar(xs, [counts[name][s] for s in sorted(counts.get(name, {}))], width=width, label=name)
-        ax.set_title(label, fontsize=9, loc="left")
-        ax.set_ylabel("requests")
+    panels = sorted({key for c in found for key in (*c.traced, *c.averages)})
+    placements = len({placement for placement, _ in panels})
+    colour = {c.label: PALETTE[i % len(PALETTE)] for i, c in enumerate(found)}
+    bars = [c for c in found if c.traced]
+    sizes = [s for c in bars for by_size in c.traced.values() for s in by_size]
+    sizes += [size for c in found for size, _ in c.averages.values()]
+    low, high = int(math.log2(max(min(sizes), 1))), int(math.log2(max(max(sizes), 1)))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.4 + 1.9 * len(panels)), squeeze=False, sharex=True,
+                             layout="constrained")
+    width = 0.8 / max(len(bars), 1)
+    for ax, key in zip(axes[:, 0], panels):
+        for j, c in enumerate(bars):
+            by_size = c.traced.get(key)
+            if not by_size:
+                continue
+            total = sum(by_size.values())
+            ax.bar([math.log2(s) + 0.1 + j * width for s in sorted(by_size)],
+                   [100 * by_size[s] / total for s in sorted(by_size)], width=width, align="edge", color=colour[c.label])
+        for c in found:
+            if key in c.averages:
+                ax.axvline(math.log2(max(c.averages[key][0], 1)), color=colour[c.label], linestyle="--", linewidth=1.5)
+        ax.set_title(f"{key[0]}, {key[1]}s", fontsize=9, loc="left")
+        ax.set_ylim(0, 100)
+        if any(key in c.traced for c in bars):
+            ax.set_ylabel("% of requests", fontsize=8)
+        else:  # no share to read on a y axis: only where each average lies
+            ax.set_yticks([])
+            ax.text(0.5, 0.6, "no histogram: only the average size per request (/proc/diskstats),\n"
+                    "the block layer was not traced", transform=ax.transAxes, ha="center", va="center", fontsize=8,
+                    color="#555555", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3, axis="y")
-    axes[-1, 0].set_xticks([i + (len(series) - 1) * width / 2 for i in range(len(every))], [format_bytes(s, 0) for s in every],
-                           fontsize=8)
-    axes[0, 0].legend(fontsize=7)
-    sources = sorted({source for _, source, _ in found})
-    caption = ("requests per run by size (the lower bound of each power-of-two bucket), from the block layer's "
-               "tracepoint" if sources == ["bpftrace"] else f"requests per run by size; source: {', '.join(sources)} "
-               "(an average size per direction where the block layer could not be traced)")
+    bottom = axes[-1, 0]
+    bottom.set_xlim(low, high + 1)
+    bottom.set_xticks(range(low, high + 2), [format_bytes(2**k, 0) for k in range(low, high + 2)])
+    bottom.set_xlabel("request size (each bucket from one tick up to the next, twice as large)", fontsize=8)
+    handles, labels = [], []
+    for c in found:
+        if c.traced:
+            handles.append(Patch(color=colour[c.label]))
+            labels.append(f"{c.label}: {_per_run({k: sum(v.values()) for k, v in c.traced.items()}, placements)} per run")
+        if c.averages:
+            handles.append(Line2D([], [], color=colour[c.label], linestyle="--", linewidth=1.5))
+            sizes_text = ", ".join(f"{format_bytes(size)} per {direction}" for (_, direction), (size, _) in sorted(c.averages.items()))
+            labels.append(f"{c.label}: average only, {sizes_text} "
+                          f"({_per_run({k: n for k, (_, n) in c.averages.items()}, placements)} per run)")
+    fig.legend(handles, labels, loc="outside lower center", ncol=1, fontsize=7, frameon=False)
+    caption = ("the share of each cell's requests (per placement and direction) in each power-of-two size bucket, "
+               "the block layer's requests as traced (bpftrace); requests per run in the legend")
+    if any(c.averages for c in found):
+        caption += ("; a dashed line is a cell whose runs could keep only the average size per request from "
+                    "/proc/diskstats (the block layer was not traced): an average, not a histogram")
     return caption, svg(fig, png)
 
 

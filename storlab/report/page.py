@@ -11,6 +11,7 @@ from pathlib import Path
 
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
+from storlab import timeline
 from storlab.answer import analysis, effects, explain
 from storlab.answer import terminal as answer_text
 from storlab.answer.analysis import CellResult, Results, fmt_figure
@@ -18,7 +19,8 @@ from storlab.answer.terminal import confidence
 from storlab.experiment.file import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
-from storlab.report import capability, io_report, wait_report
+from storlab.probes.registry import PROBES
+from storlab.report import capability, io_report, timelines, wait_report
 from storlab.report.charts import plt
 from storlab.report.charts import svg as _svg
 from storlab.results import outputs
@@ -36,17 +38,8 @@ th:first-child, td:first-child, td.l, th.l { text-align: left; }
 figure svg { width: 100%; height: auto; display: block; }
 figcaption, .note { color: #555; font-size: 13px; }
 """
-# Throughput and latency per bucket of the driver: each covers [its t, the next t), the last up to the
-# end of the run, so they are drawn as steps over the time they really cover.
-BUCKETED = ("rows_per_s", "transactions_per_s", "latency_p99_ms")
-# The timelines drawn for the first run of each cell: (metric, axis label, title).
-TIMELINES = [("latency_p99_ms", "p99 ms", "Transaction latency (p99) over time"),
-             ("mb_s", "MiB/s", "Device MiB/s over time, per placement"),
-             ("cpu_percent", "CPU %", "CPU over time")]
-
-
 FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
-         "transactions_per_s.png", "latency_p99_ms.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
+         "transactions_per_s.png", "latency.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
          "dop.png"]
 
 
@@ -140,36 +133,6 @@ def factors_html(results: Results) -> str:
             + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes))
 
 
-def timeline_chart(store: Store, results: Results, metric: str, ylabel: str, png: Path) -> str | None:
-    """A metric over the run's time axis, from each cell's first run."""
-    fig, ax = plt.subplots(figsize=(8, 4))
-    drawn = False
-    for c in wait_report.in_factor_order(results):
-        points = defaultdict(list)
-        for t, name, value in store.timeline(c.runs[0].id):
-            if name == metric or name.startswith(metric + ":"):
-                points[name].append((t, value))
-        for name, series in points.items():
-            xs, ys = zip(*sorted(series))
-            suffix = name[len(metric) + 1:] if ":" in name else ""
-            label = f"{c.cell.label}" + (f" [{suffix}]" if suffix else "")
-            if metric in BUCKETED:  # each bucket over the time it covers, the last to the run's end
-                end = max(c.runs[0].figures.get("elapsed_s", xs[-1]), xs[-1] + 1e-3)
-                ax.stairs(ys, [*xs, end], label=label, linewidth=1.2, baseline=None)
-            else:
-                ax.plot(xs, ys, label=label, linewidth=1.2)
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xlabel("seconds since the first transaction")
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return _svg(fig, png)
-
-
 def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
     head = "".join(f"<th class='{'l' if i < left else ''}'>{html.escape(h)}</th>" for i, h in enumerate(headers))
     body = "".join(
@@ -234,6 +197,18 @@ def _explain_html(results: Results) -> str:
         lines = [explain.note(expl), explain.summary(expl, candidate)]
         parts += [f"<p class='note'>{html.escape(line)}</p>" for line in lines if line]
     return "".join(parts)
+
+
+def _probe_sections(store: Store, results: Results) -> list[str]:
+    """Each probe's own part of the report (probes/kept.py), from what it kept of each cell's runs."""
+    found = []
+    for probe in PROBES:
+        part = probe.section and probe.section([(c.cell.label, [store.kept(probe, r.id) for r in c.runs])
+                                                for c in results.cells])
+        if part:
+            found.append(f"<h2>{html.escape(part.title)}</h2>" + _table(part.headers, part.rows)
+                         + f"<p class='note'>{html.escape(part.caption)}</p>")
+    return found
 
 
 def _figure(svg: str, caption: str = "") -> str:
@@ -314,12 +289,20 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         if over_time:
             caption, svg = over_time
             sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
-        throughput = "rows_per_s" if any(f.name == "rows_per_s" for f in results.figures) else "transactions_per_s"
-        for metric, label, title in [(throughput, throughput.replace("_per_s", "/s"), "Throughput over time"), *TIMELINES]:
-            svg = timeline_chart(store, results, metric, label, folder / f"{metric}.png")
-            if svg:
-                caption = "first run of each cell" + ("; each bucket divided by the time it covers" if metric in BUCKETED else "")
-                sections.append(f"<h2>{title}</h2>" + _figure(svg, caption))
+        rows = any(f.name == timeline.ROWS_PER_S.name for f in results.figures)
+        throughput = timeline.ROWS_PER_S if rows else timeline.TRANSACTIONS_PER_S
+        svg = timelines.chart(store, results, throughput, folder / f"{throughput.name}.png")
+        if svg:
+            sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput)))
+        latency = timelines.latency_chart(store, results, folder / "latency.png")
+        if latency:
+            sections.append("<h2>Transaction latency over time (p50, p95, p99)</h2>" + _figure(latency[1], latency[0]))
+        device = timelines.device_chart(store, results, folder / f"{timeline.MIB_S.name}.png")
+        if device:
+            sections.append("<h2>Device MiB/s over time, per placement</h2>" + _figure(device[1], device[0]))
+        svg = timelines.chart(store, results, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
+        if svg:
+            sections.append("<h2>CPU over time</h2>" + _figure(svg, timelines.caption(timeline.CPU_PERCENT)))
         sizes = io_report.sizes_chart(store, results, folder / "io_sizes.png")
         if sizes:
             sections.append("<h2>The size of the IOs</h2>" + _figure(sizes[1], sizes[0]))
@@ -332,6 +315,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
                                capability.table_rows(capabilities), left=3))
     if results.measured:
+        sections += _probe_sections(store, results)
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(results))
     for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
         title = f"Machine facts: {host}" if host else "Machine facts"

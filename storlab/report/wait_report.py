@@ -10,16 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from storlab import timeline
 from storlab.answer.analysis import CellResult, Results
 from storlab.errors import UserError
 from storlab.experiment.file import nested_in, short_name
 from storlab.probes import waiting_tasks
-from storlab.probes.wait_timeline import PREFIX
 from storlab.report.charts import OTHER, colours, plt, svg
 from storlab.results.store import Store
-
-# The throughput metrics of the driver's buckets, in the order the report prefers them.
-THROUGHPUT = ("rows_per_s", "transactions_per_s")
 
 
 def swept_factor(results: Results) -> str | None:
@@ -121,19 +118,25 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for t, metric, value in store.timeline(run.id):
         series[metric].append((t, value))
-    waits = {m[len(PREFIX):]: pts for m, pts in series.items() if m.startswith(PREFIX)}
+    waits = {timeline.WAIT.member_of(m): pts for m, pts in series.items() if timeline.WAIT.holds(m)}
     if not waits:
         return None
     end = run.figures.get("elapsed_s", 0.0)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
-    throughput = next((m for m in THROUGHPUT if series.get(m)), None)
+    throughput = next((m for m in timeline.THROUGHPUT if series.get(m.name)), None)
+    title = f"{result.cell.label}, repetition {run.repetition}: "
     if throughput:
-        points = sorted(series[throughput])
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+        points = sorted(series[throughput.name])
         top.stairs([v for _, v in points], _edges([t for t, _ in points], end), color="#333", linewidth=1.4, baseline=None)
-        top.set_ylabel(throughput.replace("_per_s", "/s"))
+        top.set_ylabel(throughput.label)
         top.set_ylim(bottom=0)
-    top.grid(alpha=0.3)
-    top.set_title(f"{result.cell.label}, repetition {run.repetition}: throughput, and the waits under it")
+        top.grid(alpha=0.3)
+        title += "throughput, and the waits under it"
+    else:  # a scan counts no rows per second: the waits alone
+        fig, bottom = plt.subplots(figsize=(8, 4.5))
+        top, title = bottom, title + "the waits over time"
+    # From the axes' left edge, clear of the y tick labels, however long the cell's label.
+    top.set_title(title, loc="left", fontsize=10)
     ranked = wait_ranks(results.measured)
     palette = colours(ranked)
     starts = sorted({t for pts in waits.values() for t, _ in pts})
@@ -151,7 +154,7 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
         bottom.stairs(baseline + values, edges, baseline=baseline.copy(), fill=True, color=palette.get(name, palette[OTHER]),
                       label=name, linewidth=0)
         baseline = baseline + values
-    bottom.set_ylabel("sessions waiting (average)")
+    bottom.set_ylabel(timeline.WAIT.label)
     bottom.set_xlabel("seconds since the first transaction")
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)

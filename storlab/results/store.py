@@ -19,12 +19,14 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from storlab.errors import UserError
-from storlab.probes.file_io import FileIO
-from storlab.probes.iosizes import IoSizes
-from storlab.probes.waits import TracedWait, Wait, WaitCapture, WaitingTask
-from storlab.results.dialects import SQLITE, Connection, Migration
+from storlab.probes.kept import Probe
+from storlab.probes.registry import PROBES
+from storlab.probes.waits import Wait, WaitCapture
+from storlab.results.dialects import SQLITE, Connection, Migration, PerDialect
 
 FILENAME = "storlab.sqlite"
+# The probes' tables the store's own migrations made before each probe made its own (probe = table name).
+_ADOPTED = "('waiting_tasks', 'io_sizes', 'traced_waits', 'file_io')"
 
 # One entry per schema version; a store at version N runs MIGRATIONS[N:] to come up to date. Each is
 # written once in SQLite's words (storlab.dialects gives PostgreSQL its own), or as a PerDialect.
@@ -136,38 +138,16 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE runs DROP COLUMN latency_p95_ms;
     ALTER TABLE runs DROP COLUMN latency_p99_ms;
     """,
-    # 3: the waiting tasks of each run (who waited on what: a wait and the resource the engine names,
-    # '' when it names none), summed over the run's samples. The waits per interval need no table:
-    # they are timeline metrics 'wait:<WaitType>'.
-    """
-    CREATE TABLE waiting_tasks (
-        run_id INTEGER NOT NULL REFERENCES runs(id),
-        wait_type TEXT NOT NULL,
-        resource TEXT NOT NULL,
-        seconds REAL NOT NULL,
-        samples INTEGER NOT NULL,
-        PRIMARY KEY (run_id, wait_type, resource)
-    );
-    """,
+    # 3: the waiting tasks of each run, a table the waiting-task probe now makes itself (migration 10).
+    "",
     # 4: what each run started from (checkpoint, sync, page cache, warm-up), and the race an
     # experiment declared (its settings, so `show` replays the same drops).
     """
     ALTER TABLE runs ADD COLUMN conditions TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE experiment ADD COLUMN race TEXT;
     """,
-    # 5: the size of the IOs each placement's device served during a run: traced requests by
-    # power-of-two bucket, or one average per direction from /proc/diskstats (source says which).
-    """
-    CREATE TABLE io_sizes (
-        run_id INTEGER NOT NULL REFERENCES runs(id),
-        placement TEXT NOT NULL,
-        direction TEXT NOT NULL,
-        size_bytes INTEGER NOT NULL,
-        requests INTEGER NOT NULL,
-        source TEXT NOT NULL
-    );
-    CREATE INDEX io_sizes_run ON io_sizes(run_id);
-    """,
+    # 5: the IO sizes of each run, a table the IO-size probe now makes itself (migration 10).
+    "",
     # 6: the host that measured each run (a worker's --host; this machine's name for storlab run),
     # and the text of the SQL files the experiment names, so a worker needs nothing but the store.
     """
@@ -182,44 +162,29 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE experiment ADD COLUMN answer TEXT;
     ALTER TABLE experiment ADD COLUMN stopped TEXT;
     """,
-    # 8: what the engine's trace points counted in each run: the time they measured in each wait
-    # (beside the sampled wait_s), every lock wait by its relation (LWLocks by tranche, resource ''),
-    # and the IO of each file of the instance. Histograms are JSON, power-of-two buckets in ns.
+    # 8: the time the engine's trace points measured in each wait, beside the sampled wait_s (their
+    # waits by resource and the IO per file are the tables of the traced-wait and file-IO probes).
     """
     ALTER TABLE waits ADD COLUMN traced_s REAL;
-    CREATE TABLE traced_waits (
-        run_id INTEGER NOT NULL REFERENCES runs(id),
-        wait_type TEXT NOT NULL,
-        resource TEXT NOT NULL,
-        waits INTEGER NOT NULL,
-        seconds REAL NOT NULL,
-        histogram TEXT NOT NULL,
-        PRIMARY KEY (run_id, wait_type, resource)
-    );
-    CREATE TABLE file_io (
-        run_id INTEGER NOT NULL REFERENCES runs(id),
-        file TEXT NOT NULL,
-        object TEXT NOT NULL,
-        placement TEXT NOT NULL,
-        reads INTEGER NOT NULL,
-        read_bytes INTEGER NOT NULL,
-        read_s REAL NOT NULL,
-        writes INTEGER NOT NULL,
-        write_bytes INTEGER NOT NULL,
-        write_s REAL NOT NULL,
-        syncs INTEGER,
-        sync_s REAL,
-        read_histogram TEXT NOT NULL,
-        write_histogram TEXT NOT NULL,
-        source TEXT NOT NULL
-    );
-    CREATE INDEX file_io_run ON file_io(run_id);
     """,
     # 9: a device's throughput in MiB/s (2^20 bytes), as fio gives it and every size storlab reads, where
     # runs before kept 10^6-byte MB/s: the two were drawn on one axis 5 % apart.
     """
     UPDATE timeline SET value = value * 1000000.0 / 1048576 WHERE metric LIKE 'mb_s:%';
     """,
+    # 10: each probe makes and changes its own tables (probes/kept.py), its version kept here under its
+    # name. A store from before holds the tables migrations 3, 5 and 8 made: their probes are at 1.
+    PerDialect(
+        sqlite=f"""
+        CREATE TABLE probe_versions (probe TEXT PRIMARY KEY, version INTEGER NOT NULL);
+        INSERT INTO probe_versions SELECT name, 1 FROM sqlite_master WHERE type = 'table' AND name IN {_ADOPTED};
+        """,
+        postgresql=f"""
+        CREATE TABLE probe_versions (probe TEXT PRIMARY KEY, version BIGINT NOT NULL);
+        INSERT INTO probe_versions SELECT tablename, 1 FROM pg_tables
+            WHERE schemaname = current_schema() AND tablename IN {_ADOPTED};
+        """,
+    ),
 ]
 
 
@@ -247,9 +212,8 @@ class RunResult:
     capture: WaitCapture
     engine_version: str
     timeline: list[tuple[float, str, float]]  # (seconds on the run's axis, metric, value)
-    waiting_tasks: list[WaitingTask] = field(default_factory=list)
     conditions: dict[str, Any] = field(default_factory=dict)
-    io_sizes: IoSizes | None = None
+    kept: dict[str, Any] = field(default_factory=dict)  # what each probe of the registry recorded, by its name
 
 
 @dataclass
@@ -431,7 +395,10 @@ class Store:
             raise UserError(f"{self.folder}: written by a newer storlab (schema {version}); upgrade storlab to read it")
         if create and not ours:
             self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a store from before the id
-        if not create and version < len(MIGRATIONS):
+        newer = self._newer_probe(version)
+        if newer:
+            raise UserError(f"{self.folder}: written by a newer storlab ({newer}); upgrade storlab to read it")
+        if not create and (version < len(MIGRATIONS) or self._probes_behind()):
             # An older store is brought up to date once, the one write a read command makes; where
             # storlab cannot write (a read-only folder), a copy in memory is, and the folder is left alone.
             try:
@@ -455,10 +422,44 @@ class Store:
                 if version > len(MIGRATIONS):
                     raise UserError(f"{self.where}: written by a newer storlab (schema {version}); upgrade storlab to read it")
                 if version == len(MIGRATIONS):
-                    return
+                    break
                 for statement in self.db.dialect.statements(MIGRATIONS[version]):
                     self.db.execute(statement)
                 self.versioning.set(self.db, version + 1)
+        for probe in PROBES:
+            with self.transaction():
+                self.versioning.lock(self.db)
+                held = self._probe_versions().get(probe.name, 0)
+                if held > len(probe.migrations):
+                    raise UserError(f"{self.where}: written by a newer storlab (probe {probe.name} at {held}); "
+                                    "upgrade storlab to read it")
+                for migration in probe.migrations[held:]:
+                    for statement in self.db.dialect.statements(migration):
+                        self.db.execute(statement)
+                if held < len(probe.migrations):
+                    self.db.execute("INSERT INTO probe_versions (probe, version) VALUES (?, ?) ON CONFLICT (probe) "
+                                    "DO UPDATE SET version = excluded.version", (probe.name, len(probe.migrations)))
+
+    def _probe_versions(self) -> dict[str, int]:
+        """Each probe's version of its own tables (none before the store's migration 10)."""
+        if self.versioning.get(self.db) < len(MIGRATIONS):
+            return {}
+        return dict(self.db.execute("SELECT probe, version FROM probe_versions"))
+
+    def _probes_behind(self) -> bool:
+        held = self._probe_versions()
+        return any(held.get(p.name, 0) < len(p.migrations) for p in PROBES)
+
+    def _newer_probe(self, version: int) -> str | None:
+        """A probe whose tables a newer storlab changed (a probe this one does not know is left alone:
+        its table is simply not read)."""
+        if version < len(MIGRATIONS):
+            return None
+        known = {p.name: len(p.migrations) for p in PROBES}
+        for name, held in self._probe_versions().items():
+            if name in known and held > known[name]:
+                return f"probe {name} at {held}"
+        return None
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -630,39 +631,12 @@ class Store:
                 "INSERT INTO waits (run_id, wait_type, wait_s, wait_count, signal_s, traced_s) VALUES (?, ?, ?, ?, ?, ?)",
                 [(run_id, w.wait_type, w.wait_s, w.wait_count, w.signal_s, w.traced_s) for w in capture.waits],
             )
-            db.executemany(
-                "INSERT INTO traced_waits (run_id, wait_type, resource, waits, seconds, histogram) VALUES (?, ?, ?, ?, ?, ?)",
-                [(run_id, t.wait_type, t.resource, t.waits, t.seconds, json.dumps(t.histogram)) for t in capture.traced],
-            )
-            db.executemany(
-                "INSERT INTO file_io (run_id, file, object, placement, reads, read_bytes, read_s, writes, write_bytes, "
-                "write_s, syncs, sync_s, read_histogram, write_histogram, source) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, f.file, f.object, f.placement, f.reads, f.read_bytes, f.read_s, f.writes, f.write_bytes,
-                  f.write_s, f.syncs, f.sync_s, json.dumps(f.read_histogram), json.dumps(f.write_histogram), f.source)
-                 for f in capture.files],
-            )
             db.executemany("INSERT INTO timeline (run_id, t_s, metric, value) VALUES (?, ?, ?, ?)",
                            [(run_id, *p) for p in result.timeline])
-            db.executemany(
-                "INSERT INTO waiting_tasks (run_id, wait_type, resource, seconds, samples) VALUES (?, ?, ?, ?, ?)",
-                [(run_id, t.wait_type, t.resource, t.seconds, t.samples) for t in result.waiting_tasks],
-            )
-            if result.io_sizes is not None:
-                db.executemany(
-                    "INSERT INTO io_sizes (run_id, placement, direction, size_bytes, requests, source) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [(run_id, placement, direction, size, count, result.io_sizes.source)
-                     for placement, by_direction in result.io_sizes.sizes.items()
-                     for direction, counts in by_direction.items() for size, count in counts.items()],
-                )
+            for probe in PROBES:
+                if probe.name in result.kept:
+                    probe.write(db, run_id, result.kept[probe.name])
         return run_id
-
-    def io_sizes(self, run_id: int) -> list[tuple[str, str, int, int, str]]:
-        """(placement, direction, size in bytes, requests, source) of one run."""
-        return list(self.db.execute(
-            "SELECT placement, direction, size_bytes, requests, source FROM io_sizes WHERE run_id = ? "
-            "ORDER BY placement, direction, size_bytes", (run_id,)))
 
     def record_failure(self, cell_id: str, repetition: int, message: str) -> None:
         with self._keeping(f"the failure of run {repetition} of cell {cell_id} ({message})"), self.transaction() as db:
@@ -694,34 +668,9 @@ class Store:
             )
         ]
 
-    def traced_waits(self, run_id: int) -> list[TracedWait]:
-        """Each wait the engine's trace points counted in one run, by resource."""
-        return [
-            TracedWait(t, r, n, s, _histogram(h))
-            for t, r, n, s, h in self.db.execute(
-                "SELECT wait_type, resource, waits, seconds, histogram FROM traced_waits WHERE run_id = ? "
-                "ORDER BY wait_type, seconds DESC, resource", (run_id,)
-            )
-        ]
-
-    def file_io(self, run_id: int) -> list[FileIO]:
-        """The IO of each file of the instance in one run."""
-        return [
-            FileIO(*row[:11], read_histogram=_histogram(row[11]), write_histogram=_histogram(row[12]), source=row[13])
-            for row in self.db.execute(
-                "SELECT file, object, placement, reads, read_bytes, read_s, writes, write_bytes, write_s, syncs, sync_s, "
-                "read_histogram, write_histogram, source FROM file_io WHERE run_id = ? ORDER BY file", (run_id,)
-            )
-        ]
-
-    def waiting_tasks(self, run_id: int) -> list[WaitingTask]:
-        return [
-            WaitingTask(*row)
-            for row in self.db.execute(
-                "SELECT wait_type, resource, seconds, samples FROM waiting_tasks WHERE run_id = ? "
-                "ORDER BY seconds DESC, wait_type, resource", (run_id,)
-            )
-        ]
+    def kept(self, probe: Probe, run_id: int) -> Any:
+        """What one probe recorded in one run, as it reads it back."""
+        return probe.read(self.db, run_id)
 
     def timeline(self, run_id: int) -> list[tuple[float, str, float]]:
         return list(self.db.execute("SELECT t_s, metric, value FROM timeline WHERE run_id = ? ORDER BY t_s", (run_id,)))
@@ -753,11 +702,6 @@ class Store:
         )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, r), flags=json.loads(r[-1])) for r in cursor.fetchall()]
-
-
-def _histogram(text: str) -> dict[int, int]:
-    """A histogram as JSON keeps its buckets as text."""
-    return {int(bucket): count for bucket, count in json.loads(text).items()}
 
 
 def _without_none(value: Any) -> Any:

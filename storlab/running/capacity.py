@@ -16,21 +16,20 @@ from typing import Any
 from storlab import engines
 from storlab.errors import UserError
 from storlab.experiment.file import Experiment
-from storlab.lab.layout import spec_for
-from storlab.sizes import format_bytes, parse_size
+from storlab.lab.layout import CellLayout, spec_for
+from storlab.sizes import format_bytes
 from storlab.workloads import KINDS
-from storlab.workloads.kind import Footprint
+from storlab.workloads.kind import Footprint, WorkloadParams
 
 WARN_SHARE = 0.5  # warn when one run needs more than half of what is free
 
 
-def run_footprint(engine: str, layout: dict[str, Any], workload: dict[str, Any], settings: dict[str, Any]) -> Footprint:
+def run_footprint(engine: str, layout: CellLayout, workload: WorkloadParams, settings: dict[str, Any]) -> Footprint:
     """One run of one cell: the workload's writes (as its kind estimates them; nothing for a kind that
     cannot tell) plus the instance's own floor (its catalog; its log as the engine keeps it)."""
-    work = KINDS[workload["kind"]].footprint(engine, workload) or Footprint()
-    log_size = parse_size(layout["log_size"]) if layout.get("log_size") else None
+    work = KINDS[workload.kind].footprint(engine, workload) or Footprint()
     rules = engines.engine(engine)
-    return Footprint(data=rules.catalog_bytes + work.data, log=rules.log_bytes(log_size, work.log, settings))
+    return Footprint(data=rules.catalog_bytes + work.data, log=rules.log_bytes(layout.log_size_bytes, work.log, settings))
 
 
 def needs(experiment: Experiment, cells: list, paths: dict[str, Path]) -> dict[str, tuple[int, str]]:

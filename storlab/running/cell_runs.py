@@ -3,8 +3,9 @@ worker (its runs come from claims): a fresh instance with the cell's layout (its
 made by the device pool), the workload prepared, then each run settled, measured with the probes
 around it and handed to its slot to be recorded. A kind whose repetitions share what it prepared
 (a scan) gets all its slots on that one instance; any other kind one slot per instance. A watchdog
-gives every run a deadline (stall.py). The first failure ends the cell's runs on that instance (its
-state is unknown) and is handed back to the caller, who records it its own way."""
+gives the instance a deadline from the workload's prepare to its last run (stall.py). The first
+failure ends the cell's runs on that instance (its state is unknown) and is handed back to the
+caller, who records it its own way."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from storlab.probes import lifecycle as run_probes
 from storlab.results.store import RunResult
 from storlab.running import stall
 from storlab.running.queue import LeaseLost
+from storlab.workloads.kind import Warmup
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Lab:
     paths: dict[str, Path]  # the directory placements (a device placement's mount comes from the pool)
     keep: bool
     pool: devices.DevicePool | None = None
+    trace: bool = True  # bpftrace may run (not with --no-trace)
 
 
 class Slot(Protocol):
@@ -86,8 +89,9 @@ def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | No
     try:
         with cell_instance(lab, cell) as instance, \
                 stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.stalled()) as watch:
+            lab.experiment.workload.prepare(instance, cell.workload, lab.experiment.sql)  # watched: it may stall too
             while slot is not None:
-                result = measure(lab.experiment, cell, instance, slot.progress, watch)
+                result = measure(lab.experiment, cell, instance, slot.progress, watch, lab.trace)
                 watch.check()
                 slot.record(result)
                 slot = next(slots, None)
@@ -104,27 +108,25 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
     """Where each placement is for this cell: the directories, and each device placement's mount
     (the pool makes the device, or reuses it when its format is the cell's)."""
     found = dict(paths)
-    for name, table in cell.devices.items():
+    for name, spec in cell.devices.items():
         if pool is None:
             raise RunFailed(f"placements.{name}: a device placement needs a device pool")
-        found[name] = pool.device(name, devices.device_spec(name, table)).mount_point
+        found[name] = pool.device(name, spec).mount_point
     return found
 
 
 @contextmanager
 def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Any]:
-    """A fresh instance with the cell's layout and the workload's data prepared; stopped and removed
-    on every way out."""
+    """A fresh instance with the cell's layout; stopped and removed on every way out."""
     experiment = lab.experiment
     spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version)
     kind, params = experiment.workload, cell.workload
     with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params)) as instance:
-        kind.prepare(instance, params, experiment.sql)
         yield instance
 
 
 def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progress=None,
-            watch: stall.Watchdog | None = None) -> RunResult:
+            watch: stall.Watchdog | None = None, trace: bool = True) -> RunResult:
     """One measured run on a prepared instance: settled first (restarted too, for a kind that reads
     cold, the watchdog paused meanwhile), with the recorders around the load (run_probes)."""
     kind, params = experiment.workload, cell.workload
@@ -133,20 +135,22 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progres
             instance.restart()
     conditions = settle.settle(instance.checkpoint, instance.roots.values())
     conditions.update(_device_conditions(cell, instance))
-    if params.get("warmup_s"):
-        conditions["warmup_s"] = params["warmup_s"]
+    if isinstance(params, Warmup) and params.warmup_s:
+        conditions["warmup_s"] = params.warmup_s
     with closing(kind.load(instance, params, experiment.sql)) as load:
         sessions = load.open()
-        recorders = run_probes.around_run(instance, traces_io(experiment))
+        recorders = run_probes.around_run(instance, trace and traces_io(experiment), trace)
         started_at, t0 = time.time(), time.monotonic()
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)
     # The samplers count from t0; the run's axis from the load's first start (by the server's clock).
     offset = started_at - measured.start_epoch
-    timeline = [(p.t_s + offset, p.metric, p.value) for p in recorded.get("timeline", [])] + measured.timeline
+    capture = recorded[run_probes.CAPTURE]
+    timeline = [(p.t_s + offset, p.metric, p.value) for p in recorded.get(run_probes.TIMELINE, [])] + measured.timeline \
+        + [(at - t0 + offset, metric, value) for at, metric, value in capture.events]
     figures = [(f.name, measured.figures[f.name], f.unit) for f in kind.figures if f.name in measured.figures]
-    return RunResult(started_at, figures, recorded["capture"], instance.version, timeline, recorded["waiting_tasks"],
-                     conditions, recorded["io_sizes"])
+    return RunResult(started_at, figures, capture, instance.version, timeline, conditions,
+                     run_probes.kept(recorded))
 
 
 def traces_io(experiment: Experiment) -> bool:

@@ -111,6 +111,7 @@ class WorkerOptions:
     lease_s: float = DEFAULT_LEASE_S
     until_done: bool = False  # stop when every run this worker may take is recorded
     keep: bool = False
+    trace: bool = True  # bpftrace may run (not with --no-trace)
 
 
 @dataclass
@@ -302,7 +303,8 @@ class Worker:
                                  RunFailed(problem))
             return
         cell = target.cells[claim.cell_id]
-        lab = cell_runs.Lab(target.experiment, target.paths, self.options.keep, self._pool(target.experiment))
+        lab = cell_runs.Lab(target.experiment, target.paths, self.options.keep, self._pool(target.experiment),
+                            self.options.trace)
         slots = self._claims(target, cell, claim)
         try:
             failure = cell_runs.run_cell(lab, cell, slots)
@@ -403,7 +405,7 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
         worker.close()
 
 
-def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say) -> WorkOutcome:
+def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say, trace: bool = True) -> WorkOutcome:
     """`storlab run --store`: submit, then work on this experiment here until its runs are done
     (workers elsewhere may take some of them meanwhile)."""
     if exp.model.hosts and host not in exp.model.hosts:
@@ -413,4 +415,4 @@ def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say) -> Work
     runner.prepare_placements(exp)
     with shared_store.open(dsn, exp.name, create=True, purpose="submit") as store:
         say(submit(exp, store).line(exp.name))
-    return work(dsn, WorkerOptions(host, exp.name, until_done=True, keep=keep), say, {exp.name: exp})
+    return work(dsn, WorkerOptions(host, exp.name, until_done=True, keep=keep, trace=trace), say, {exp.name: exp})

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 from storlab import processes
 from storlab.errors import RunFailed
 from storlab.lab import instances
+from storlab.workloads.kind import WorkloadParams
 
 DEFAULT_STALL_S = 60.0
 PING_PERIOD_S = 1.0
@@ -28,9 +29,9 @@ class Stalled(RunFailed):
     """The server stopped answering; its instance was killed."""
 
 
-def stall_after(workload: dict[str, Any]) -> float:
+def stall_after(workload: WorkloadParams) -> float:
     """The cell's declared deadline, or the default."""
-    return float(workload.get("stall_after_s") or DEFAULT_STALL_S)
+    return workload.stall_after_s or DEFAULT_STALL_S
 
 
 def kill_instance(roots: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ PostgreSQL 15 plans an INSERT without parallel workers, and MariaDB runs a state
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -72,19 +72,15 @@ class BulkInsert(InsertWorkload):
         "mariadb": f"INSERT INTO lab_wide SELECT {WIDE_VALUES.format(g='seq')} FROM seq_1_to_{{batch}} LIMIT take",
     }
 
-    def sessions(self, params: dict[str, Any]) -> int:
+    def sessions(self, params: BulkInsertParams) -> int:
         return 1
 
-    def rows(self, params: dict[str, Any]) -> int:
-        return int(params["rows"])
+    def rows(self, params: BulkInsertParams) -> int:
+        return params.rows
 
-    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
-        super().prepare(instance, self._as_insert(params), files)
+    # One session, one transaction of every row: the insert loop run once.
+    def prepare(self, instance: Instance, params: BulkInsertParams, files: dict[str, str]) -> None:
+        self.create(instance, params.rows)
 
-    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
-        return _SizedLoad(instance, super().load(instance, self._as_insert(params), files))
-
-    @staticmethod
-    def _as_insert(params: dict[str, Any]) -> dict[str, Any]:
-        """One session, one transaction of every row: the insert loop run once."""
-        return {"connections": 1, "rows_per_connection": params["rows"], "batch": params["rows"]}
+    def load(self, instance: Instance, params: BulkInsertParams, files: dict[str, str]) -> Load:
+        return _SizedLoad(instance, self.insert_load(instance, 1, params.rows, params.rows, 0.0))

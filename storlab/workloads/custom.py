@@ -106,21 +106,21 @@ class Custom(Workload):
     )
     note = "custom: the transactions are sent by storlab's client (a thread per connection), not looped in the server"
 
-    def sessions(self, params: dict[str, Any]) -> int:
-        return int(params["connections"])
+    def sessions(self, params: CustomParams) -> int:
+        return params.connections
 
-    def _transaction(self, engine: str, params: dict[str, Any], files: dict[str, str]) -> list[Statement]:
-        name = params["transaction"]
+    def _transaction(self, engine: str, params: CustomParams, files: dict[str, str]) -> list[Statement]:
+        name = params.transaction
         statements = split(files[name], engine, name)
         if not statements:
             raise UserError(f"{name}: no SQL statement in the transaction file")
         return statements
 
-    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: CustomParams, files: dict[str, str]) -> None:
         transaction = self._transaction(instance.engine, params, files)
         with instance.connect() as conn:
-            if params.get("setup"):
-                _run_each(conn, split(files[params["setup"]], instance.engine, params["setup"]))
+            if params.setup:
+                _run_each(conn, split(files[params.setup], instance.engine, params.setup))
             # Tried once and rolled back: a mistake is named before anything is measured.
             conn.cursor().execute("BEGIN")
             try:
@@ -128,7 +128,6 @@ class Custom(Workload):
             finally:
                 conn.cursor().execute("ROLLBACK")
 
-    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def load(self, instance: Instance, params: CustomParams, files: dict[str, str]) -> Load:
         return ClientLoad(instance, self._transaction(instance.engine, params, files),
-                          int(params["transactions_per_connection"]), int(params["connections"]),
-                          float(params.get("warmup_s") or 0))
+                          params.transactions_per_connection, params.connections, params.warmup_s or 0.0)

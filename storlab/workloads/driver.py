@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from storlab import timeline as timeline_metrics
 from storlab.engines.base import Instance
 from storlab.errors import RunFailed
 from storlab.workloads.kind import Measurement, Progress
@@ -165,7 +166,8 @@ def buckets(elapsed_s: float) -> np.ndarray:
 
 
 def timeline(tx: Transactions, rows: bool = True) -> list[tuple[float, str, float]]:
-    """Throughput and p99 latency per bucket, each rate divided by the time its bucket really covers."""
+    """Throughput and latency percentiles (p50, p95, p99 of the transactions committed in the bucket)
+    per bucket, each rate divided by the time its bucket really covers."""
     commits = tx.ends - tx.start_epoch
     edges = buckets(tx.elapsed_s)
     which = np.clip(np.searchsorted(edges, commits, side="right") - 1, 0, max(len(edges) - 2, 0))
@@ -176,10 +178,11 @@ def timeline(tx: Transactions, rows: bool = True) -> list[tuple[float, str, floa
         mask = which == i
         t = float(edges[i])
         if rows:
-            points.append((t, "rows_per_s", float(tx.rows[mask].sum() / width)))
-        points.append((t, "transactions_per_s", float(mask.sum() / width)))
+            points.append((t, timeline_metrics.ROWS_PER_S.name, float(tx.rows[mask].sum() / width)))
+        points.append((t, timeline_metrics.TRANSACTIONS_PER_S.name, float(mask.sum() / width)))
         if mask.any():
-            points.append((t, "latency_p99_ms", float(np.percentile(latency_ms[mask], 99))))
+            found = np.percentile(latency_ms[mask], list(timeline_metrics.LATENCY))
+            points += [(t, metric.name, float(value)) for metric, value in zip(timeline_metrics.LATENCY.values(), found)]
     return points
 
 

@@ -11,7 +11,7 @@ It may number its rows from the loop's position: PostgreSQL's `i` (the transacti
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import field_validator, model_validator
 
@@ -120,23 +120,33 @@ class InsertWorkload(Workload):
     statements: ClassVar[dict[str, str]]
     row_bytes: ClassVar[dict[str, Footprint]]  # engine -> bytes each row writes (measured: `du` before and after)
 
-    def rows(self, params: dict[str, Any]) -> int:
-        return int(params["connections"]) * int(params["rows_per_connection"])
+    def sessions(self, params: InsertParams) -> int:
+        return params.connections
 
-    def footprint(self, engine: str, params: dict[str, Any]) -> Footprint:
+    def rows(self, params: InsertParams) -> int:
+        return params.connections * params.rows_per_connection
+
+    def footprint(self, engine: str, params: InsertParams) -> Footprint:
         per_row, rows = self.row_bytes[engine], self.rows(params)
         return Footprint(data=rows * per_row.data, log=rows * per_row.log)
 
-    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
+    def prepare(self, instance: Instance, params: InsertParams, files: dict[str, str]) -> None:
+        self.create(instance, params.batch)
+
+    def load(self, instance: Instance, params: InsertParams, files: dict[str, str]) -> Load:
+        return self.insert_load(instance, params.connections, params.rows_per_connection, params.batch,
+                                params.warmup_s or 0.0)
+
+    def create(self, instance: Instance, batch: int) -> None:
+        """The table, and the procedure that inserts into it `batch` rows a transaction."""
         loop, _ = LOOPS[instance.engine]
-        insert = self.statements[instance.engine].format(batch=int(params["batch"]))
+        insert = self.statements[instance.engine].format(batch=batch)
         with instance.connect() as conn:
             instance.create_table(conn, self.tables[instance.engine])
             conn.execute(loop.replace("{insert}", insert))
 
-    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def insert_load(self, instance: Instance, connections: int, rows: int, batch: int, warmup_s: float) -> Load:
+        """`connections` sessions, each calling the procedure once for `rows` rows."""
         _, call = LOOPS[instance.engine]
-        rows, batch = int(params["rows_per_connection"]), int(params["batch"])
         plan = batches(rows, batch)
-        return ProcedureLoad(instance, [(call, (rows, batch), plan) for _ in range(int(params["connections"]))],
-                             float(params.get("warmup_s") or 0))
+        return ProcedureLoad(instance, [(call, (rows, batch), plan) for _ in range(connections)], warmup_s)

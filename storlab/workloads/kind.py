@@ -5,7 +5,7 @@ reports. The runner and the answer know workloads only through this."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, ClassVar, Protocol
+from typing import Annotated, Callable, ClassVar, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
@@ -121,21 +121,22 @@ class Workload:
     # one after another, instead of interleaved with the other cells'.
     prepared_once: ClassVar[bool] = False
 
-    def sessions(self, params: dict[str, Any]) -> int:
+    def sessions(self, params: WorkloadParams) -> int:
         """How many sessions the load opens (the server's max_connections must allow them)."""
-        return int(params.get("connections", 1))
+        return 1
 
-    def footprint(self, engine: str, params: dict[str, Any]) -> Footprint | None:
+    def footprint(self, engine: str, params: WorkloadParams) -> Footprint | None:
         """What one run writes, measured for the kind's own SQL; None when it cannot be told (the
         user's own SQL), and the capacity check then says nothing."""
         return None
 
-    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
-        """Create what the load needs in a fresh instance, before any probe starts. `files` holds
-        the text of every SQL file the experiment names, read once when it was loaded."""
+    def prepare(self, instance: Instance, params: WorkloadParams, files: dict[str, str]) -> None:
+        """Create what the load needs in a fresh instance, before any probe starts. `params` is one
+        cell's (one value of each key, as its `Params` validated it); `files` holds the text of
+        every SQL file the experiment names, read once when it was loaded."""
         raise NotImplementedError
 
-    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> Load:
+    def load(self, instance: Instance, params: WorkloadParams, files: dict[str, str]) -> Load:
         raise NotImplementedError
 
 

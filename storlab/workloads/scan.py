@@ -115,16 +115,13 @@ class Scan(Workload):
     cold = True
     prepared_once = True
 
-    def sessions(self, params: dict[str, Any]) -> int:
-        return 1
-
-    def footprint(self, engine: str, params: dict[str, Any]) -> Footprint:
-        size = int(params["table_mb"]) * 2**20
+    def footprint(self, engine: str, params: ScanParams) -> Footprint:
+        size = params.table_mb * 2**20
         # The build's log (PostgreSQL's WAL, and its freeze's); an engine with a fixed-size log holds no more.
         return Footprint(data=size, log=size)
 
-    def prepare(self, instance: Instance, params: dict[str, Any], files: dict[str, str]) -> None:
-        rows = int(params["table_mb"]) * 2**20 // ROW_BYTES[instance.engine]
+    def prepare(self, instance: Instance, params: ScanParams, files: dict[str, str]) -> None:
+        rows = params.table_mb * 2**20 // ROW_BYTES[instance.engine]
         batch = min(rows, BUILD_BATCH)
         loop, call = LOOPS[instance.engine]
         with instance.connect() as conn:
@@ -133,5 +130,5 @@ class Scan(Workload):
             instance.call_load(conn, call, (rows, batch))
             conn.execute(FREEZE[instance.engine])
 
-    def load(self, instance: Instance, params: dict[str, Any], files: dict[str, str]):
-        return ScanLoad(instance, int(params.get("dop") or 0))
+    def load(self, instance: Instance, params: ScanParams, files: dict[str, str]) -> ScanLoad:
+        return ScanLoad(instance, params.dop or 0)

@@ -137,7 +137,7 @@ class Connection:
 
 def _connect(socket: Path, user: str, database: str | None) -> Connection:
     return Connection(pymysql.connect(unix_socket=str(socket), user=user, database=database,
-                                      autocommit=True, connect_timeout=10))
+                                      autocommit=True, connect_timeout=instances.CONNECT_TIMEOUT_S))
 
 
 def _accepts(socket: Path) -> bool:
@@ -241,8 +241,9 @@ class MariadbInstance:
                 except pymysql.err.OperationalError:
                     pass  # the session has already ended
 
-    def wait_probe(self) -> FileSummaryProbe:
-        """The workload's waits, with the IO of each file of the instance."""
+    def wait_probe(self, trace: bool = True) -> FileSummaryProbe:
+        """The workload's waits, with the IO of each file of the instance (performance_schema: nothing
+        to trace, whatever `trace` says)."""
         return FileSummaryProbe(PerformanceSchemaProbe(self), self)
 
     def parallel_workers(self, conn: Connection, workers: int) -> None:
@@ -472,8 +473,8 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         if template is None:
             _install(installer, config, ws.user, home)
         server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])
-        server.wait_ready(functools.partial(_accepts, ws.socket_dir / SOCKET), "MariaDB")
-        with _connect(ws.socket_dir / SOCKET, ADMIN_USER, None) as conn:
+        with server.starting(functools.partial(_accepts, ws.socket_dir / SOCKET), "MariaDB"), \
+                _connect(ws.socket_dir / SOCKET, ADMIN_USER, None) as conn:
             version = conn.execute(SERVER_VERSION).fetchone()[0]
             conn.execute(CREATE_DATABASE)
             conn.execute(CREATE_WORKLOAD_USER)

@@ -111,7 +111,8 @@ def _tablespace(placement_name: str) -> str:
 
 
 def _connect(socket_dir: Path) -> psycopg.Connection:
-    conn = psycopg.connect(host=str(socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True)
+    conn = psycopg.connect(host=str(socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True,
+                           connect_timeout=instances.CONNECT_TIMEOUT_S)
     conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
     return conn
 
@@ -189,9 +190,11 @@ class PostgresInstance:
         with self.connect() as conn:
             conn.execute(CANCEL, (sessions,))
 
-    def wait_probe(self) -> TracedWaitProbe:
-        """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run."""
-        return TracedWaitProbe(WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self), self)
+    def wait_probe(self, trace: bool = True) -> TracedWaitProbe:
+        """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run
+        (and `trace`)."""
+        sampled = WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
+        return TracedWaitProbe(sampled, self, "bpftrace" if trace else None)
 
     def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:
         conn.execute(SET_PARALLEL_WORKERS.format(workers=int(workers)))
@@ -389,9 +392,9 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         safe_files.append(pgdata / "postgresql.auto.conf",
                           "".join(f"{key} = {conf_value(value)}\n" for key, value in _settings(spec, preload, connections).items()))
         server = ws.start([str(bins / "postgres"), "-D", str(pgdata), *_private(ws.socket_dir)])
-        server.wait_ready(functools.partial(_accepts, ws.socket_dir), "PostgreSQL")
         wait_sampling = False
-        with _connect(ws.socket_dir) as conn:
+        with server.starting(functools.partial(_accepts, ws.socket_dir), "PostgreSQL"), \
+                _connect(ws.socket_dir) as conn:
             version = conn.execute(SERVER_VERSION).fetchone()[0]
             for placement in spec.data_placements:
                 location = instances.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ _HEADER = struct.Struct("=iiQQI4xQQQ")
 _CONTROL_HEAD = struct.Struct("=III")
 _ITEMS_AT = 16
 _ITEM_SIZE = 40
+# The largest control segment: 64 slots and 5 per backend, at most 2^18 - 1 backends.
+_CONTROL_MAX_BYTES = _ITEMS_AT + _ITEM_SIZE * (64 + 5 * (2**18 - 1))
 _IPC_RMID = 0
 _SHM_RDONLY = 0o10000
 
@@ -80,14 +83,28 @@ def _header(libc, shmid: int) -> tuple[int, int, int] | None:
     return (handle, device, inode) if magic == _PG_SHMEM_MAGIC else None
 
 
+def _read_control(control: Path, uid: int) -> bytes:
+    """The control segment's bytes if it is a regular file of the server's OS user, else nothing.
+    Opened once, without following a link, and what was opened is checked: /dev/shm is everyone's, and
+    that user could swap the name for a link or a FIFO (whose read would never end) after a check."""
+    try:
+        fd = os.open(control, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return b""
+        return os.pread(fd, min(st.st_size, _CONTROL_MAX_BYTES), 0)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def _segment_files(control: Path, uid: int) -> list[Path]:
     """The control segment and every live segment it lists, as files of the server's OS user."""
-    try:
-        if control.stat().st_uid != uid:
-            return []
-        data = control.read_bytes()
-    except OSError:
-        return []
+    data = _read_control(control, uid)
     if len(data) < _ITEMS_AT:
         return []
     magic, nitems, _maxitems = _CONTROL_HEAD.unpack_from(data)
@@ -97,23 +114,39 @@ def _segment_files(control: Path, uid: int) -> list[Path]:
     for i in range(min(nitems, (len(data) - _ITEMS_AT) // _ITEM_SIZE)):
         handle, refcnt = struct.unpack_from("=II", data, _ITEMS_AT + i * _ITEM_SIZE)
         path = SHM_DIR / f"PostgreSQL.{handle}"
-        if refcnt > 0 and path.exists() and path.stat().st_uid == uid:
+        try:
+            st = os.lstat(path)  # a link there is no segment of the server's: never followed
+        except OSError:
+            continue
+        if refcnt > 0 and stat.S_ISREG(st.st_mode) and st.st_uid == uid:
             files.append(path)
     return files
 
 
 def _directories(roots: list[Path]) -> dict[tuple[int, int], int]:
     """(device, inode) -> owner of each instance directory and of the directories right inside it
-    (a data directory is one of those)."""
+    (a data directory is one of those). Each is read through its folder's descriptor, never through a
+    link: the socket folder is the server's OS user's, who could swap a name in it (or the folder
+    itself) for a link to another server's data directory."""
     found = {}
     for root in roots:
         try:
-            candidates = [root, *(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())]
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue
-        for path in candidates:
-            st = os.stat(path)
-            found[(st.st_dev, st.st_ino)] = st.st_uid
+        try:
+            seen = [os.fstat(fd)]
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        seen.append(entry.stat(follow_symlinks=False))
+                    except OSError:
+                        continue  # removed since it was listed
+        finally:
+            os.close(fd)
+        for st in seen:
+            if stat.S_ISDIR(st.st_mode):
+                found[(st.st_dev, st.st_ino)] = st.st_uid
     return found
 
 

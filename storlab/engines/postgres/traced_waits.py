@@ -14,6 +14,9 @@ bpftrace program around the load. Everything is counted in BPF maps and printed 
   extending a relation has none), and the WAL's (its own trace point fires only when a backend must
   write out a full WAL buffer). A new WAL segment is zero-filled as xlogtemp.<pid> before it is
   renamed: its writes are listed under that name.
+- Checkpoints (`checkpoint__start/done`, in the checkpointer) and WAL switches (`wal__switch`): when
+  each happened, for the run's timeline (the capture's `events`). A checkpoint still going when the
+  load ends is left out (its duration is not known).
 
 Files are named after the run through the instance (`pg_relation_filenode`, `pg_relation_filepath`),
 without opening anything in the server's directories.
@@ -32,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from storlab import timeline
 from storlab.probes import bpftrace, traced_waits
 from storlab.probes.file_io import FileIO
 from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
@@ -78,6 +82,11 @@ tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@wri
   $dir = str($f->f_path.dentry->d_parent->d_name.name); $name = str($f->f_path.dentry->d_name.name);
   @write[$dir, $name] = stats($d); @write_hist[$dir, $name] = hist($d); @write_bytes[$dir, $name] = sum(args->ret);
 }}
+usdt:{bin}:postgresql:checkpoint__start /{instance}/ {{ @checkpoint_at[tid] = nsecs; }}
+usdt:{bin}:postgresql:checkpoint__done /@checkpoint_at[tid]/ {{
+  @checkpoint[@checkpoint_at[tid]] = nsecs - @checkpoint_at[tid]; delete(@checkpoint_at[tid]);
+}}
+usdt:{bin}:postgresql:wal__switch /{instance}/ {{ @wal_switch[nsecs] = 1; }}
 tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{instance}/ {{
   @sync_at[tid] = nsecs; @sync_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
 }}
@@ -113,8 +122,9 @@ def _has_trace_points(binary: Path, mtime: float) -> bool:
     return all(name in data for name in _NEEDED)
 
 
-def why_not_traced(binary: Path) -> str | None:
-    reason = bpftrace.why_not("bpftrace")
+def why_not_traced(binary: Path, command: str | None = "bpftrace") -> str | None:
+    """None when `binary` can be traced with bpftrace as `command` (None: traces turned off); otherwise why not."""
+    reason = bpftrace.why_not(command)
     if reason is not None:
         return reason
     if not _has_trace_points(binary, binary.stat().st_mtime):
@@ -125,11 +135,13 @@ def why_not_traced(binary: Path) -> str | None:
 class TracedWaitProbe:
     """The instance's sampled wait probe (pg_wait_sampling or pg_stat_activity), with the trace around
     the same load: its counts go into the wait table beside the sampled time, its per-relation lock
-    waits and per-file IO into the capture."""
+    waits and per-file IO into the capture. `command`: the bpftrace to run, None when traces are
+    turned off (the sampled figures only)."""
 
-    def __init__(self, sampled: WaitProbe, instance: Any):
+    def __init__(self, sampled: WaitProbe, instance: Any, command: str | None = "bpftrace"):
         self.sampled = sampled
         self.instance = instance
+        self.command = command
         self.source = sampled.source
         self.trace: bpftrace.Trace | None = None
         self.note = ""
@@ -137,7 +149,7 @@ class TracedWaitProbe:
     def start(self, sessions: list[int]) -> None:
         self.sampled.start(sessions)
         binary = self.instance.bins / "postgres"  # the cell's version's server
-        self.note = why_not_traced(binary) or ""
+        self.note = why_not_traced(binary, self.command) or ""
         if self.note or not sessions:
             self.note = self.note or "no sessions to trace"
             return
@@ -146,7 +158,7 @@ class TracedWaitProbe:
         except psutil.Error as exc:
             self.note = f"the server's processes could not be found: {exc}"
             return
-        self.trace = bpftrace.Trace(program(binary, sessions, postmaster))
+        self.trace = bpftrace.Trace(program(binary, sessions, postmaster), self.command)
         try:
             self.trace.start()
         except BaseException:
@@ -174,6 +186,7 @@ class TracedWaitProbe:
             files = instance_files(maps, names)
         traced = traced_waits.with_counts(capture, waited)
         traced.files = files
+        traced.events = events(maps)
         return traced
 
 
@@ -227,6 +240,15 @@ def lock_waits(maps: bpftrace.Maps, names: _Names) -> list[TracedWait]:
 def lwlock_waits(maps: bpftrace.Maps) -> list[TracedWait]:
     return [TracedWait(f"LWLock:{key[0]}", "", n, ns / 1e9, _histogram(maps, "lwlock_hist", key))
             for key, (n, ns) in _stats(maps, "lwlock")]
+
+
+def events(maps: bpftrace.Maps) -> list[tuple[float, str, float]]:
+    """Each checkpoint (at its start, its duration in seconds) and WAL switch, in order, t in
+    time.monotonic() seconds: bpftrace's nsecs reads the same clock."""
+    found = [(int(start) / 1e9, timeline.CHECKPOINT.name, int(ns) / 1e9)
+             for (start,), ns in maps.get("checkpoint", {}).items()]
+    found += [(int(at) / 1e9, timeline.WAL_SWITCH.name, 1.0) for (at,) in maps.get("wal_switch", {})]
+    return sorted(found)
 
 
 def _file_key(db: int, node: int, fork: int, segment: int) -> tuple[str, str]:

@@ -1,0 +1,68 @@
+"""What a probe keeps of each run: its own tables in the results store, made and changed by its own
+migrations (versioned under the probe's name, apart from the store's), how a run's record is written
+there and read back, and its part of the report. The store, the runner and the report find every
+probe in the registry (probes/registry.py) and never name a probe's table, so a new probe is one
+module and one line there."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol
+
+
+class Db(Protocol):
+    """The store's connection, in the SQL both of its dialects share (`?` placeholders)."""
+
+    def execute(self, sql: str, params: Iterable = ()) -> Any: ...
+
+    def executemany(self, sql: str, rows: Iterable[Iterable]) -> None: ...
+
+
+class Recording(Protocol):
+    """A probe's own recorder for one run: started once the load's sessions are open, stopped after it."""
+
+    def start(self, sessions: list[int], t0: float) -> None: ...
+
+    def stop(self) -> Any:
+        """What the run recorded, as the probe's `write` takes it."""
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """What a probe is told of the run it records: the instance (an engines.base.Instance), and
+    whether every IO's size is traced (bpftrace), where that is the question (cell_runs.traces_io)."""
+
+    instance: Any
+    traced: bool
+
+
+@dataclass(frozen=True)
+class Section:
+    """A probe's part of the report: one table, a row per cell."""
+
+    title: str
+    caption: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe as the store and the report see it. What it records comes from its own recorder
+    (`recorder`), or with the engine's wait capture (`from_capture`: one program of the engine's may
+    count several things at once)."""
+
+    name: str  # its part of the run's result, and the name its tables' versions are kept under
+    migrations: tuple[str, ...]  # SQL in SQLite's words (the store gives PostgreSQL its own), in order
+    write: Callable[[Db, int, Any], None]  # (connection, run id, what the run recorded)
+    read: Callable[[Db, int], Any]  # (connection, run id) -> what the run recorded
+    recorder: Callable[[RunScope], Recording | None] | None = None
+    from_capture: Callable[[Any], Any] | None = None  # from the run's probes.waits.WaitCapture
+    # Its part of the report, from each cell's (label, [what each run recorded]).
+    section: Callable[[list[tuple[str, list[Any]]]], Section | None] | None = None
+
+
+def histogram(text: str) -> dict[int, int]:
+    """A histogram kept as JSON (power-of-two buckets) has its buckets as text."""
+    return {int(bucket): count for bucket, count in json.loads(text).items()}

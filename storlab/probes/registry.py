@@ -1,0 +1,10 @@
+"""Every probe that keeps its own part of a run, in the order their recorders start: the store makes
+their tables and writes what they recorded, the runner starts them around each run, the report
+shows their sections. A new probe is its module and one entry here."""
+
+from __future__ import annotations
+
+from storlab.probes import file_io, iosizes, pressure, traced_waits, waiting_tasks
+from storlab.probes.kept import Probe
+
+PROBES: tuple[Probe, ...] = (waiting_tasks.PROBE, iosizes.PROBE, traced_waits.PROBE, file_io.PROBE, pressure.PROBE)

@@ -1,0 +1,156 @@
+"""The report's charts of metrics over a run's time axis (storlab.timeline declares them), from each
+cell's first run: throughput and CPU (one line per cell), and the latency percentiles and device
+MiB/s (one panel per cell, the run's traced checkpoints and WAL switches marked). A value that covers
+the interval its time opens (the driver's buckets) is drawn as a step over that interval, the last to
+the run's end; the device sampler's values, each closing its interval, as a line through their points."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from storlab import timeline
+from storlab.answer.analysis import Results
+from storlab.report import wait_report
+from storlab.report.charts import PALETTE, plt, svg
+from storlab.results.store import Store
+from storlab.timeline import Metric
+
+X_LABEL = "seconds since the first transaction"
+PERCENTILE_COLOURS = {timeline.LATENCY_P50_MS: "#9ecae1", timeline.LATENCY_P95_MS: "#4292c6",
+                      timeline.LATENCY_P99_MS: "#08306b"}
+CHECKPOINT_COLOUR, WAL_SWITCH_COLOUR = "#f28e2b", "#555555"
+
+
+def _end(run, xs: list[float]) -> float:
+    """The end of a run's last bucket: the end of the run, or just past its last point."""
+    return max(run.figures.get("elapsed_s", xs[-1]), xs[-1] + 1e-3)
+
+
+def chart(store: Store, results: Results, metric: Metric, png: Path) -> str | None:
+    """A metric (or each member of a family) over the run's time axis, one line per cell."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    drawn = False
+    for c in wait_report.in_factor_order(results):
+        run = c.runs[0]
+        points = defaultdict(list)
+        for t, name, value in store.timeline(run.id):
+            if metric.holds(name):
+                points[name].append((t, value))
+        for name, series in points.items():
+            xs, ys = zip(*sorted(series))
+            label = c.cell.label + (f" [{metric.member_of(name)}]" if metric.member else "")
+            if metric.steps:
+                ax.stairs(ys, [*xs, _end(run, xs)], label=label, linewidth=1.2, baseline=None)
+            else:
+                ax.plot(xs, ys, label=label, linewidth=1.2)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel(metric.label)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return svg(fig, png)
+
+
+def caption(metric: Metric) -> str:
+    found = "first run of each cell"
+    if metric.steps and metric.how == timeline.RATE:
+        found += "; each bucket divided by the time it covers"
+    elif metric.stamp == timeline.END:
+        found += "; each point over the time since the point before"
+    return found
+
+
+def _per_cell(store: Store, results: Results, metrics: tuple[Metric, ...], ylabel: str, png: Path,
+              colours: dict[str, str] | None = None) -> tuple[set[Metric], str] | None:
+    """Small multiples: one panel per cell (its first run), one line per metric (or member of a
+    family), on one scale for every cell, with the run's traced checkpoints (shaded from their start
+    over their duration) and WAL switches (dotted). `colours`: a colour per line's label, in the
+    legend's order (default: the palette, by label). Returns (the events drawn, svg)."""
+    panels = []
+    for c in wait_report.in_factor_order(results):
+        run = c.runs[0]
+        lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        events: dict[Metric, list[tuple[float, float]]] = defaultdict(list)
+        for t, name, value in store.timeline(run.id):
+            metric = timeline.find(name)
+            if metric in timeline.EVENTS:
+                events[metric].append((t, value))
+            elif metric in metrics:
+                lines[name].append((t, value))
+        if lines:
+            panels.append((c, run, lines, events))
+    if not panels:
+        return None
+    label = {name: metric.member_of(name) if metric.member else metric.label
+             for _, _, lines, _ in panels for name in lines for metric in [timeline.find(name)]}
+    colours = colours or {text: PALETTE[i % len(PALETTE)] for i, text in enumerate(sorted(set(label.values())))}
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 + 1.6 * len(panels)), squeeze=False, sharex=True,
+                             sharey=True, layout="constrained")
+    for ax, (c, run, lines, events) in zip(axes[:, 0], panels):
+        for name, points in sorted(lines.items()):
+            xs, ys = zip(*sorted(points))
+            if timeline.find(name).steps:
+                ax.stairs(ys, [*xs, _end(run, xs)], color=colours[label[name]], linewidth=1.3, baseline=None)
+            else:
+                ax.plot(xs, ys, color=colours[label[name]], linewidth=1.3)
+        for t, duration in events.get(timeline.CHECKPOINT, []):
+            ax.axvspan(t, t + duration, color=CHECKPOINT_COLOUR, alpha=0.25, linewidth=0)
+        for t, _ in events.get(timeline.WAL_SWITCH, []):
+            ax.axvline(t, color=WAL_SWITCH_COLOUR, linewidth=0.8, linestyle=":")
+        ax.set_title(c.cell.label, fontsize=9, loc="left")
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    # One scale for every cell, set once: each panel's own autoscaling would keep only its data.
+    top = max(v for _, _, lines, _ in panels for points in lines.values() for _, v in points)
+    axes[-1, 0].set_ylim(0, 1.05 * top if top > 0 else 1.0)
+    axes[-1, 0].set_xlabel(X_LABEL, fontsize=8)
+    drawn = {metric for _, _, _, events in panels for metric in events}
+    shown = set(label.values())
+    handles = [(Line2D([], [], color=colour, linewidth=1.3), text) for text, colour in colours.items() if text in shown]
+    if timeline.CHECKPOINT in drawn:
+        handles.append((Patch(color=CHECKPOINT_COLOUR, alpha=0.25, linewidth=0), timeline.CHECKPOINT.label))
+    if timeline.WAL_SWITCH in drawn:
+        handles.append((Line2D([], [], color=WAL_SWITCH_COLOUR, linewidth=0.8, linestyle=":"), timeline.WAL_SWITCH.label))
+    fig.legend([h for h, _ in handles], [text for _, text in handles], loc="outside lower center",
+               ncol=min(len(handles), 5), fontsize=8, frameon=False)
+    return drawn, svg(fig, png)
+
+
+def _events_note(drawn: set[Metric]) -> str:
+    marks = [text for metric, text in ((timeline.CHECKPOINT, "checkpoints shaded from their start over their duration"),
+                                       (timeline.WAL_SWITCH, "WAL switches dotted")) if metric in drawn]
+    return f"as traced: {', '.join(marks)}" if marks else "checkpoints and WAL switches are marked where traced (none here)"
+
+
+def latency_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+    """One panel per cell: the p50, p95 and p99 latency of the transactions committed in each bucket,
+    with the run's traced events. Returns (caption, svg)."""
+    colours = {metric.label: colour for metric, colour in PERCENTILE_COLOURS.items()}
+    found = _per_cell(store, results, tuple(PERCENTILE_COLOURS), "ms", png, colours)
+    if found is None:
+        return None
+    drawn, drawing = found
+    return ("first run of each cell: the latency percentiles of the transactions committed in each one-second bucket, "
+            f"each drawn over the time its bucket covers; {_events_note(drawn)}"), drawing
+
+
+def device_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+    """One panel per cell: each placement's device MiB/s, with the run's traced events. Returns
+    (caption, svg)."""
+    found = _per_cell(store, results, (timeline.MIB_S,), timeline.MIB_S.label, png)
+    if found is None:
+        return None
+    drawn, drawing = found
+    return ("first run of each cell: each point what the placement's device (the whole device, /proc/diskstats) moved "
+            f"since the point before, divided by the time between the two readings; {_events_note(drawn)}. A steady "
+            "load can still reach its device in bursts (a new log file written whole when it is made, a checkpoint): "
+            "each is one high interval"), drawing

@@ -1,0 +1,152 @@
+"""Each probe owns its tables: the store makes and migrates them under the probe's name, writes what
+the probe recorded with the run, in the same transaction, and reads it back through the probe; the
+report shows its section. A probe added to the registry needs nothing else (the store, the runner
+and the report never name it)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from storlab.errors import UserError
+from storlab.probes import kept, lifecycle, pressure, registry, waiting_tasks
+from storlab.probes.waits import Wait, WaitCapture, WaitingTask
+from storlab.report import page
+from storlab.results import store as store_module
+from storlab.results.store import MIGRATIONS, RunResult, Store
+
+DATA = Path(__file__).parent / "data"
+
+
+def _write(db, run_id, found):
+    db.executemany("INSERT INTO queue_depth (run_id, depth) VALUES (?, ?)", [(run_id, d) for d in found])
+
+
+def _read(db, run_id):
+    return [d for (d,) in db.execute("SELECT depth FROM queue_depth WHERE run_id = ? ORDER BY depth", (run_id,))]
+
+
+CREATE = "CREATE TABLE queue_depth (run_id INTEGER NOT NULL REFERENCES runs(id), depth INTEGER NOT NULL);"
+WIDEN = "ALTER TABLE queue_depth ADD COLUMN device TEXT;"
+
+
+def queue_probe(*migrations: str) -> kept.Probe:
+    def section(cells):
+        return kept.Section("Queue depth", "deepest per run", ["cell", "max"], [[label, str(max(max(r) for r in runs))]
+                                                                                for label, runs in cells])
+    return kept.Probe("queue_depth", migrations, _write, _read, section=section)
+
+
+@pytest.fixture
+def with_probe(monkeypatch):
+    """The registry with one more probe, as a new module would add it (each call: another version of it)."""
+    known = registry.PROBES
+
+    def add(probe: kept.Probe) -> None:
+        probes = known + (probe,)
+        for module in (registry, store_module, lifecycle, page):
+            monkeypatch.setattr(module, "PROBES", probes)
+    return add
+
+
+def run_result(**recorded) -> RunResult:
+    return RunResult(0.0, [("elapsed_s", 1.0, "s")], WaitCapture("pg_wait_sampling", [Wait("IO:WALSync", 0.5)]), "15",
+                     [], kept=recorded)
+
+
+def bind(store: Store) -> int:
+    store.bind_experiment("e", "postgres", "src", {"k": 1}, 2, {}, [("a", "all", {})])
+    return store.record_facts({}, {})
+
+
+def test_a_new_probe_gets_its_table_its_rows_and_its_report_section(tmp_path, with_probe):
+    probe = queue_probe(CREATE)
+    with_probe(probe)
+    with Store.open(tmp_path) as store:
+        facts = bind(store)
+        run_id = store.record_run("a", 1, run_result(queue_depth=[3, 1, 2]), facts)
+        store.record_run("a", 2, run_result(queue_depth=[7]), facts)
+        assert store.kept(probe, run_id) == [1, 2, 3]
+        assert store.db.execute("SELECT version FROM probe_versions WHERE probe = 'queue_depth'").fetchone() == (1,)
+    with Store.open(tmp_path, create=False) as store:
+        written = page.write(store).read_text()
+    assert "<h2>Queue depth</h2>" in written and "<td class=''>7</td>" in written
+
+
+def test_a_probes_next_migration_runs_once_on_a_store_it_made_before(tmp_path, with_probe):
+    with_probe(queue_probe(CREATE))
+    with Store.open(tmp_path) as store:
+        bind(store)
+    with_probe(queue_probe(CREATE, WIDEN))
+    with Store.open(tmp_path) as store:  # twice: the second open finds it done
+        pass
+    with Store.open(tmp_path) as store:
+        columns = [row[1] for row in store.db.execute("PRAGMA table_info(queue_depth)")]
+        assert columns == ["run_id", "depth", "device"]
+        assert store.db.execute("SELECT version FROM probe_versions WHERE probe = 'queue_depth'").fetchone() == (2,)
+
+
+def test_a_store_whose_probe_a_newer_storlab_changed_is_refused(tmp_path, with_probe):
+    with_probe(queue_probe(CREATE, WIDEN))
+    with Store.open(tmp_path) as store:
+        bind(store)
+    with_probe(queue_probe(CREATE))
+    for create in (True, False):
+        with pytest.raises(UserError, match=r"newer storlab \(probe queue_depth at 2\)"):
+            with Store.open(tmp_path, create=create):
+                pass
+
+
+def test_a_store_from_before_the_probes_made_their_tables_keeps_its_rows(tmp_path):
+    """A store at schema 9 holds the probes' tables the store's own migrations made: migration 10
+    counts them as the probes' version 1, so nothing is made twice and every row stays."""
+    with Store.open(tmp_path) as store:
+        facts = bind(store)
+        tasks = [WaitingTask("Lock:extend", "lab_insert_1", 0.5, 5)]
+        run_id = store.record_run("a", 1, run_result(waiting_tasks=tasks), facts)
+    with sqlite3.connect(tmp_path / "storlab.sqlite") as db:  # as storlab left it before migration 10
+        db.execute("DROP TABLE probe_versions")
+        db.execute("DROP TABLE pressure")
+        db.execute("PRAGMA user_version = 9")
+    with Store.open(tmp_path, create=False) as store:
+        assert store.kept(waiting_tasks.PROBE, run_id) == tasks
+        versions = dict(store.db.execute("SELECT probe, version FROM probe_versions"))
+    assert versions == {probe.name: 1 for probe in registry.PROBES}
+    with sqlite3.connect(tmp_path / "storlab.sqlite") as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
+
+
+def test_a_schema_3_store_gets_the_probes_tables_it_never_had(tmp_path):
+    shutil.copytree(DATA / "explain", tmp_path / "explain")
+    with Store.open(tmp_path / "explain" / "quickstart", create=False) as store:
+        first = store.runs()[0].id
+        assert store.kept(waiting_tasks.PROBE, first)  # kept from schema 3
+        assert store.kept(pressure.PROBE, first) == {}  # made now, empty for runs before it
+
+
+def test_pressure_moves_are_the_kernels_counters_in_seconds_and_mib(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "pressure").mkdir(parents=True)
+    (proc / "pressure" / "io").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n"
+                                          "full avg10=0.00 avg60=0.00 avg300=0.00 total=500000\n")
+    (proc / "vmstat").write_text("nr_dirtied 100\nnr_written 50\npgpgin 7\n")
+    recording = pressure._Recording(proc)
+    recording.start([], 0.0)
+    (proc / "pressure" / "io").write_text("some avg10=1.00 avg60=0.00 avg300=0.00 total=3500000\n"
+                                          "full avg10=0.00 avg60=0.00 avg300=0.00 total=1500000\n")
+    (proc / "vmstat").write_text(f"nr_dirtied {100 + 2**20 // pressure._PAGE * 3}\nnr_written 50\npgpgin 9\n")
+    moved = recording.stop()
+    assert moved == pytest.approx({"io_some": 2.5, "io_full": 1.0, "nr_dirtied": 3.0, "nr_written": 0.0})
+    shown = pressure.section([("a", [moved, moved]), ("b", [moved, {}])])
+    assert shown.headers == ["cell", "IO some s", "IO full s", "dirtied MiB", "written back MiB"]
+    assert shown.rows == [["a", "2.50", "1.00", "3.00", "0.00"], ["b", "—", "—", "—", "—"]]
+
+
+def test_the_machines_pressure_is_read_where_the_kernel_has_it():
+    found = pressure.read()
+    if not Path("/proc/pressure/io").exists():
+        pytest.skip("this kernel keeps no pressure stall information")
+    assert {"io_some", "io_full", "cpu_some", "nr_dirtied", "nr_written"} <= set(found)
