@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import subprocess
 from pathlib import Path
 
 from storlab import processes
@@ -61,7 +62,10 @@ def wait_sampling_installed(bins: Path) -> bool:
 
 @functools.cache
 def server_version(bins: Path) -> str:
-    code, out = processes.run([str(bins / "postgres"), "--version"], timeout=30)
+    try:
+        code, out = processes.run([str(bins / "postgres"), "--version"], timeout=30)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"{bins / 'postgres'} --version did not answer within 30 s and was stopped") from None
     if code != 0:
         raise RunFailed(f"{bins / 'postgres'} --version failed: {out.strip()}")
     return out.strip()
