@@ -3,8 +3,9 @@
 For each engine, one throwaway instance with the random-insert workload prepared (16 sessions, 4 data
 files: the seed-000 set-up, where sessions wait on Lock:extend and the waiting-task reader has work),
 then rounds that run the same load with no probe and with each probe set, in an order that rotates
-every round so drift favours none. The table is emptied (and PostgreSQL checkpointed) before each
-load. Probe sets:
+every round so drift favours none. Before each load the table is emptied and the instance settled
+as `storlab run` settles it (checkpoint, sync, its files out of the page cache), so each load starts
+from the state a measured run starts from. Probe sets:
 
   all            what `storlab run` starts (storlab.probes.lifecycle.around_run): the wait probe with
                  its traces (PostgreSQL 15: lock and LWLock waits and per-file IO through bpftrace;
@@ -39,6 +40,7 @@ from pathlib import Path
 from scipy import stats as sps
 
 from storlab.engines import provision
+from storlab.lab import settle
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes.kept import RunScope
 from storlab.probes.lifecycle import CAPTURE, TIMELINE, Recorder, RunStart, around_run, recording
@@ -47,7 +49,7 @@ from storlab.probes.wait_timeline import WaitTimeline
 from storlab.workloads import kind
 from storlab.workloads.random_insert import RandomInsertParams
 
-RESET = {"postgres": ["TRUNCATE lab_insert", "CHECKPOINT"], "mariadb": ["TRUNCATE TABLE lab_insert"]}
+RESET = {"postgres": "TRUNCATE lab_insert", "mariadb": "TRUNCATE TABLE lab_insert"}
 ALONE = {probe.name: probe for probe in PROBES if probe.recorder is not None}
 SETS = ("all", "wait-timeline", *ALONE)
 
@@ -89,8 +91,8 @@ def measure(engine: str, sets: list[str], rounds: int, rows: int, lab: Path,
             results = {}
             for who in contenders[shift:] + contenders[:shift]:
                 with instance.connect() as conn:
-                    for statement in RESET[engine]:
-                        conn.execute(statement)
+                    conn.execute(RESET[engine])
+                settle.settle(instance.checkpoint, instance.roots.values())
                 results[who] = rows_per_s(instance, params, who)
             line = ", ".join(f"{who or 'no probe'} {value:,.0f}" for who, value in results.items())
             if round_no == 0:
