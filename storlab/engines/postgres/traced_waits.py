@@ -1,8 +1,6 @@
 """Exact waits and per-file IO of one PostgreSQL instance, from the server's static trace points (the
 Debian build has them: `bpftrace -l 'usdt:/usr/lib/postgresql/15/bin/postgres:*'`), through one
-bpftrace program per server binary, the same for every run: inside one storlab invocation it is
-attached once and kept (bpftrace.kept_across_runs), each run putting its processes in the program's
-filter maps. Everything is counted in BPF maps, printed and cleared at the end of each run.
+bpftrace program around the load. Everything is counted in BPF maps and printed once at the end.
 
 - Lock waits (`lock__wait__start/done`): the workload's sessions only, as pg_wait_sampling's profile
   is; count, time and a log2 histogram per lock type and relation (the lock tag's database and
@@ -24,9 +22,8 @@ Files are named after the run through the instance (`pg_relation_filenode`, `pg_
 without opening anything in the server's directories.
 
 Only this instance's processes count: the postmaster (the parent of a workload's session) and its
-children, by their pids in the filter maps; another server started from the same binary (a
-PostgreSQL on port 5432) is filtered out in the kernel, but its processes still trap into it at
-every trace point while the program is attached (docs/explaining.md says what that costs).
+children; another server started from the same binary (a PostgreSQL on port 5432) is filtered out
+in the kernel.
 """
 
 from __future__ import annotations
@@ -109,22 +106,12 @@ FILE_OF = """
 TABLESPACES = "SELECT oid, spcname FROM pg_tablespace"
 
 
-# The filter maps the program tests, set per run: the workload's sessions, and the instance's postmaster.
-SESSIONS, POSTMASTER = "session", "postmaster"
-
-
-def program(binary: Path) -> str:
-    """The program for one server binary: the same for every run (which processes count is in its
-    filter maps), so one process can trace run after run."""
+def program(binary: Path, sessions: list[int], postmaster: int) -> str:
     return _PROGRAM.format(
         bin=binary, segment=SEGMENT_BLOCKS, relation_lock=" || ".join(f"arg4 == {kind}" for kind in RELATION_LOCKS),
-        sessions=f"@{SESSIONS}[pid]",
-        instance=f"(@{POSTMASTER}[pid] || @{POSTMASTER}[(uint64)curtask->real_parent->tgid])",
+        sessions=" || ".join(f"pid == {int(p)}" for p in sorted(set(sessions))) or "0",
+        instance=f"(pid == {int(postmaster)} || curtask->real_parent->tgid == {int(postmaster)})",
     )
-
-
-def filters(sessions: list[int], postmaster: int) -> dict[str, list[int]]:
-    return {SESSIONS: sessions, POSTMASTER: [postmaster]}
 
 
 @functools.cache
@@ -171,7 +158,7 @@ class TracedWaitProbe:
         except psutil.Error as exc:
             self.note = f"the server's processes could not be found: {exc}"
             return
-        self.trace = bpftrace.Trace(program(binary), self.command, filters(sessions, postmaster), across_runs=True)
+        self.trace = bpftrace.Trace(program(binary, sessions, postmaster), self.command)
         try:
             self.trace.start()
         except BaseException:
