@@ -255,7 +255,7 @@ def test_one_store_holds_many_experiments(store_server):
 def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subprocess.Popen:
     cwd.mkdir(exist_ok=True)
     cwd.chmod(0o755)
-    return subprocess.Popen([sys.executable, "-m", "storlab", "worker", "--store", server.dsn, "--host", host,
+    return subprocess.Popen([sys.executable, "-m", "storlab", "worker", "--no-trace", "--store", server.dsn, "--host", host,
                              "--until-done", *more], cwd=cwd, env=server.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -351,7 +351,7 @@ def test_run_into_a_store_beside_a_worker_pools_the_hosts(store_server, write_ex
     source = write_experiment(body(reps=3).replace('disk = "disk"', f'disk = "{placements}"'))
     worker = start_worker(store_server, "db2", lab_root / "db2", "--experiment", "fleet")
     env = store_server.env(PGPASSFILE="/nonexistent", PGPASSWORD=store_server.password)  # libpq's other way
-    here = storlab("run", str(source), "--store", store_server.dsn, "--host", "db1", env=env)
+    here = storlab("run", str(source), "--no-trace", "--store", store_server.dsn, "--host", "db1", env=env)
     worker_out, worker_err = worker.communicate(timeout=600)
     assert here.returncode == 0 and worker.returncode == 0, here.stderr + worker_err
     assert "fleet: 2 cells x 3 repetitions on any host = 6 runs" in here.stdout
@@ -433,7 +433,7 @@ def test_a_race_in_the_fleet_runs_and_drops_as_storlab_run_does(store_server, wr
     source = write_experiment(RACE.format(disk=lab_dir))
     exp = experiment.load(source)
     cells = matrix.cells(exp)
-    here = storlab("run", str(source), "--out", str(tmp_path / "r"), env=store_server.env())
+    here = storlab("run", str(source), "--no-trace", "--out", str(tmp_path / "r"), env=store_server.env())
     assert here.returncode == 0, here.stderr
     with Store.open(tmp_path / "r", create=False) as store:
         local = runner.race_state(exp, cells, store)
@@ -480,7 +480,7 @@ def test_the_fleet_scans_on_a_loop_device_one_instance_per_cell(store_server, wr
     runs it."""
     image_dir.chmod(0o755)
     source = write_experiment(SCAN.format(images=image_dir))
-    here = storlab("run", str(source), "--out", str(tmp_path / "r"), env=store_server.env())
+    here = storlab("run", str(source), "--no-trace", "--out", str(tmp_path / "r"), env=store_server.env())
     assert here.returncode == 0, here.stderr
     submitted = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
     assert submitted.returncode == 0, submitted.stderr

@@ -245,7 +245,7 @@ def test_a_store_replaced_under_a_run_is_said_before_anything_is_written(lab_roo
 def test_a_store_that_fills_up_mid_run_stops_it_in_one_line_and_keeps_the_runs_before(tiny, lab_root, lab_dir):
     out = lab_root / "results"
     with small_disk(out, "2m"):
-        proc = start("run", str(tiny(reps=3, rows=6000)), "--out", str(out))
+        proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
         wait_for_runs(out, 1, proc)
         fd = os.open(out / "filler", os.O_WRONLY | os.O_CREAT)
         with contextlib.suppress(OSError):
@@ -265,7 +265,7 @@ def test_a_store_that_fills_up_mid_run_stops_it_in_one_line_and_keeps_the_runs_b
 @pytest.mark.engine
 def test_a_store_deleted_mid_run_stops_the_run_and_says_so(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
-    proc = start("run", str(tiny(reps=3, rows=6000)), "--out", str(out))
+    proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
     wait_for_runs(out, 1, proc)
     for file in out.glob(f"{FILENAME}*"):
         file.unlink()
@@ -411,7 +411,7 @@ def test_a_setting_that_fails_every_run_stops_at_the_first_and_is_named(tiny, tm
 @pytest.mark.engine
 def test_sighup_stops_everything_and_keeps_the_finished_runs(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
-    proc = start("run", str(tiny(reps=3, rows=6000)), "--out", str(out))
+    proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
     wait_for_runs(out, 1, proc)
     time.sleep(0.5)  # most likely inside the next run
     proc.send_signal(signal.SIGHUP)
@@ -426,7 +426,7 @@ def test_a_closed_terminal_stops_everything_too(tiny, tmp_path, lab_dir):
     """The run's output goes to a terminal that is then closed (its writes fail) before the SIGHUP."""
     out = tmp_path / "results"
     terminal, seat = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(tiny(reps=3, rows=6000)), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", "--no-trace", str(tiny(reps=3, rows=6000)), "--out", str(out)],
                             stdin=subprocess.DEVNULL, stdout=seat, stderr=seat)
     os.close(seat)
     read = threading.Event()

@@ -96,7 +96,7 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
 
 def test_changed_experiment_is_refused(tiny, tmp_path):
     out = tmp_path / "results"
-    assert storlab("run", str(tiny(reps=1)), "--out", str(out)).returncode == 0
+    assert storlab("run", str(tiny(reps=1)), "--no-trace", "--out", str(out)).returncode == 0
     changed = storlab("run", str(tiny(reps=1, rows=3000, name="other.toml")), "--out", str(out))
     assert changed.returncode == 2
     assert changed.stderr.strip().count("\n") == 0
@@ -133,7 +133,7 @@ def _wait_for_runs(out: Path, count: int, proc: subprocess.Popen, timeout: float
 def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, how):
     out = tmp_path / "results"
     experiment = tiny(reps=3, rows=6000)
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(experiment), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", "--no-trace", str(experiment), "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _wait_for_runs(out, 1, proc)
     time.sleep(0.7)  # most likely inside the next run's workload
@@ -149,7 +149,7 @@ def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, 
     before = runs_in(out)
     assert 1 <= len(before) < 6
 
-    finished = storlab("run", str(experiment), "--out", str(out))
+    finished = storlab("run", str(experiment), "--no-trace", "--out", str(out))
     assert finished.returncode == 0, finished.stderr
     after = runs_in(out)
     assert len(after) == 6 and len(set(after)) == 6 and set(before) <= set(after)
@@ -170,7 +170,7 @@ def test_markup_and_math_in_values_run_and_render(write_experiment, lab_dir, tmp
     body = TINY.format(reps=1, disk=lab_dir, rows=1000).replace("data_files = [1, 4]", "data_files = 1")
     body += '\n[engine_settings]\napplication_name = ["[/]", "$x$", "[red]", "[blue]"]\n'
     out = tmp_path / "results"
-    done = storlab("run", str(write_experiment(body)), "--out", str(out))
+    done = storlab("run", str(write_experiment(body)), "--no-trace", "--out", str(out))
     assert done.returncode == 0, done.stderr
     for command in ("show", "waits", "compare", "report"):
         result = storlab(command, str(out))

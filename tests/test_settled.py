@@ -297,13 +297,13 @@ def test_run_until_settled_stops_once_settled_and_says_why(write_experiment, lab
     # 20 times the rows: a difference no noise hides, settled long before 6 rounds
     path = write_experiment(TINY.format(reps=6, disk=lab_dir, rows="[2000, 40000]"), "settles.toml")
     out = tmp_path / "r"
-    done = storlab("run", str(path), "--until-settled", "--out", str(out))
+    done = storlab("run", str(path), "--no-trace", "--until-settled", "--out", str(out))
     assert done.returncode == 0, done.stderr
     runs, why = stored(out)
     rounds = max(rep for _, rep in runs)
     assert why.startswith(f"settled after {rounds} rounds: rows_per_connection different") and rounds < 6
     assert len(runs) == 2 * rounds and why in done.stdout
-    again = storlab("run", str(path), "--until-settled", "--out", str(out))
+    again = storlab("run", str(path), "--no-trace", "--until-settled", "--out", str(out))
     assert again.returncode == 0 and why in again.stdout
     assert stored(out) == (runs, why)  # a settled experiment takes no more runs
 
@@ -314,7 +314,7 @@ def test_run_until_settled_stops_when_its_budget_is_spent(write_experiment, lab_
     body = TINY.format(reps='{ max = 6, until = "settled", budget = "1s" }', disk=lab_dir, rows=1000)
     path = write_experiment(body.replace('data_on = "disk"', 'data_on = "disk"\ndata_files = [1, 2]'), "budget.toml")
     out = tmp_path / "r"
-    done = storlab("run", str(path), "--out", str(out))
+    done = storlab("run", str(path), "--no-trace", "--out", str(out))
     assert done.returncode == 0, done.stderr
     runs, why = stored(out)
     assert why.startswith("budget spent: 1 s after 2 rounds, not settled: data_files ") and len(runs) == 4
