@@ -41,7 +41,7 @@ batch = 500
 
 
 def start(experiment: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "storlab", "run", "--no-trace", str(experiment), "--out", str(out)],
+    return subprocess.Popen([sys.executable, "-m", "storlab", "run", str(experiment), "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -255,8 +255,8 @@ def test_one_store_holds_many_experiments(store_server):
 def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subprocess.Popen:
     cwd.mkdir(exist_ok=True)
     cwd.chmod(0o755)
-    return subprocess.Popen([sys.executable, "-m", "storlab", "worker", "--no-trace", "--store", server.dsn, "--host", host,
-                             "--until-done", *more], cwd=cwd, env=server.env(),
+    return subprocess.Popen([sys.executable, "-m", "storlab", "worker", "--store", server.dsn, "--host", host,
+                             "--until-done", "--no-trace", *more], cwd=cwd, env=server.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
