@@ -16,7 +16,7 @@ from pathlib import Path
 
 from storlab.lab import mounts
 from storlab.probes import bpftrace
-from storlab.probes.kept import Db, Probe, RunScope
+from storlab.probes.kept import Adapted, Db, Probe, RunScope
 
 TRACED = "bpftrace"
 AVERAGE = "diskstats average"
@@ -180,19 +180,9 @@ class IoSizeTracer:
             self._kill()
 
 
-class _Recording:
-    def __init__(self, tracer: IoSizeTracer):
-        self.tracer = tracer
-
-    def start(self, sessions: list[int], t0: float) -> None:
-        self.tracer.start()
-
-    def stop(self) -> IoSizes:
-        return self.tracer.stop()
-
-
-def _recording(run: RunScope) -> _Recording:
-    return _Recording(IoSizeTracer(device_numbers(run.instance.spec.placements), "bpftrace" if run.traced else None))
+def _recording(run: RunScope) -> Adapted:
+    tracer = IoSizeTracer(device_numbers(run.instance.spec.placements), "bpftrace" if run.traced else None)
+    return Adapted(lambda sessions, t0: tracer.start(), tracer.stop)
 
 
 def _write(db: Db, run_id: int, found: IoSizes) -> None:

@@ -29,6 +29,17 @@ class Recording(Protocol):
 
 
 @dataclass(frozen=True)
+class Adapted:
+    """A Recording made of a recorder whose own start takes less than the run's sessions and clock."""
+
+    begin: Callable[[list[int], float], None]
+    stop: Callable[[], Any]
+
+    def start(self, sessions: list[int], t0: float) -> None:
+        self.begin(sessions, t0)
+
+
+@dataclass(frozen=True)
 class RunScope:
     """What a probe is told of the run it records: the instance (an engines.base.Instance), and
     whether every IO's size is traced (bpftrace), where that is the question (cell_runs.traces_io)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from storlab.errors import RunFailed
-from storlab.probes.kept import Db, Probe
+from storlab.probes.kept import Adapted, Db, Probe
 from storlab.probes.recorders import Sampler
 from storlab.probes.waits import WaitingTask, WaitRow
 
@@ -127,15 +127,8 @@ def resource_label(share: ResourceShare) -> str:
     return share.resource or "— (not named)"
 
 
-class _Recording:
-    def __init__(self, sampler: WaitingTasksSampler):
-        self.sampler = sampler
-
-    def start(self, sessions: list[int], t0: float) -> None:
-        self.sampler.start(sessions)
-
-    def stop(self) -> list[WaitingTask]:
-        return self.sampler.stop()
+def _recording(sampler: WaitingTasksSampler) -> Adapted:
+    return Adapted(lambda sessions, t0: sampler.start(sessions), sampler.stop)
 
 
 def _write(db: Db, run_id: int, tasks: list[WaitingTask]) -> None:
@@ -164,5 +157,5 @@ PROBE = Probe(
     );
     """,),
     _write, _read,
-    recorder=lambda run: _Recording(WaitingTasksSampler(run.instance.waiting_tasks_probe())),
+    recorder=lambda run: _recording(WaitingTasksSampler(run.instance.waiting_tasks_probe())),
 )
