@@ -1,28 +1,44 @@
-"""What do the probes that explain a run cost it? (goal: throughput with probes / without >= 0.99)
+"""What do the probes that explain a run cost it? (goal: the interval of throughput with probes /
+without within [0.98, 1.02])
 
 For each engine, one throwaway instance with the random-insert workload prepared (16 sessions, 4 data
 files: the seed-000 set-up, where sessions wait on Lock:extend and the waiting-task reader has work),
-then rounds that run the same load with no probe and with each probe set, in an order that rotates
-every round so drift favours none. Before each load the table is emptied and the instance settled
-as `storlab run` settles it (checkpoint, sync, its files out of the page cache), so each load starts
-from the state a measured run starts from. Probe sets:
+its files on a loop device whose image is in memory (`--image-dir` moves it): the load is then
+CPU-bound, so the probes' share of it is as large as it gets, no disk's noise hides it, and every
+probe a device placement starts (the IO-size trace, the device timeline) has a device to watch. Then
+rounds that run the same load with no probe and with each probe set, in an order that rotates every
+round so drift favours none. Before each load the table is emptied and the instance settled as
+`storlab run` settles it (checkpoint, sync, its files out of the page cache). Probe sets:
 
-  all            what `storlab run` starts (storlab.probes.lifecycle.around_run): the wait probe with
-                 its traces (PostgreSQL 15: lock and LWLock waits and per-file IO through bpftrace;
-                 MariaDB: per-file IO from performance_schema), the waits per second (wait:<WaitType>),
-                 the device timeline and every probe of the registry (storlab.probes.registry)
+  all            what `storlab run` starts around a run on a device placement
+                 (storlab.probes.lifecycle.around_run): the wait probe with its traces (PostgreSQL 15:
+                 lock and LWLock waits and per-file IO through bpftrace; MariaDB: per-file IO from
+                 performance_schema), the waits per second (wait:<WaitType>), the device timeline and
+                 every probe of the registry (storlab.probes.registry), the IO-size trace included
+  untraced       what `storlab run --no-trace` starts: the same without bpftrace (the sampled waits)
   wait-timeline  the wait probe and its reading once a second
   waiting_tasks, io_sizes, pressure, ...
                  one probe of the registry alone, with its own recorder (waiting_tasks: pg_stat_activity
                  + pg_locks, or events_waits_current, every 0.5 s)
 
-Prints each round, then per engine and probe set the ratio (rows/s with it) / (rows/s without) as the
-geometric mean over the rounds with its 95 % interval, and the median (round 0 is a warm-up for every
-set and is not counted). The interval says whether enough rounds were run: narrower than 2 % tells a
-1 % cost.
+Prints each round, then per engine and probe set two figures:
+- the ratio (rows/s with it) / (rows/s without) as the geometric mean over the rounds with its 95 %
+  interval, and the median (round 0 is a warm-up for every set and is not counted). Rounds go on
+  until every interval is narrower than `--width` (2 %: a 1 % cost told apart) or `--rounds` have run.
+  This machine's CPU speed wanders by 5-15 % from one second to the next (a fixed Python loop timed
+  in 80 ms pieces took from 0.057 to 0.129 s, CPU time as wall time), so two loads with nothing
+  changed between them differ by 8-17 %, and a 2 % interval takes several hundred rounds.
+- the CPU the machine spent beside the sessions (every process but the sessions' own: bpftrace, the
+  samplers and the server work they ask for, the server's background), with minus without, as a
+  share of the machine: a few percent of it, which the machine's wandering speed moves by a few
+  percent of a few percent, so its interval is several times narrower. It leaves out what a probe
+  costs inside the sessions (a uprobe's trap runs in the session that hits it): the ratio is the whole.
+
+A sampler's cost per reading can be made k times larger to measure it: waiting_tasks:x10 and
+wait-timeline:x10 read ten times as often as storlab does.
 
     .venv/bin/python benchmarks/probe_overhead.py [--engines postgres,mariadb] [--probes all,waiting_tasks]
-        [--rounds 5] [--rows 40000] [--postgres-version 18]
+        [--rounds 200] [--width 0.02] [--rows 20000] [--image-dir DIR] [--postgres-version 18]
 
 PostgreSQL 18 (the wheel's server, without pg_wait_sampling) samples pg_stat_activity every 50 ms
 instead: --postgres-version 18 --probes wait-timeline measures what that sampler costs.
@@ -32,32 +48,48 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import signal
 import statistics
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from scipy import stats as sps
 
 from storlab.engines import provision
-from storlab.lab import settle
+from storlab.lab import devices, mounts, settle
 from storlab.lab.layout import CellLayout, spec_for
+from storlab.probes import bpftrace, wait_timeline, waiting_tasks
 from storlab.probes.kept import RunScope
+from storlab.probes.recorders import sched_delta, sched_time
 from storlab.probes.lifecycle import CAPTURE, TIMELINE, Recorder, RunStart, around_run, recording
 from storlab.probes.registry import PROBES
 from storlab.probes.wait_timeline import WaitTimeline
+from storlab.probes.waiting_tasks import WaitingTasksSampler
 from storlab.workloads import kind
 from storlab.workloads.random_insert import RandomInsertParams
 
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# Fewer rounds than this make the interval's own width too unsure to stop on.
+MIN_ROUNDS = 10
 RESET = {"postgres": "TRUNCATE lab_insert", "mariadb": "TRUNCATE TABLE lab_insert"}
 ALONE = {probe.name: probe for probe in PROBES if probe.recorder is not None}
-SETS = ("all", "wait-timeline", *ALONE)
+SETS = ("all", "untraced", "wait-timeline", *ALONE)
+SPED_UP = ("waiting_tasks", "wait-timeline")
 
 
 def recorders(instance, probes: str) -> list[Recorder]:
-    """The recorders of one probe set, as the runner starts them."""
-    if probes == "all":  # exactly what `storlab run` starts around a run, its traces included
-        return around_run(instance, traced=False)
+    """The recorders of one probe set, as the runner starts them; NAME:xK, a sampler read K times as
+    often as it is."""
+    probes, _, faster = probes.partition(":x")
+    if faster:
+        return sped_up(instance, probes, int(faster))
+    if probes == "all":  # exactly what `storlab run` starts around a run on a device, every trace included
+        return around_run(instance, traced=True)
+    if probes == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
+        return around_run(instance, traced=False, trace=False)
     if probes == "wait-timeline":
         waits = instance.wait_probe()
         timeline = WaitTimeline(waits.so_far)
@@ -67,22 +99,59 @@ def recorders(instance, probes: str) -> list[Recorder]:
     return [Recorder(probes, lambda run: alone.start(run.sessions, run.t0), alone.stop)]
 
 
-def rows_per_s(instance, params: RandomInsertParams, probes: str | None) -> float:
+def sped_up(instance, probes: str, k: int) -> list[Recorder]:
+    """One sampler at k times its rate: a cost too small to measure against this machine's noise, made
+    k times larger (each reading costs what it costs whatever the rate)."""
+    if probes == "waiting_tasks":
+        tasks = WaitingTasksSampler(instance.waiting_tasks_probe(), waiting_tasks.PERIOD_S / k)
+        return [Recorder(probes, lambda run: tasks.start(run.sessions), tasks.stop)]
+    waits = instance.wait_probe(trace=False)
+    timeline = WaitTimeline(waits.so_far, wait_timeline.PERIOD_S / k)
+    return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
+            Recorder(TIMELINE, lambda run: timeline.start(run.t0), timeline.stop)]
+
+
+@dataclass
+class Load:
+    """One load: its throughput, and the CPU the machine spent meanwhile outside the sessions."""
+
+    rows_per_s: float
+    others_cores: float  # CPU-seconds per second of the load of every process but the sessions'
+
+
+def machine_busy_s() -> float:
+    """CPU-seconds the machine has spent working since boot (user, nice, system, irq, softirq: idle,
+    IO wait and the time the hypervisor took away left out)."""
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in Path("/proc/stat").read_text().split()[1:8])
+    return (user + nice + system + irq + softirq) / TICKS_PER_S
+
+
+def one_load(instance, params: RandomInsertParams, probes: str | None) -> Load:
     """One load, with the probe set `probes` around it as the runner places them (None: no probe)."""
+    # A trace of the load before may still be detaching (storlab run's next trace waits for it too):
+    # a load without probes must not run beside it.
+    bpftrace.wait_ended()
     load = kind("random-insert").load(instance, params, {})
     with ExitStack() as stack:
         stack.callback(load.close)
         sessions = load.open()
+        threads = instance.session_os_pids(sessions)
         if probes is not None:
             stack.enter_context(recording(recorders(instance, probes), RunStart(sessions, time.monotonic())))
-        return load.run().figures["rows_per_s"]
+        busy, own, began = machine_busy_s(), sched_time(threads), time.monotonic()
+        figures = load.run().figures
+        elapsed, busy, own = time.monotonic() - began, machine_busy_s() - busy, sched_delta(own, sched_time(threads))
+        return Load(figures["rows_per_s"], (busy - own.cpu_s) / elapsed)
 
 
-def measure(engine: str, sets: list[str], rounds: int, rows: int, lab: Path,
-            version: str | None = None) -> dict[str, list[float]]:
+def measure(engine: str, sets: list[str], rounds: int, width: float, rows: int, lab: Path,
+            version: str | None = None) -> dict[str, list[tuple[Load, Load]]]:
+    """Paired rounds until every set's interval is narrower than `width` (at least MIN_ROUNDS, at most
+    `rounds`): this machine's CPU speed wanders by 5-15 % from one second to the next, so the number
+    of rounds a 1 % cost needs is found by measuring, not guessed. Each pair: (without, with)."""
     params = RandomInsertParams(kind="random-insert", connections=16, rows_per_connection=rows, batch=1000)
-    spec = spec_for(CellLayout(data_on="disk", data_files=4), {}, {"disk": lab}, version if engine == "postgres" else None)
-    ratios: dict[str, list[float]] = {s: [] for s in sets}
+    spec = spec_for(CellLayout(data_on="lab", data_files=4), {}, {"lab": lab}, version if engine == "postgres" else None)
+    pairs: dict[str, list[tuple[Load, Load]]] = {s: [] for s in sets}
     with provision(engine, spec, keep=False, connections=16) as instance:
         kind("random-insert").prepare(instance, params, {})
         contenders = [None, *sets]
@@ -93,50 +162,80 @@ def measure(engine: str, sets: list[str], rounds: int, rows: int, lab: Path,
                 with instance.connect() as conn:
                     conn.execute(RESET[engine])
                 settle.settle(instance.checkpoint, instance.roots.values())
-                results[who] = rows_per_s(instance, params, who)
-            line = ", ".join(f"{who or 'no probe'} {value:,.0f}" for who, value in results.items())
+                results[who] = one_load(instance, params, who)
+            line = ", ".join(f"{who or 'no probe'} {load.rows_per_s:,.0f}" for who, load in results.items())
             if round_no == 0:
                 print(f"  {engine} warm-up: {line} rows/s", flush=True)
                 continue
             for s in sets:
-                ratios[s].append(results[s] / results[None])
-            print(f"  {engine} round {round_no}: {line} rows/s; ratios "
-                  + ", ".join(f"{s} {ratios[s][-1]:.3f}" for s in sets), flush=True)
-    return ratios
+                pairs[s].append((results[None], results[s]))
+            print(f"  {engine} round {round_no}: {line} rows/s; ratios " + ", ".join(
+                f"{s} {results[s].rows_per_s / results[None].rows_per_s:.3f} (CPU beside the sessions "
+                f"{results[s].others_cores - results[None].others_cores:+.3f} cores)" for s in sets), flush=True)
+            if round_no >= MIN_ROUNDS and all(high - low < width for low, _, high in (interval(ratios(p)) for p in pairs.values())):
+                break
+    return pairs
+
+
+def ratios(pairs: list[tuple[Load, Load]]) -> list[float]:
+    return [on.rows_per_s / off.rows_per_s for off, on in pairs]
+
+
+def difference(values: list[float]) -> tuple[float, float, float]:
+    """The mean of paired differences and its 95 % interval (Student's t)."""
+    mean = statistics.fmean(values)
+    half = sps.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
+    return mean - half, mean, mean + half
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:
-    """The ratios' geometric mean and its 95 % interval (Student's t on the logs): each round pairs the
-    loads with and without, so the round's mood cancels out of its ratio."""
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    half = sps.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
-    return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
+    """The ratios' geometric mean and its 95 % interval (on the logs): each round pairs the loads with
+    and without, so the round's mood cancels out of its ratio."""
+    low, mid, high = difference([math.log(r) for r in ratios])
+    return math.exp(low), math.exp(mid), math.exp(high)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default="postgres,mariadb")
-    parser.add_argument("--probes", default="all,waiting_tasks", help=f"comma-separated, of: {', '.join(SETS)}")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=40_000, help="rows per connection (16 connections)")
+    parser.add_argument("--probes", default="all,waiting_tasks", help=f"comma-separated, of: {', '.join(SETS)}; "
+                        f"{' or '.join(SPED_UP)}:xK reads K times as often")
+    parser.add_argument("--rounds", type=int, default=200, help="at most this many paired rounds")
+    parser.add_argument("--width", type=float, default=0.02,
+                        help="stop once every interval is narrower than this (0.02: a 1 %% cost is told apart)")
+    parser.add_argument("--rows", type=int, default=20_000, help="rows per connection (16 connections)")
+    parser.add_argument("--image-dir", default="/dev/shm/storlab-benchmarks",
+                        help="where the loop device's image lives (tmpfs by default: the load is then CPU-bound, "
+                             "the probes' share of it the largest, and no disk's noise hides it)")
+    parser.add_argument("--device-size", default="4GB", help="the loop device's size")
     parser.add_argument("--postgres-version", default="15", help="the PostgreSQL version to measure (15 or 18)")
     args = parser.parse_args()
     sets = args.probes.split(",")
-    unknown = [s for s in sets if s not in SETS]
+    unknown = [s for s in sets if s not in SETS and not (s.partition(":x")[0] in SPED_UP and s.partition(":x")[2].isdigit())]
     if unknown:
         parser.error(f"unknown probe set {', '.join(unknown)} (known: {', '.join(SETS)})")
 
-    lab = Path("/var/tmp/storlab/benchmarks")
-    lab.mkdir(parents=True, exist_ok=True)
-    lab.chmod(0o755)
+    # A kill takes Ctrl-C's path, as in storlab's CLI: the servers stop and the loop device goes.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    image_dir = Path(args.image_dir)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    on_tmpfs = (mounts.mount_of(image_dir) or {}).get("filesystem") == "tmpfs"
+    device = devices.device_spec("lab", {"loop": args.device_size, "image_dir": str(image_dir), "allow_tmpfs": on_tmpfs})
     summary = []
-    for engine in args.engines.split(","):
-        for s, ratios in measure(engine, sets, args.rounds, args.rows, lab, args.postgres_version).items():
-            low, mid, high = interval(ratios)
-            summary.append(f"{engine:8} {s:14}: throughput with / without {mid:.3f} [{low:.3f}, {high:.3f}] (geometric "
-                           f"mean, 95 % CI; median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max "
-                           f"{max(ratios):.3f}) over {args.rounds} rounds, 16 connections x {args.rows} rows, 4 data files")
+    with devices.DevicePool() as pool:
+        lab = pool.device("lab", device).mount_point
+        print(f"the instances' files on {pool.devices['lab'].loop}, an image in {image_dir}"
+              f"{' (memory)' if on_tmpfs else ''}", flush=True)
+        for engine in args.engines.split(","):
+            for s, pairs in measure(engine, sets, args.rounds, args.width, args.rows, lab, args.postgres_version).items():
+                low, mid, high = interval(ratios(pairs))
+                cores = os.cpu_count() or 1
+                c_low, c_mid, c_high = (100 * c / cores for c in difference([on.others_cores - off.others_cores for off, on in pairs]))
+                summary.append(f"{engine:8} {s:14}: throughput with / without {mid:.3f} [{low:.3f}, {high:.3f}] (geometric "
+                               f"mean, 95 % CI, width {high - low:.3f}; median {statistics.median(ratios(pairs)):.3f}) over "
+                               f"{len(pairs)} rounds, 16 connections x {args.rows} rows, 4 data files\n"
+                               f"{'':25} CPU beside the sessions' with - without: {c_mid:+.2f} % of the machine "
+                               f"[{c_low:+.2f}, {c_high:+.2f}] (mean, 95 % CI)")
     print("\n".join(summary))
 
 

@@ -70,11 +70,14 @@ WAITS_BY_USER = """
 GLOBAL_STATUS = "SHOW GLOBAL STATUS WHERE Variable_name IN %s"
 # Who waits on what: each session's waits now, nested (a row read through the handler holds the latch
 # or file read it caused); END_EVENT_ID is NULL while a wait is in progress.
+# The threads are looked up once: joining `threads` at each reading, 20 readings a second cut 16
+# inserting sessions to a third to a half of their throughput in some loads (benchmarks/probe_overhead.py
+# --probes waiting_tasks:x10); without the join, none.
+SESSION_THREAD_IDS = "SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID IN %s"
 WAITING_SESSIONS = """
-    SELECT w.THREAD_ID, w.EVENT_ID, w.END_EVENT_ID, w.NESTING_EVENT_ID, w.EVENT_NAME, w.OBJECT_TYPE, w.OBJECT_NAME
-    FROM performance_schema.events_waits_current w
-    JOIN performance_schema.threads t ON t.THREAD_ID = w.THREAD_ID
-    WHERE t.PROCESSLIST_ID IN %s"""
+    SELECT THREAD_ID, EVENT_ID, END_EVENT_ID, NESTING_EVENT_ID, EVENT_NAME, OBJECT_TYPE, OBJECT_NAME
+    FROM performance_schema.events_waits_current
+    WHERE THREAD_ID IN %s"""
 
 # Commits counted server-wide, statements inside stored procedures included: a load's progress.
 COMMITS = "SHOW GLOBAL STATUS LIKE 'Com_commit'"
@@ -268,12 +271,12 @@ class WaitingSessions:
         self.conn: Connection | None = None
 
     def open(self, sessions: list[int]) -> None:
-        self.sessions = tuple(sessions)
         self.conn = self.instance.admin()
+        self.threads = tuple(t for (t,) in self.conn.execute(SESSION_THREAD_IDS, (tuple(sessions),)).fetchall())
 
     def read(self) -> list[tuple[str, str]]:
         threads: dict[int, list[tuple]] = {}
-        for row in self.conn.execute(WAITING_SESSIONS, (self.sessions,)).fetchall():
+        for row in self.conn.execute(WAITING_SESSIONS, (self.threads,)).fetchall():
             threads.setdefault(row[0], []).append(row)
         return [found for rows in threads.values() if (found := _waiting_on(rows)) is not None]
 

@@ -57,19 +57,23 @@ WAIT_PROFILE = """
 # type ("transaction": a row another transaction holds). Lock waits are read from pg_locks itself, not
 # matched to pg_stat_activity afterwards: a short wait is often over by then. The other waits come from
 # pg_stat_activity; a session in IO:DataFileExtend names the relation whose extend lock it holds, and
-# the WAL's waits name the WAL (in the reader). Only the workload's sessions' locks are looked at.
+# the WAL's waits name the WAL (in the reader). Only the workload's sessions' locks are looked at, and
+# pg_locks is read once a reading: each read takes every lock-manager partition's lock, which the
+# sessions need to take and release theirs.
 WAITING_SESSIONS = """
-    WITH waiting AS MATERIALIZED (
+    WITH locks AS MATERIALIZED (
+        SELECT pid, locktype, relation, granted FROM pg_locks WHERE pid = ANY(%(sessions)s)),
+    waiting AS MATERIALIZED (
         SELECT pid, 'Lock:' || locktype AS wait,
                coalesce(relation::regclass::text,
                         CASE locktype WHEN 'transactionid' THEN 'transaction' ELSE locktype END) AS resource
-        FROM pg_locks
-        WHERE pid = ANY(%(sessions)s) AND NOT granted)
+        FROM locks
+        WHERE NOT granted)
     SELECT wait, resource FROM waiting
     UNION ALL
     SELECT a.wait_event_type || ':' || a.wait_event,
            CASE WHEN a.wait_event = 'DataFileExtend' THEN
-                (SELECT l.relation::regclass::text FROM pg_locks l
+                (SELECT l.relation::regclass::text FROM locks l
                  WHERE l.pid = a.pid AND l.granted AND l.locktype = 'extend' LIMIT 1)
            END
     FROM pg_stat_activity a
