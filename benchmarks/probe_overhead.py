@@ -16,7 +16,7 @@ round so drift favours none. Before each load the table is emptied and the insta
                  performance_schema), the waits per second (wait:<WaitType>), the device timeline and
                  every probe of the registry (storlab.probes.registry), the IO-size trace included
   untraced       what `storlab run --no-trace` starts: the same without bpftrace (the sampled waits)
-  wait-timeline  the wait probe and its reading once a second
+  wait-timeline  the wait probe without its traces, and its reading once a second
   waiting_tasks, io_sizes, pressure, ...
                  one probe of the registry alone, with its own recorder (waiting_tasks: pg_stat_activity
                  + pg_locks, or events_waits_current, every 0.5 s)
@@ -56,8 +56,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy import stats as sps
-
+from storlab.answer.stats import summarize
 from storlab.engines import provision
 from storlab.lab import devices, mounts, settle
 from storlab.lab.layout import CellLayout, spec_for
@@ -76,36 +75,31 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 MIN_ROUNDS = 10
 RESET = {"postgres": "TRUNCATE lab_insert", "mariadb": "TRUNCATE TABLE lab_insert"}
 ALONE = {probe.name: probe for probe in PROBES if probe.recorder is not None}
-SETS = ("all", "untraced", "wait-timeline", *ALONE)
-SPED_UP = ("waiting_tasks", "wait-timeline")
+SAMPLERS = ("waiting_tasks", "wait-timeline")  # read at their rate, or k times it (NAME:xK)
+SETS = ("all", "untraced", *SAMPLERS, *(name for name in ALONE if name not in SAMPLERS))
 
 
 def recorders(instance, probes: str) -> list[Recorder]:
     """The recorders of one probe set, as the runner starts them; NAME:xK, a sampler read K times as
     often as it is."""
-    probes, _, faster = probes.partition(":x")
-    if faster:
-        return sped_up(instance, probes, int(faster))
-    if probes == "all":  # exactly what `storlab run` starts around a run on a device, every trace included
+    name, _, faster = probes.partition(":x")
+    if name in SAMPLERS:
+        return sampler(instance, name, int(faster or 1))
+    if name == "all":  # exactly what `storlab run` starts around a run on a device, every trace included
         return around_run(instance, traced=True)
-    if probes == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
+    if name == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
         return around_run(instance, traced=False, trace=False)
-    if probes == "wait-timeline":
-        waits = instance.wait_probe()
-        timeline = WaitTimeline(waits.so_far)
-        return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
-                Recorder(TIMELINE, lambda run: timeline.start(run.t0), timeline.stop)]
-    alone = ALONE[probes].recorder(RunScope(instance, traced=False))
-    return [Recorder(probes, lambda run: alone.start(run.sessions, run.t0), alone.stop)]
+    alone = ALONE[name].recorder(RunScope(instance, traced=False))
+    return [Recorder(name, lambda run: alone.start(run.sessions, run.t0), alone.stop)]
 
 
-def sped_up(instance, probes: str, k: int) -> list[Recorder]:
-    """One sampler at k times its rate: a cost too small to measure against this machine's noise, made
-    k times larger (each reading costs what it costs whatever the rate)."""
-    if probes == "waiting_tasks":
+def sampler(instance, name: str, k: int) -> list[Recorder]:
+    """One sampler at k times its rate (1: as storlab reads it): a cost too small to measure against
+    this machine's noise is made k times larger (each reading costs what it costs whatever the rate)."""
+    if name == "waiting_tasks":
         tasks = WaitingTasksSampler(instance.waiting_tasks_probe(), waiting_tasks.PERIOD_S / k)
-        return [Recorder(probes, lambda run: tasks.start(run.sessions), tasks.stop)]
-    waits = instance.wait_probe(trace=False)
+        return [Recorder(name, lambda run: tasks.start(run.sessions), tasks.stop)]
+    waits = instance.wait_probe(trace=False)  # the sampler alone: `all` minus `untraced` is the traces
     timeline = WaitTimeline(waits.so_far, wait_timeline.PERIOD_S / k)
     return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
             Recorder(TIMELINE, lambda run: timeline.start(run.t0), timeline.stop)]
@@ -141,6 +135,8 @@ def one_load(instance, params: RandomInsertParams, probes: str | None) -> Load:
         busy, own, began = machine_busy_s(), sched_time(threads), time.monotonic()
         figures = load.run().figures
         elapsed, busy, own = time.monotonic() - began, machine_busy_s() - busy, sched_delta(own, sched_time(threads))
+        if own is None:
+            raise SystemExit(f"probe_overhead: the sessions' /proc/<pid>/schedstat could not be read ({threads})")
         return Load(figures["rows_per_s"], (busy - own.cpu_s) / elapsed)
 
 
@@ -181,25 +177,18 @@ def ratios(pairs: list[tuple[Load, Load]]) -> list[float]:
     return [on.rows_per_s / off.rows_per_s for off, on in pairs]
 
 
-def difference(values: list[float]) -> tuple[float, float, float]:
-    """The mean of paired differences and its 95 % interval (Student's t)."""
-    mean = statistics.fmean(values)
-    half = sps.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
-    return mean - half, mean, mean + half
-
-
 def interval(ratios: list[float]) -> tuple[float, float, float]:
-    """The ratios' geometric mean and its 95 % interval (on the logs): each round pairs the loads with
-    and without, so the round's mood cancels out of its ratio."""
-    low, mid, high = difference([math.log(r) for r in ratios])
-    return math.exp(low), math.exp(mid), math.exp(high)
+    """The ratios' geometric mean and its 95 % interval (Student's t on the logs): each round pairs the
+    loads with and without, so the round's mood cancels out of its ratio."""
+    logs = summarize([math.log(r) for r in ratios])
+    return math.exp(logs.ci_low), math.exp(logs.mean), math.exp(logs.ci_high)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default="postgres,mariadb")
     parser.add_argument("--probes", default="all,waiting_tasks", help=f"comma-separated, of: {', '.join(SETS)}; "
-                        f"{' or '.join(SPED_UP)}:xK reads K times as often")
+                        f"{' or '.join(SAMPLERS)}:xK reads K times as often")
     parser.add_argument("--rounds", type=int, default=200, help="at most this many paired rounds")
     parser.add_argument("--width", type=float, default=0.02,
                         help="stop once every interval is narrower than this (0.02: a 1 %% cost is told apart)")
@@ -211,7 +200,7 @@ def main() -> None:
     parser.add_argument("--postgres-version", default="15", help="the PostgreSQL version to measure (15 or 18)")
     args = parser.parse_args()
     sets = args.probes.split(",")
-    unknown = [s for s in sets if s not in SETS and not (s.partition(":x")[0] in SPED_UP and s.partition(":x")[2].isdigit())]
+    unknown = [s for s in sets if s not in SETS and not (s.partition(":x")[0] in SAMPLERS and s.partition(":x")[2].isdigit())]
     if unknown:
         parser.error(f"unknown probe set {', '.join(unknown)} (known: {', '.join(SETS)})")
 
@@ -230,7 +219,8 @@ def main() -> None:
             for s, pairs in measure(engine, sets, args.rounds, args.width, args.rows, lab, args.postgres_version).items():
                 low, mid, high = interval(ratios(pairs))
                 cores = os.cpu_count() or 1
-                c_low, c_mid, c_high = (100 * c / cores for c in difference([on.others_cores - off.others_cores for off, on in pairs]))
+                others = summarize([on.others_cores - off.others_cores for off, on in pairs])
+                c_low, c_mid, c_high = (100 * c / cores for c in (others.ci_low, others.mean, others.ci_high))
                 summary.append(f"{engine:8} {s:14}: throughput with / without {mid:.3f} [{low:.3f}, {high:.3f}] (geometric "
                                f"mean, 95 % CI, width {high - low:.3f}; median {statistics.median(ratios(pairs)):.3f}) over "
                                f"{len(pairs)} rounds, 16 connections x {args.rows} rows, 4 data files\n"

@@ -36,7 +36,7 @@ from storlab.engines.base import Table
 from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
 from storlab.engines.mariadb.settings import conf_value
-from storlab.errors import UserError
+from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.recorders import sched_delta, sched_time
@@ -273,6 +273,9 @@ class WaitingSessions:
     def open(self, sessions: list[int]) -> None:
         self.conn = self.instance.admin()
         self.threads = tuple(t for (t,) in self.conn.execute(SESSION_THREAD_IDS, (tuple(sessions),)).fetchall())
+        if len(self.threads) != len(set(sessions)):
+            raise RunFailed(f"performance_schema.threads lists {len(self.threads)} of the workload's "
+                            f"{len(set(sessions))} sessions: their waits cannot be read")
 
     def read(self) -> list[tuple[str, str]]:
         threads: dict[int, list[tuple]] = {}
