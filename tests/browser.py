@@ -106,11 +106,12 @@ class Chromium:
                 return reply.get("result", {})
             self.events.append(reply)
 
-    def wait_for(self, method: str) -> dict:
+    def wait_for(self, method: str, session: str) -> dict:
+        """The first event `method` of the tab `session` (a browser keeps every tab's events apart by it)."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             for event in self.events:
-                if event.get("method") == method:
+                if event.get("method") == method and event.get("sessionId") == session:
                     return event
             self.events.append(self._message(deadline))
 
@@ -123,7 +124,7 @@ class Chromium:
         self.send("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600}, session)
         self.send("Page.navigate", {"url": url}, session)
-        self.wait_for("Page.loadEventFired")
+        self.wait_for("Page.loadEventFired", session)
         return session
 
     def evaluate(self, expression: str, session: str):

@@ -104,7 +104,7 @@ def _fill(folder: Path) -> Path:
 def test_a_placement_that_fills_up_is_named_and_stops_the_experiment(small_experiment, small_fs, tmp_path):
     out = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(small_experiment(rows=30_000, reps=3)),
-                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "--no-trace", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not instances_up() or shutil.disk_usage(small_fs).used < 20 * 1024**2:  # rows going in

@@ -333,7 +333,7 @@ def test_a_refused_run_leaves_no_folder_it_made(tiny, tmp_path):
 def test_two_runs_into_one_folder_at_once(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
     path = tiny(reps=2, rows=4000, files="[1, 2]")
-    first = start("run", str(path), "--out", str(out))
+    first = start("run", str(path), "--no-trace", "--out", str(out))
     deadline = time.monotonic() + 60
     while not (out / folder_lock.FILENAME).exists() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -194,23 +194,24 @@ def overlapping(charts: list[dict], tolerance_px: float = 0.5) -> list[tuple[str
     return found
 
 
-@pytest.mark.parametrize("width", [390, 1280])
-def test_the_report_renders_in_a_browser_and_no_two_labels_overlap(traced, width):
+def test_the_report_renders_in_a_browser_and_no_two_labels_overlap(traced):
+    """At a phone's width and a desktop's: one report, one browser, a page per width."""
     assert invoke("report", traced).exit_code == 0
     url = (traced / "report.html").resolve().as_uri()
     with Chromium() as browser:
-        session = browser.open(url, width, 844)
-        page = json.loads(browser.evaluate(FIGURES, session))
-        assert len(page["charts"]) == len(CHARTS) + 1  # and the IO sizes
-        assert page["scrollWidth"] <= page["innerWidth"] == width  # nothing makes the page scroll sideways
-        for chart in page["charts"]:
-            assert chart["width"] <= width and chart["height"] > 100, chart
-            assert _non_blank(browser.screenshot(session, chart)), chart
-        charts = json.loads(browser.evaluate(TEXTS, session))
-        assert len(charts) == len(page["charts"]) and all(len(c["texts"]) > 5 for c in charts)
-        assert overlapping(charts) == []
+        for width in (390, 1280):
+            session = browser.open(url, width, 844)
+            page = json.loads(browser.evaluate(FIGURES, session))
+            assert len(page["charts"]) == len(CHARTS) + 1, width  # and the IO sizes
+            assert page["scrollWidth"] <= page["innerWidth"] == width  # nothing makes the page scroll sideways
+            for chart in page["charts"]:
+                assert chart["width"] <= width and chart["height"] > 100, (width, chart)
+                assert _non_blank(browser.screenshot(session, chart)), (width, chart)
+            charts = json.loads(browser.evaluate(TEXTS, session))
+            assert len(charts) == len(page["charts"]) and all(len(c["texts"]) > 5 for c in charts), width
+            assert overlapping(charts) == [], width
         assert browser.errors() == []
-        assert browser.requests() == [url]  # self-contained: no other file, no address
+        assert browser.requests() == [url, url]  # self-contained: no other file, no address
 
 
 def test_the_browser_check_sees_overlapping_labels(tmp_path):

@@ -60,7 +60,7 @@ def tiny(write_experiment, lab_dir):
 
 def test_run_show_waits_report_and_resume(tiny, tmp_path):
     out = tmp_path / "results"
-    done = storlab("run", str(tiny()), "--out", str(out))
+    done = storlab("run", str(tiny()), "--no-trace", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "best: data_files=" in done.stdout
     assert len(runs_in(out)) == 4
@@ -88,7 +88,7 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     assert len(lines) == 5 and lines[0].startswith("cell,data_files,repetition,elapsed_s,rows_per_s,latency_p99_ms")
 
     # Raising repetitions runs only the new ones.
-    again = storlab("run", str(tiny(reps=3, name="tiny3.toml")), "--out", str(out))
+    again = storlab("run", str(tiny(reps=3, name="tiny3.toml")), "--no-trace", "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert len(runs_in(out)) == 6 and len(set(runs_in(out))) == 6
     assert storlab_processes() == []
@@ -185,7 +185,7 @@ def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, l
     out = tmp_path / "results"
     path = write_experiment(TINY.format(reps=3, disk=lab_dir, rows=150000).replace("data_files = [1, 4]", "data_files = 1")
                             + "stall_after_s = 3\n")
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped: list[int] = []
     try:

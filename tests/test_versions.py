@@ -57,7 +57,7 @@ def scan_with(write_experiment, lab_dir):
 @pytest.mark.engine
 def test_each_cell_runs_its_version_and_each_run_records_it(scan_with, lab_root):
     path = scan_with('engine_version = ["15", "18"]')
-    done = storlab("run", str(path), "--out", str(lab_root / "out"))
+    done = storlab("run", str(path), "--no-trace", "--out", str(lab_root / "out"))
     assert done.returncode == 0, done.stderr
     assert 'engine_version="15"' in done.stdout and 'engine_version="18"' in done.stdout  # the labels say it
     with sqlite3.connect(lab_root / "out" / "storlab.sqlite") as db:

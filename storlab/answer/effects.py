@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import statsmodels.api as sm
+from statsmodels.regression.linear_model import OLS
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
@@ -314,7 +314,7 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
     model = build(observations, factors, references)
     y = np.log(values)
     df = model.df_resid
-    result = sm.OLS(y, model.X).fit() if df > 0 else None
+    result = OLS(y, model.X).fit() if df > 0 else None
     cov = result.cov_params() if result is not None else None
     params = result.params if result is not None else np.linalg.lstsq(model.X, y, rcond=None)[0]
     mse = float(result.mse_resid) if result is not None else math.nan
