@@ -25,6 +25,7 @@ from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
 from storlab.engines.postgres import shared_memory
 from storlab.lab import instances, safe_files, settle, templates
+from storlab.lab.devices import DevicePool, device_spec
 from storlab.lab.layout import CellLayout, spec_for
 from tests.conftest import storlab_processes
 
@@ -129,6 +130,28 @@ def test_a_templates_folder_another_user_could_change_is_refused(lab_root, monke
     with pytest.raises(RunFailed, match=f"{folder}: a folder another user could change .*STORLAB_TEMPLATE_DIR"):
         templates.template("test", {"case": "folder"}, built.append)
     assert built == [] and list(folder.iterdir()) == []
+
+
+@pytest.mark.device
+def test_an_image_folder_another_user_could_change_is_refused(lab_root, victim):
+    """In a folder everyone may write to (as /var/tmp), the servers' user got there first: a link in
+    place of the image folder's parent, or that parent as a folder of its own. Root follows neither."""
+    shared = lab_root / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    plant(shared / "linked", victim.path.parent)
+    assert as_server_user("mkdir", shared / "theirs").returncode == 0
+    for parent, said in (("linked", "a link"), ("theirs", "a folder another user could change")):
+        spec = device_spec("fast", {"loop": "64MB", "image_dir": str(shared / parent / "img")})
+        with DevicePool() as pool:
+            with pytest.raises(RunFailed, match=f"^{shared / parent}: {said}.*storlab makes no device image under it; "
+                                                "give placements.fast.image_dir a real folder"):
+                pool.device("fast", spec)
+    assert sorted(p.name for p in victim.path.parent.iterdir()) == ["secret"] and victim.untouched()
+    assert list((shared / "theirs").iterdir()) == []
+    # Made afresh by root under the same shared folder, the image folder is used.
+    with DevicePool() as pool:
+        assert pool.device("fast", device_spec("fast", {"loop": "64MB", "image_dir": str(shared / "mine" / "img")})).loop
 
 
 def test_settings_are_never_written_through_a_link(lab_root, victim):

@@ -25,7 +25,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts
+from storlab.lab import instances, mounts, safe_files
 from storlab.sizes import parse_size
 
 SECTORS = (512, 1024, 2048, 4096)
@@ -407,9 +407,11 @@ class DevicePool:
         fmt = spec.format
         if self._user is None:
             self._user = instances.server_user()
-        # Made (and kept) like any placement directory; resolved, because the kernel names a loop
-        # device's backing file by its real path, and that is how `storlab clean` recognises it.
-        fmt.image_dir.mkdir(parents=True, exist_ok=True)
+        # Made (and kept) like any placement directory, never through a link another user could plant;
+        # resolved, because the kernel names a loop device's backing file by its real path, and that
+        # is how `storlab clean` recognises it.
+        safe_files.own_folder(fmt.image_dir, f"storlab makes no device image under it; give {_key(placement, 'image_dir')} "
+                                             "a real folder (no link on the way) that only root can change")
         directory = fmt.image_dir.resolve() / f"storlab-{self.manifest.instance_id}-{_safe_name(placement)}"
         image, mount_point = directory / "image", directory / "mnt"
         entry = {"placement": placement, "dir": str(directory), "image": str(image),

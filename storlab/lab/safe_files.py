@@ -74,6 +74,44 @@ def _refuse(path: Path, what: str) -> RunFailed:
     return RunFailed(f"{path}: {what}; storlab will not write through it (was it replaced by a link?)")
 
 
+def own_folder(folder: Path, remedy: str) -> None:
+    """Make `folder` and the folders above it where missing, one name at a time and never through a
+    link, and refuse it (RunFailed, ending with `remedy`) if anyone but root or storlab's own user
+    could change what is in it: a link on the way, a folder another user owns, or one others may write
+    to (above it, a sticky folder such as /var/tmp is fine: others may add names there, never rename or
+    remove storlab's)."""
+    me = os.getuid()
+    place = Path("/")
+    fd = os.open("/", _DIR)
+    try:
+        names = Path(os.path.abspath(folder)).parts[1:]
+        for i in range(len(names) + 1):
+            st = os.fstat(fd)
+            end = i == len(names)
+            open_to_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            if st.st_uid not in (0, me) or (open_to_others and (end or not st.st_mode & stat.S_ISVTX)):
+                raise RunFailed(f"{place}: a folder another user could change (owner uid {st.st_uid}, mode "
+                                f"{stat.S_IMODE(st.st_mode):04o}): {remedy}")
+            if end:
+                return
+            place = place / names[i]
+            try:
+                os.mkdir(names[i], 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                nxt = os.open(names[i], _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                what = "a link" if stat.S_ISLNK(os.lstat(names[i], dir_fd=fd).st_mode) else "not a folder"
+                raise RunFailed(f"{place}: {what}: {remedy}") from None
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+
+
 def write_new(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     """Create `path` (it must not exist yet) and write `data` to it, with exactly `mode`."""
     body = data.encode() if isinstance(data, str) else data

@@ -76,19 +76,10 @@ def template(engine: str, options: dict, build: Callable[[Path], None]) -> Path:
 
 
 def _check_folder(folder: Path) -> None:
-    """Make the folder of templates if missing; refuse it (or a folder above it) if someone other than
-    storlab could change what is in it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    me = os.getuid()
-    for place in [folder, *folder.parents]:
-        st = os.lstat(place)
-        open_to_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        # A sticky folder (/var/tmp) lets others add names, never rename or remove storlab's.
-        if st.st_uid not in (0, me) or stat.S_ISLNK(st.st_mode) or (open_to_others and (
-                place == folder or not st.st_mode & stat.S_ISVTX)):
-            raise RunFailed(f"{place}: {'a link' if stat.S_ISLNK(st.st_mode) else 'a folder'} another user could "
-                            f"change (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}): storlab keeps no "
-                            "templates under it; remove it, or set STORLAB_TEMPLATE_DIR to a folder of its own")
+    """Make the folder of templates if missing, refused if someone other than storlab could change
+    what is in it; the servers' user reads the templates in it."""
+    safe_files.own_folder(folder, "storlab keeps no templates under it; remove it, or set STORLAB_TEMPLATE_DIR "
+                                  "to a folder of its own")
     if stat.S_IMODE(os.stat(folder).st_mode) != 0o755:
         os.chmod(folder, 0o755)
 
