@@ -61,6 +61,7 @@ from storlab.engines import provision
 from storlab.lab import devices, mounts, settle
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, wait_timeline, waiting_tasks
+from storlab.probes.bpftrace import Tracing
 from storlab.probes.kept import RunScope
 from storlab.probes.recorders import sched_delta, sched_time
 from storlab.probes.lifecycle import CAPTURE, TIMELINE, Recorder, RunStart, around_run, recording
@@ -88,7 +89,7 @@ def recorders(instance, probes: str) -> list[Recorder]:
     if name == "all":  # exactly what `storlab run` starts around a run on a device, every trace included
         return around_run(instance, traced=True)
     if name == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
-        return around_run(instance, traced=False, trace=False)
+        return around_run(instance, traced=False, tracing=Tracing.OFF)
     alone = ALONE[name].recorder(RunScope(instance, traced=False))
     return [Recorder(name, lambda run: alone.start(run.sessions, run.t0), alone.stop)]
 
@@ -99,7 +100,7 @@ def sampler(instance, name: str, k: int) -> list[Recorder]:
     if name == "waiting_tasks":
         tasks = WaitingTasksSampler(instance.waiting_tasks_probe(), waiting_tasks.PERIOD_S / k)
         return [Recorder(name, lambda run: tasks.start(run.sessions), tasks.stop)]
-    waits = instance.wait_probe(trace=False)  # the sampler alone: `all` minus `untraced` is the traces
+    waits = instance.wait_probe(Tracing.OFF)  # the sampler alone: `all` minus `untraced` is the traces
     timeline = WaitTimeline(waits.so_far, wait_timeline.PERIOD_S / k)
     return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
             Recorder(TIMELINE, lambda run: timeline.start(run.t0), timeline.stop)]

@@ -23,11 +23,12 @@ from pathlib import Path
 from rich.console import Console
 
 from storlab.experiment import file as experiment
+from storlab.probes.bpftrace import Tracing
 from storlab.results.store import Store
 from storlab.running import runner
 
 
-def measure(path: Path, engine: str, trace: bool) -> str:
+def measure(path: Path, engine: str, tracing: Tracing) -> str:
     text = path.read_text()
     if engine != "postgres":
         text = re.sub(r'engine = "postgres"', f'engine = "{engine}"', text)
@@ -38,7 +39,7 @@ def measure(path: Path, engine: str, trace: bool) -> str:
         exp = experiment.load(copy)
         folder = Path(tmp) / "results"
         began = time.monotonic()
-        runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()), trace=trace)
+        runner.run(exp, folder, keep=False, console=Console(file=io.StringIO()), tracing=tracing)
         wall = time.monotonic() - began
         with Store.open(folder, create=False) as store:
             runs = store.runs()
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--no-trace", action="store_true", help="Without bpftrace, as storlab run --no-trace.")
     args = parser.parse_args()
     for engine in args.engines.split(","):
-        print(measure(Path(args.experiment), engine, not args.no_trace), flush=True)
+        print(measure(Path(args.experiment), engine, Tracing.OFF if args.no_trace else Tracing.ON), flush=True)
 
 
 if __name__ == "__main__":

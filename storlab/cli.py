@@ -213,6 +213,17 @@ def _results(folder: str | None, dsn: str | None = None, experiment: str | None 
 
 _NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or IO per file), "
              "IO sizes as averages.")
+_TRACE_READS = ("Also trace every read of a data file (PostgreSQL: reads and read stalls per file; on a cold scan "
+                "it made one 16 to 29 % slower, so it is off unless asked for).")
+
+
+def _tracing(no_trace: bool, trace_reads: bool):
+    """What bpftrace traces around each run, from the two options."""
+    from storlab.probes.bpftrace import Tracing
+
+    if no_trace and trace_reads:
+        raise UserError("--trace-reads: --no-trace turns every trace off; give one or the other")
+    return Tracing.OFF if no_trace else Tracing.READS if trace_reads else Tracing.ON
 
 
 def _say(console: Console):
@@ -235,8 +246,9 @@ def _say(console: Console):
               help='Stop once every factor is different or equivalent (as until = "settled" in the file): '
                    "repetitions = N becomes at most N rounds.")
 @click.option("--no-trace", is_flag=True, help=_NO_TRACE)
+@click.option("--trace-reads", is_flag=True, help=_TRACE_READS)
 def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
-        race: bool, until_settled: bool, no_trace: bool) -> None:
+        race: bool, until_settled: bool, no_trace: bool, trace_reads: bool) -> None:
     """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
@@ -246,6 +258,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     from storlab.results.store import check_folder
     from storlab.running import fleet, runner
 
+    tracing = _tracing(no_trace, trace_reads)
     exp = _load(experiment_file, race, until_settled)
     console = _console()
     if dsn is not None:
@@ -254,7 +267,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
         if dry_run:
             raise UserError("--dry-run: works on a results folder; with --store, storlab submit queues the plan and says what it holds")
         outcome = fleet.run_here(exp, dsn, fleet.check_host(host or fleet.this_host()), keep, _say(console),
-                                 not no_trace)
+                                 tracing)
         console.print()
         answer.show(_results(None, dsn, exp.name), console)
         if outcome.failed:
@@ -272,7 +285,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
         raise UserError(f"{exp.where(('hosts',))}: hosts: a results folder is one machine's; put the experiment in "
                         "a shared store (storlab submit FILE --store DSN) and start storlab worker on each host")
     with folder_lock.writing(folder):  # one writer per results folder
-        outcome = runner.run(exp, folder, keep, console, not no_trace)
+        outcome = runner.run(exp, folder, keep, console, tracing)
     console.print()
     answer.show(_results(str(folder)), console)
     console.print(f"results: {folder}  (storlab report {folder} writes the HTML report)", markup=False)
@@ -377,15 +390,16 @@ def submit(experiment_file: str, dsn: str) -> None:
               help="Stop once every run this worker may take is recorded; with --experiment, fail if it refuses that one.")
 @click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
 @click.option("--no-trace", is_flag=True, help=_NO_TRACE)
+@click.option("--trace-reads", is_flag=True, help=_TRACE_READS)
 def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, until_done: bool, keep: bool,
-           no_trace: bool) -> None:
+           no_trace: bool, trace_reads: bool) -> None:
     """Claim runs from a shared store, run them on this host (relative placements are relative to
     the working folder), and record each with this host's name and machine facts. Takes only runs it
     can run: its engine installed, the settings accepted, its placements there or made."""
     from storlab.running import fleet
 
     options = fleet.WorkerOptions(fleet.check_host(host or fleet.this_host()), experiment, lease_s, until_done, keep,
-                                  not no_trace)
+                                  _tracing(no_trace, trace_reads))
     outcome = fleet.work(dsn, options, _say(_console()))
     if until_done:
         click.echo(f"{options.host}: {outcome.finished} runs recorded, {len(outcome.failed)} failed, {outcome.lost} given up")

@@ -21,12 +21,13 @@ import psutil
 import pytest
 
 from storlab.engines import provision
-from storlab.engines.postgres.traced_waits import why_not_traced
+from storlab.engines.postgres.traced_waits import program, why_not_traced
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, traced_waits
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.store import RunResult, Store
 from tests import commands
+from tests.commands import invoke
 from tests.conftest import stop_storlab
 from tests.devicetools import child, gone, read_line
 
@@ -165,12 +166,15 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
         traced_s = db.execute("SELECT traced_s FROM waits WHERE wait_type = 'Lock:extend'").fetchone()[0]
         wal = db.execute("SELECT sum(writes), sum(write_bytes), sum(syncs) FROM file_io WHERE object = 'WAL'").fetchone()
         partitions = dict(db.execute("SELECT object, write_bytes FROM file_io WHERE object GLOB 'lab_insert_[0-7]'"))
+        reads, sources = db.execute("SELECT sum(reads), group_concat(DISTINCT source) FROM file_io").fetchone()
     assert counted["Lock:extend"] > 0 and traced_s > 0
     assert any(name.startswith("LWLock:") for name in counted)
     # 320,000 rows of a UUID and a filler: megabytes of WAL, written and synced to its segments.
     assert wal[0] > 0 and wal[1] > 1e6 and wal[2] > 0
     # Each partition's file grows as rows go in: its writes are the extends, a share of the 8 each.
     assert len(partitions) == 8 and all(written > 1e6 for written in partitions.values()), partitions
+    # Reads are traced only when asked for (--trace-reads), and every file says so.
+    assert reads == 0 and sources == "bpftrace, reads not traced (storlab run --trace-reads)"
     done = storlab("export", twin, "--format", "json")
     assert done.returncode == 0, done.stderr
     run = json.loads((twin / "runs.json").read_text())[0]
@@ -181,7 +185,7 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", [pytest.param("postgres", marks=TRACED), "mariadb"])
 def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_factory, engine):
-    out = record(tmp_path_factory, SCAN, engine=engine)
+    out = record(tmp_path_factory, SCAN, "--trace-reads", engine=engine)
     shown = storlab("waits", out, "--files")
     assert shown.returncode == 0, shown.stderr
     rows = [r for r in table_rows(shown.stdout, "Object") if len(r) == 13]
@@ -194,6 +198,18 @@ def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_
     assert all(r[5] != "—" and float(r[5]) > 0 for r in table if float(r[3].replace(",", "")) > 0)  # AvgRead_ms
     if engine == "postgres":
         assert all(r[6] != "—" for r in table if float(r[3].replace(",", "")) > 0)  # a histogram where traced
+
+
+def test_reads_are_traced_only_when_asked_for():
+    """Every data-file read takes two uprobe traps: they are in the program with --trace-reads only,
+    and --no-trace with it is refused in one line."""
+    binary = Path("/usr/lib/postgresql/15/bin/postgres")
+    assert "smgr__md__read__start" not in program(binary, [11, 12], 10)
+    with_reads = program(binary, [11, 12], 10, reads=True)
+    assert "smgr__md__read__start /(pid == 10 || curtask->real_parent->tgid == 10)/" in with_reads
+    refused = invoke("run", "any.toml", "--no-trace", "--trace-reads")
+    assert refused.exit_code == 2
+    assert refused.stderr == "storlab: --trace-reads: --no-trace turns every trace off; give one or the other\n"
 
 
 def test_a_binary_without_trace_points_is_named():

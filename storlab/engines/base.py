@@ -17,6 +17,7 @@ from storlab.engines.settings import Settings
 from storlab.errors import RunFailed
 from storlab.lab.diagnosis import ServerLog
 from storlab.lab.layout import InstanceSpec
+from storlab.probes.bpftrace import Tracing
 from storlab.probes.waits import WaitProbe
 
 
@@ -72,8 +73,8 @@ class Instance(Protocol):
     def cancel(self, sessions: list[int]) -> None:
         """Stop whatever the sessions are running (a failed or interrupted load)."""
 
-    def wait_probe(self, trace: bool = True) -> WaitProbe:
-        """The workload's waits; `trace` False: without bpftrace (storlab run --no-trace)."""
+    def wait_probe(self, tracing: Tracing = Tracing.ON) -> WaitProbe:
+        """The workload's waits, with what `tracing` asks bpftrace to trace (Tracing.OFF: storlab run --no-trace)."""
 
     def waiting_tasks_probe(self) -> Any:
         """A reader of the workload's waiting sessions and what each waits on (waiting_tasks.WaitingSessions)."""

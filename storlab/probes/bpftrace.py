@@ -14,6 +14,7 @@ the caller keeps its sampled figures."""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import os
@@ -42,6 +43,20 @@ OFF = "traces turned off (--no-trace)"
 Key = tuple[str, ...]
 # map name (no @) -> key -> a number, a histogram {lower bound: count}, or stats {count, average, total}
 Maps = dict[str, dict[Key, Any]]
+
+
+
+class Tracing(enum.Enum):
+    """What a run traces with bpftrace: nothing (--no-trace, the sampled figures only); the default
+    (waits, writes, syncs, IO sizes: 0 to 3 % of a CPU-bound insert load, benchmarks/probe_overhead.py);
+    or that and every read of a data file
+    (--trace-reads: PostgreSQL's smgr trace points trap on every 8 kB read, which made a cold scan
+    16 to 29 % slower on this project's 2-core VM)."""
+
+    OFF = "off"
+    ON = "on"
+    READS = "reads"
+
 
 # Traces flushed and ending in the background (their probes detaching), until each is reaped.
 _ending: list[threading.Thread] = []

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from storlab.lab import mounts
+from storlab.probes.bpftrace import Tracing
 from storlab.probes.kept import RunScope
 from storlab.probes.recorders import DeviceTimeline
 from storlab.probes.registry import PROBES
@@ -45,11 +46,11 @@ class Recorder:
     stop: Callable[[], Any]
 
 
-def around_run(instance: Any, traced: bool, trace: bool = True) -> list[Recorder]:
+def around_run(instance: Any, traced: bool, tracing: Tracing = Tracing.ON) -> list[Recorder]:
     """Every recorder of a run on `instance`, in the order they start. `traced`: every IO's size
-    is traced (bpftrace), not only each interval's average; `trace` False: no bpftrace at all (the
-    engine's wait probe keeps its sampled figures and says so)."""
-    waits = instance.wait_probe(trace)
+    is traced (bpftrace), not only each interval's average; `tracing` what the engine's wait probe
+    traces (OFF: no bpftrace at all, it keeps its sampled figures and says so)."""
+    waits = instance.wait_probe(tracing)
     devices = DeviceTimeline(_devices(instance.spec.placements))
     waits_over_time = WaitTimeline(waits.so_far)
     recorders = [

@@ -22,6 +22,7 @@ from storlab.experiment.file import Experiment
 from storlab.lab import devices, instances, settle
 from storlab.lab.layout import spec_for
 from storlab.probes import lifecycle as run_probes
+from storlab.probes.bpftrace import Tracing
 from storlab.results.store import RunResult
 from storlab.running import stall
 from storlab.running.queue import LeaseLost
@@ -36,7 +37,7 @@ class Lab:
     paths: dict[str, Path]  # the directory placements (a device placement's mount comes from the pool)
     keep: bool
     pool: devices.DevicePool | None = None
-    trace: bool = True  # bpftrace may run (not with --no-trace)
+    tracing: Tracing = Tracing.ON  # what bpftrace traces (--no-trace, --trace-reads)
 
 
 class Slot(Protocol):
@@ -91,7 +92,7 @@ def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | No
                 stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.stalled()) as watch:
             lab.experiment.workload.prepare(instance, cell.workload, lab.experiment.sql)  # watched: it may stall too
             while slot is not None:
-                result = measure(lab.experiment, cell, instance, slot.progress, watch, lab.trace)
+                result = measure(lab.experiment, cell, instance, slot.progress, watch, lab.tracing)
                 watch.check()
                 slot.record(result)
                 slot = next(slots, None)
@@ -126,7 +127,7 @@ def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Any]:
 
 
 def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progress=None,
-            watch: stall.Watchdog | None = None, trace: bool = True) -> RunResult:
+            watch: stall.Watchdog | None = None, tracing: Tracing = Tracing.ON) -> RunResult:
     """One measured run on a prepared instance: settled first (restarted too, for a kind that reads
     cold, the watchdog paused meanwhile), with the recorders around the load (run_probes)."""
     kind, params = experiment.workload, cell.workload
@@ -139,7 +140,7 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progres
         conditions["warmup_s"] = params.warmup_s
     with closing(kind.load(instance, params, experiment.sql)) as load:
         sessions = load.open()
-        recorders = run_probes.around_run(instance, trace and traces_io(experiment), trace)
+        recorders = run_probes.around_run(instance, tracing is not Tracing.OFF and traces_io(experiment), tracing)
         started_at, t0 = time.time(), time.monotonic()
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)

@@ -27,6 +27,7 @@ from storlab.experiment import matrix
 from storlab.experiment.file import HOST_NAME, Experiment
 from storlab.lab import devices, instances
 from storlab.machine import system
+from storlab.probes.bpftrace import Tracing
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, Connection
 from storlab.results.store import RunResult, Store
@@ -111,7 +112,7 @@ class WorkerOptions:
     lease_s: float = DEFAULT_LEASE_S
     until_done: bool = False  # stop when every run this worker may take is recorded
     keep: bool = False
-    trace: bool = True  # bpftrace may run (not with --no-trace)
+    tracing: Tracing = Tracing.ON  # what bpftrace traces (--no-trace, --trace-reads)
 
 
 @dataclass
@@ -304,7 +305,7 @@ class Worker:
             return
         cell = target.cells[claim.cell_id]
         lab = cell_runs.Lab(target.experiment, target.paths, self.options.keep, self._pool(target.experiment),
-                            self.options.trace)
+                            self.options.tracing)
         slots = self._claims(target, cell, claim)
         try:
             failure = cell_runs.run_cell(lab, cell, slots)
@@ -405,7 +406,7 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
         worker.close()
 
 
-def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say, trace: bool = True) -> WorkOutcome:
+def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say, tracing: Tracing = Tracing.ON) -> WorkOutcome:
     """`storlab run --store`: submit, then work on this experiment here until its runs are done
     (workers elsewhere may take some of them meanwhile)."""
     if exp.model.hosts and host not in exp.model.hosts:
@@ -415,4 +416,4 @@ def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say, trace: 
     runner.prepare_placements(exp)
     with shared_store.open(dsn, exp.name, create=True, purpose="submit") as store:
         say(submit(exp, store).line(exp.name))
-    return work(dsn, WorkerOptions(host, exp.name, until_done=True, keep=keep, trace=trace), say, {exp.name: exp})
+    return work(dsn, WorkerOptions(host, exp.name, until_done=True, keep=keep, tracing=tracing), say, {exp.name: exp})

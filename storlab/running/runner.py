@@ -21,6 +21,7 @@ from storlab.experiment.file import Experiment
 from storlab.lab import devices, instances, placements
 from storlab.lab.placements import TMPFS
 from storlab.machine import system
+from storlab.probes.bpftrace import Tracing
 from storlab.results.store import RunResult, Store, exists
 from storlab.running import capacity, cell_runs, cleanup
 
@@ -175,9 +176,9 @@ def _most_left(experiment: Experiment, cells: list[matrix.Cell], store: Store) -
                for rep in range(state.rounds + 1, settings.max_rounds + 1) if (c.id, rep) not in done)
 
 
-def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trace: bool = True) -> RunOutcome:
-    """Every run not yet in the store at `folder`; `trace` False (--no-trace): no bpftrace, the sampled
-    figures only."""
+def run(experiment: Experiment, folder: Path, keep: bool, console: Console, tracing: Tracing = Tracing.ON) -> RunOutcome:
+    """Every run not yet in the store at `folder`; `tracing` what bpftrace traces around each run
+    (OFF, --no-trace: the sampled figures only)."""
     cells = matrix.cells(experiment)
     if exists(folder):  # a damaged or foreign store is refused before anything starts
         with Store.open(folder, create=False):
@@ -223,7 +224,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
                       progress.add_task("", total=1, visible=False))
             while todo:
                 for cell, reps in _groups(experiment, todo):
-                    _attempt(experiment, cell, reps, paths, keep, pool, store, facts_id, outcome, bar, trace)
+                    _attempt(experiment, cell, reps, paths, keep, pool, store, facts_id, outcome, bar, tracing)
                     tried.update((cell.id, rep) for rep in reps)
                 todo = next_runs(experiment, cells, store, tried, started) if settings or settling else []
                 # A race that dropped cells, or an answer that settled, has fewer runs left than the bar expected.
@@ -291,7 +292,7 @@ class _PlannedRun:
 
 def _attempt(experiment: Experiment, cell: matrix.Cell, reps: list[int], paths: dict[str, Path], keep: bool,
              pool: devices.DevicePool | None, store: Store, facts_id: int, outcome: RunOutcome, bar: Bar,
-             trace: bool) -> None:
+             tracing: Tracing) -> None:
     """The runs of one instance, each recorded whole as soon as it ends, or its failure recorded: a
     failure the next runs would repeat stops the experiment; any other fails this run (and the
     instance's runs not made yet, which the next `storlab run` retries)."""
@@ -300,7 +301,7 @@ def _attempt(experiment: Experiment, cell: matrix.Cell, reps: list[int], paths: 
             bar.start(cell, rep)
             yield _PlannedRun(cell, rep, store, facts_id, outcome, bar)
 
-    failure = cell_runs.run_cell(cell_runs.Lab(experiment, paths, keep, pool, trace), cell, planned())
+    failure = cell_runs.run_cell(cell_runs.Lab(experiment, paths, keep, pool, tracing), cell, planned())
     if failure is None:
         return
     exc, rep = failure.error, failure.slot.repetition

@@ -39,6 +39,7 @@ from storlab.engines.mariadb.settings import conf_value
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec
+from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import sched_delta, sched_time
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
@@ -244,9 +245,9 @@ class MariadbInstance:
                 except pymysql.err.OperationalError:
                     pass  # the session has already ended
 
-    def wait_probe(self, trace: bool = True) -> FileSummaryProbe:
+    def wait_probe(self, tracing: Tracing = Tracing.ON) -> FileSummaryProbe:
         """The workload's waits, with the IO of each file of the instance (performance_schema: nothing
-        to trace, whatever `trace` says)."""
+        to trace, whatever `tracing` says)."""
         return FileSummaryProbe(PerformanceSchemaProbe(self), self)
 
     def parallel_workers(self, conn: Connection, workers: int) -> None:

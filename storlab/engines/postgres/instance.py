@@ -30,6 +30,7 @@ from storlab.engines.postgres.traced_waits import TracedWaitProbe
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec
+from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import Sampler, sched_delta, sched_time
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
@@ -194,11 +195,12 @@ class PostgresInstance:
         with self.connect() as conn:
             conn.execute(CANCEL, (sessions,))
 
-    def wait_probe(self, trace: bool = True) -> TracedWaitProbe:
+    def wait_probe(self, tracing: Tracing = Tracing.ON) -> TracedWaitProbe:
         """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run
-        (and `trace`)."""
+        (and `tracing` asks for them; its reads only with Tracing.READS)."""
         sampled = WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
-        return TracedWaitProbe(sampled, self, "bpftrace" if trace else None)
+        return TracedWaitProbe(sampled, self, None if tracing is Tracing.OFF else "bpftrace",
+                               reads=tracing is Tracing.READS)
 
     def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:
         conn.execute(SET_PARALLEL_WORKERS.format(workers=int(workers)))
