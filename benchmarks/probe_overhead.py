@@ -52,9 +52,10 @@ import os
 import signal
 import statistics
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from storlab.answer.stats import summarize
 from storlab.engines import provision
@@ -185,6 +186,19 @@ def interval(ratios: list[float]) -> tuple[float, float, float]:
     return math.exp(logs.ci_low), math.exp(logs.mean), math.exp(logs.ci_high)
 
 
+@contextmanager
+def in_memory_lab(image_dir: Path, size: str) -> Iterator[Path]:
+    """The mount point of a loop device whose image is in `image_dir` (in memory where that is tmpfs),
+    made and removed as storlab makes a device placement."""
+    on_tmpfs = (mounts.mount_of(image_dir) or {}).get("filesystem") == "tmpfs"
+    device = devices.device_spec("lab", {"loop": size, "image_dir": str(image_dir), "allow_tmpfs": on_tmpfs})
+    with devices.DevicePool() as pool:
+        lab = pool.device("lab", device).mount_point
+        print(f"the instances' files on {pool.devices['lab'].loop}, an image in {image_dir}"
+              f"{' (memory)' if on_tmpfs else ''}", flush=True)
+        yield lab
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default="postgres,mariadb")
@@ -207,15 +221,8 @@ def main() -> None:
 
     # A kill takes Ctrl-C's path, as in storlab's CLI: the servers stop and the loop device goes.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    image_dir = Path(args.image_dir)
-    image_dir.mkdir(parents=True, exist_ok=True)
-    on_tmpfs = (mounts.mount_of(image_dir) or {}).get("filesystem") == "tmpfs"
-    device = devices.device_spec("lab", {"loop": args.device_size, "image_dir": str(image_dir), "allow_tmpfs": on_tmpfs})
     summary = []
-    with devices.DevicePool() as pool:
-        lab = pool.device("lab", device).mount_point
-        print(f"the instances' files on {pool.devices['lab'].loop}, an image in {image_dir}"
-              f"{' (memory)' if on_tmpfs else ''}", flush=True)
+    with in_memory_lab(Path(args.image_dir), args.device_size) as lab:
         for engine in args.engines.split(","):
             for s, pairs in measure(engine, sets, args.rounds, args.width, args.rows, lab, args.postgres_version).items():
                 low, mid, high = interval(ratios(pairs))

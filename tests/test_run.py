@@ -17,7 +17,7 @@ from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import instances
 from storlab.running import stall
-from tests.commands import storlab
+from tests.commands import invoke, storlab
 from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
 pytestmark = pytest.mark.engine
@@ -65,15 +65,15 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     assert "best: data_files=" in done.stdout
     assert len(runs_in(out)) == 4
 
-    shown = storlab("show", str(out))
-    assert shown.returncode == 0 and "± " in shown.stdout and "rows/s" in shown.stdout
+    shown = invoke("show", str(out))  # the reading commands in this process: they start no server
+    assert shown.exit_code == 0 and "± " in shown.stdout and "rows/s" in shown.stdout
 
-    waits = storlab("waits", str(out))
-    assert waits.returncode == 0 and "source pg_wait_sampling" in waits.stdout and "Wait_S" in waits.stdout
+    waits = invoke("waits", str(out))
+    assert waits.exit_code == 0 and "source pg_wait_sampling" in waits.stdout and "Wait_S" in waits.stdout
     assert "WaitCount" in waits.stdout and "—" in waits.stdout  # sampling gives time, not counts
 
-    report = storlab("report", str(out))
-    assert report.returncode == 0, report.stderr
+    report = invoke("report", str(out))
+    assert report.exit_code == 0, report.output
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 2 and "data_files" in html and "Wait statistics" in html
     if Path("/proc/pressure/io").exists():  # the kernel's pressure probe kept each run's, and shows them
@@ -82,8 +82,8 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
             assert kept.fetchone()[0] == 4
         assert "The kernel&#x27;s view: stalls and page-cache writes" in html
 
-    exported = storlab("export", str(out), "--format", "csv")
-    assert exported.returncode == 0
+    exported = invoke("export", str(out), "--format", "csv")
+    assert exported.exit_code == 0
     lines = (out / "runs.csv").read_text().splitlines()
     assert len(lines) == 5 and lines[0].startswith("cell,data_files,repetition,elapsed_s,rows_per_s,latency_p99_ms")
 
@@ -172,10 +172,12 @@ def test_markup_and_math_in_values_run_and_render(write_experiment, lab_dir, tmp
     out = tmp_path / "results"
     done = storlab("run", str(write_experiment(body)), "--no-trace", "--out", str(out))
     assert done.returncode == 0, done.stderr
-    for command in ("show", "waits", "compare", "report"):
-        result = storlab(command, str(out))
-        assert result.returncode == 0, (command, result.stderr)
-    shown = storlab("show", str(out)).stdout
+    for command in ("waits", "compare", "report"):  # in this process: they start no server
+        result = invoke(command, str(out))
+        assert result.exit_code == 0, (command, result.output)
+    shown = invoke("show", str(out))
+    assert shown.exit_code == 0, shown.output
+    shown = shown.stdout
     assert all(f'application_name="{v}"' in shown for v in ("[/]", "$x$", "[red]", "[blue]"))
 
 

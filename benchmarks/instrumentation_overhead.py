@@ -1,0 +1,93 @@
+"""What does the instrumentation storlab starts MariaDB with cost a load? (goal: the ratio of
+throughput with it / without within [0.98, 1.02])
+
+Every MariaDB instance storlab makes runs performance_schema with the synch and file IO
+instruments and the current and history wait consumers: they can only be turned on when the server
+starts, so probe_overhead.py, which turns probes on and off around loads on one instance, cannot see
+what they cost. Here two instances with the same layout (16 sessions of random inserts into 4 data
+files, as probe_overhead.py) share one loop device whose image is in memory: storlab's, and the same
+with performance_schema off (--without performance_schema) or without its synch instruments
+(--without synch: mutexes, rwlocks and conditions, the file IO instruments kept), without its
+table IO instruments (--without table-io: a wait per row the handler reads or writes, on by default)
+or without its statement instruments (--without statements, on by default). Each round runs the load once on each, no probe on either, in an order
+that alternates; before each load the table is emptied and the instance settled as `storlab run`
+settles it. Prints each round, then the ratio as the geometric mean over the rounds with its 95 %
+interval (round 0 is a warm-up and not counted).
+
+    .venv/bin/python benchmarks/instrumentation_overhead.py [--without performance_schema|synch|table-io|statements] [--rounds 40]
+        [--rows 12000] [--image-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from probe_overhead import RESET, in_memory_lab, interval  # beside it: a script's folder is on its path
+from storlab.engines import provision
+from storlab.lab import settle
+from storlab.lab.layout import CellLayout, spec_for
+from storlab.workloads import kind
+from storlab.workloads.random_insert import RandomInsertParams
+
+INSTRUMENTED = "as storlab starts it"
+# What the other instance leaves out (its engine_settings, after storlab's own lines in my.cnf).
+WITHOUT = {"performance_schema": {"performance_schema": False},
+           "synch": {"performance_schema_instrument": "wait/synch/%=OFF"},
+           "table-io": {"performance_schema_instrument": "wait/io/table/%=OFF"},
+           "statements": {"performance_schema_instrument": "statement/%=OFF"}}
+
+
+def load(instance, params: RandomInsertParams) -> float:
+    """One load's rows per second, from an empty table on a settled instance."""
+    with instance.connect() as conn:
+        conn.execute(RESET["mariadb"])
+    settle.settle(instance.checkpoint, instance.roots.values())
+    work = kind("random-insert").load(instance, params, {})
+    try:
+        work.open()
+        return work.run().figures["rows_per_s"]
+    finally:
+        work.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=40, help="paired rounds")
+    parser.add_argument("--rows", type=int, default=12_000, help="rows per connection (16 connections)")
+    parser.add_argument("--without", choices=sorted(WITHOUT), default="performance_schema",
+                        help="what the other instance is without")
+    parser.add_argument("--image-dir", default="/dev/shm/storlab-benchmarks",
+                        help="where the loop device's image goes (default in memory)")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill takes Ctrl-C's path
+    params = RandomInsertParams(kind="random-insert", connections=16, rows_per_connection=args.rows, batch=1000)
+    ratios = []
+    bare = f"without {args.without}"
+    with ExitStack() as stack:
+        lab = stack.enter_context(in_memory_lab(Path(args.image_dir), "4GB"))
+        instances = {}
+        for name, settings in ((INSTRUMENTED, {}), (bare, WITHOUT[args.without])):
+            spec = spec_for(CellLayout(data_on="lab", data_files=4), settings, {"lab": lab})
+            instances[name] = stack.enter_context(provision("mariadb", spec, keep=False, connections=16))
+            kind("random-insert").prepare(instances[name], params, {})
+        for round_no in range(args.rounds + 1):
+            order = [INSTRUMENTED, bare] if round_no % 2 == 0 else [bare, INSTRUMENTED]
+            began = time.monotonic()
+            rows_per_s = {name: load(instances[name], params) for name in order}
+            ratio = rows_per_s[INSTRUMENTED] / rows_per_s[bare]
+            print(f"  round {round_no}{' (warm-up)' if round_no == 0 else ''}: "
+                  + ", ".join(f"{name} {rows_per_s[name]:,.0f}" for name in order)
+                  + f" rows/s; ratio {ratio:.3f} ({time.monotonic() - began:.1f} s)", flush=True)
+            if round_no:
+                ratios.append(ratio)
+    low, mid, high = interval(ratios)
+    print(f"MariaDB: throughput with performance_schema as storlab starts it / {bare} {mid:.3f} [{low:.3f}, {high:.3f}] "
+          f"(geometric mean, 95 % CI) over {len(ratios)} rounds, 16 connections x {args.rows} rows, 4 data files")
+
+
+if __name__ == "__main__":
+    main()
