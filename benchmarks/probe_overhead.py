@@ -87,7 +87,7 @@ def recorders(instance, probes: str) -> list[Recorder]:
     name, _, faster = probes.partition(":x")
     if name in SAMPLERS:
         return sampler(instance, name, int(faster or 1))
-    if name == "all":  # exactly what `storlab run` starts around a run on a device, every trace included
+    if name == "all":  # exactly what `storlab run` starts around a run on a device, its default traces included
         return around_run(instance, traced=True)
     if name == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
         return around_run(instance, traced=False, tracing=Tracing.OFF)

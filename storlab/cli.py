@@ -320,7 +320,7 @@ def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: b
 @click.option("--cell", help="One cell's id (or a unique prefix).")
 @click.option("--resources", is_flag=True, help="Also who waits on what: each top wait's resources and their share, "
                                                "and every traced lock wait by relation (PostgreSQL, bpftrace).")
-@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads, writes, bytes, stalls.")
+@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads (PostgreSQL: runs made with --trace-reads), writes, bytes, stalls.")
 def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str | None, resources: bool,
           files: bool) -> None:
     """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and

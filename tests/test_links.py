@@ -147,6 +147,10 @@ def test_an_image_folder_another_user_could_change_is_refused(lab_root, victim):
             with pytest.raises(RunFailed, match=f"^{shared / parent}: {said}.*storlab makes no device image under it; "
                                                 "give placements.fast.image_dir a real folder"):
                 pool.device("fast", spec)
+    # '..' after a link: the kernel would follow the link first.
+    with DevicePool() as pool:
+        with pytest.raises(RunFailed, match="a path with '..' in it: storlab makes no device image"):
+            pool.device("fast", device_spec("fast", {"loop": "64MB", "image_dir": f"{shared}/linked/../img"}))
     assert sorted(p.name for p in victim.path.parent.iterdir()) == ["secret"] and victim.untouched()
     assert list((shared / "theirs").iterdir()) == []
     # Made afresh by root under the same shared folder, the image folder is used.

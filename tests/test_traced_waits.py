@@ -175,6 +175,10 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
     assert len(partitions) == 8 and all(written > 1e6 for written in partitions.values()), partitions
     # Reads are traced only when asked for (--trace-reads), and every file says so.
     assert reads == 0 and sources == "bpftrace, reads not traced (storlab run --trace-reads)"
+    shown = storlab("waits", twin, "--files")
+    rows = [r for r in table_rows(shown.stdout, "Object") if len(r) == 13]
+    assert rows and all(r[3:6] == ["—"] * 3 for r in rows), shown.stdout  # no reads shown as 0
+    assert "reads not traced (storlab run --trace-reads)" in " ".join(shown.stdout.split())
     done = storlab("export", twin, "--format", "json")
     assert done.returncode == 0, done.stderr
     run = json.loads((twin / "runs.json").read_text())[0]

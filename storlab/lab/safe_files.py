@@ -80,6 +80,8 @@ def own_folder(folder: Path, remedy: str) -> None:
     could change what is in it: a link on the way, a folder another user owns, or one others may write
     to (above it, a sticky folder such as /var/tmp is fine: others may add names there, never rename or
     remove storlab's)."""
+    if ".." in Path(folder).parts:  # the kernel resolves it after a link, os.path.abspath before
+        raise RunFailed(f"{folder}: a path with '..' in it: {remedy}")
     me = os.getuid()
     place = Path("/")
     fd = os.open("/", _DIR)
@@ -96,14 +98,14 @@ def own_folder(folder: Path, remedy: str) -> None:
                 return
             place = place / names[i]
             try:
-                os.mkdir(names[i], 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
-            try:
+                try:
+                    os.mkdir(names[i], 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
                 nxt = os.open(names[i], _DIR | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
+                    raise RunFailed(f"{place}: {exc.strerror}: {remedy}") from None
                 what = "a link" if stat.S_ISLNK(os.lstat(names[i], dir_fd=fd).st_mode) else "not a folder"
                 raise RunFailed(f"{place}: {what}: {remedy}") from None
             os.close(fd)

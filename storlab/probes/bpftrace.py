@@ -48,7 +48,8 @@ Maps = dict[str, dict[Key, Any]]
 
 class Tracing(enum.Enum):
     """What a run traces with bpftrace: nothing (--no-trace, the sampled figures only); the default
-    (waits, writes, syncs, IO sizes: 0 to 3 % of a CPU-bound insert load, benchmarks/probe_overhead.py);
+    (waits, writes, syncs, IO sizes: about 4 % of PostgreSQL's CPU-bound insert load, over its 1 %
+    budget, benchmarks/probe_overhead.py);
     or that and every read of a data file
     (--trace-reads: PostgreSQL's smgr trace points trap on every 8 kB read, which made a cold scan
     16 to 29 % slower on this project's 2-core VM)."""

@@ -16,6 +16,7 @@ from rich.text import Text
 from storlab.probes.kept import Db, Probe, histogram
 
 MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in one row
+READS_UNTRACED = "reads not traced"  # in a source: its reads are not counted (PostgreSQL without --trace-reads)
 _NUMBERS = ("reads", "read_bytes", "read_s", "writes", "write_bytes", "write_s", "syncs", "sync_s")
 
 
@@ -110,14 +111,16 @@ def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
     shown = [f for f in files if f.reads or f.writes or f.syncs]
     rest = shown[limit - 1:] if len(shown) > limit else []
     for f in shown[:len(shown) - len(rest)] if rest else shown:
-        out.add_row(f.object, Path(f.file).name, f.placement or "—", f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}",
-                    _avg(f.read_s, f.reads), _p99(f.read_histogram), f"{f.writes:,.0f}",
+        reads = ("—", "—", "—", "—") if READS_UNTRACED in f.source else \
+            (f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}", _avg(f.read_s, f.reads), _p99(f.read_histogram))
+        out.add_row(f.object, Path(f.file).name, f.placement or "—", *reads, f"{f.writes:,.0f}",
                     f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes), _p99(f.write_histogram),
                     "—" if f.syncs is None else f"{f.syncs:,.0f}", _avg(f.sync_s, f.syncs))
     if rest:
         reads, writes = sum(f.reads for f in rest), sum(f.writes for f in rest)
-        out.add_row(f"{len(rest)} others", "", "", f"{reads:,.0f}", f"{sum(f.read_bytes for f in rest) / 1e6:,.2f}",
-                    _avg(sum(f.read_s for f in rest), reads), "", f"{writes:,.0f}",
+        summed = ("—", "—", "—", "") if all(READS_UNTRACED in f.source for f in rest) else \
+            (f"{reads:,.0f}", f"{sum(f.read_bytes for f in rest) / 1e6:,.2f}", _avg(sum(f.read_s for f in rest), reads), "")
+        out.add_row(f"{len(rest)} others", "", "", *summed, f"{writes:,.0f}",
                     f"{sum(f.write_bytes for f in rest) / 1e6:,.2f}", _avg(sum(f.write_s for f in rest), writes),
                     "", "", "")
     return out

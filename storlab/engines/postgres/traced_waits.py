@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 
 from storlab import timeline
-from storlab.probes import bpftrace, traced_waits
+from storlab.probes import bpftrace, file_io, traced_waits
 from storlab.probes.file_io import FileIO
 from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
 
@@ -101,7 +101,7 @@ usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
   @read[arg3, arg4, arg0, $seg] = stats($d); @read_hist[arg3, arg4, arg0, $seg] = hist($d);
 }}
 """
-READS_UNTRACED = "reads not traced (storlab run --trace-reads)"
+READS_UNTRACED = f"{file_io.READS_UNTRACED} (storlab run --trace-reads)"
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
