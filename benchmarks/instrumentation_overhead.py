@@ -9,8 +9,8 @@ files, as probe_overhead.py) share one loop device whose image is in memory: sto
 with performance_schema off (--without performance_schema) or without its synch instruments
 (--without synch: mutexes, rwlocks and conditions, the file IO instruments kept), without its
 table IO instruments (--without table-io: a wait per row the handler reads or writes, on by default)
-or without its statement instruments (--without statements, on by default). Each round runs the load once on each, no probe on either, in an order
-that alternates; before each load the table is emptied and the instance settled as `storlab run`
+or without its statement instruments (--without statements, on by default). Each round runs the
+load once on each, no probe on either, in an order that alternates; before each load the table is emptied and the instance settled as `storlab run`
 settles it. Prints each round, then the ratio as the geometric mean over the rounds with its 95 %
 interval (round 0 is a warm-up and not counted).
 

@@ -143,13 +143,17 @@ def test_an_image_folder_another_user_could_change_is_refused(lab_root, victim):
     assert as_server_user("mkdir", shared / "theirs").returncode == 0
     for parent, said in (("linked", "a link"), ("theirs", "a folder another user could change")):
         spec = device_spec("fast", {"loop": "64MB", "image_dir": str(shared / parent / "img")})
+        # Bad input, found by the checks before anything starts (experiment load, --dry-run).
         with DevicePool() as pool:
-            with pytest.raises(RunFailed, match=f"^{shared / parent}: {said}.*storlab makes no device image under it; "
+            with pytest.raises(UserError, match=f"^{shared / parent}: {said}.*storlab makes no device image under it; "
                                                 "give placements.fast.image_dir a real folder"):
                 pool.device("fast", spec)
+        # And when the folder is made, after those checks: nothing made through what was planted.
+        with pytest.raises(RunFailed, match=f"^{shared / parent}: {said}.*: the remedy$"):
+            safe_files.own_folder(shared / parent / "img", "the remedy")
     # '..' after a link: the kernel would follow the link first.
     with DevicePool() as pool:
-        with pytest.raises(RunFailed, match="a path with '..' in it: storlab makes no device image"):
+        with pytest.raises(UserError, match="a path with '..' in it: storlab makes no device image"):
             pool.device("fast", device_spec("fast", {"loop": "64MB", "image_dir": f"{shared}/linked/../img"}))
     assert sorted(p.name for p in victim.path.parent.iterdir()) == ["secret"] and victim.untouched()
     assert list((shared / "theirs").iterdir()) == []

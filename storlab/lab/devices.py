@@ -156,9 +156,13 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
+_IMAGE_DIR_REMEDY = ("storlab makes no device image under it; give {key} a real folder (no link on the way) "
+                     "that only root can change")
+
+
 def check_host(placement: str, spec: DeviceSpec) -> None:
     """What this machine must offer to make the device: root, the tools, an image directory that
-    exists or can be made, not on a RAM disk unless asked for, with room for the whole image (it is
+    exists or can be made, that no other user could change, not on a RAM disk unless asked for, with room for the whole image (it is
     sparse, but the filesystem may fill it)."""
     if os.geteuid() != 0:
         raise UserError(f"placements.{placement}: a device placement needs root (losetup, mkfs and mount); "
@@ -172,6 +176,10 @@ def check_host(placement: str, spec: DeviceSpec) -> None:
     where = _existing_ancestor(fmt.image_dir)
     if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
         raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} cannot be made ({where} is not a writable directory)")
+    try:
+        safe_files.own_folder(fmt.image_dir, _IMAGE_DIR_REMEDY.format(key=_key(placement, "image_dir")), make=False)
+    except RunFailed as refused:
+        raise UserError(str(refused)) from None
     mount = mounts.mount_of(where) or {}
     if mount.get("filesystem") == "tmpfs" and not spec.allow_tmpfs:
         raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} is on tmpfs (memory, not a device); "
@@ -410,8 +418,7 @@ class DevicePool:
         # Made (and kept) like any placement directory, never through a link another user could plant;
         # resolved, because the kernel names a loop device's backing file by its real path, and that
         # is how `storlab clean` recognises it.
-        safe_files.own_folder(fmt.image_dir, f"storlab makes no device image under it; give {_key(placement, 'image_dir')} "
-                                             "a real folder (no link on the way) that only root can change")
+        safe_files.own_folder(fmt.image_dir, _IMAGE_DIR_REMEDY.format(key=_key(placement, "image_dir")))
         directory = fmt.image_dir.resolve() / f"storlab-{self.manifest.instance_id}-{_safe_name(placement)}"
         image, mount_point = directory / "image", directory / "mnt"
         entry = {"placement": placement, "dir": str(directory), "image": str(image),

@@ -74,12 +74,13 @@ def _refuse(path: Path, what: str) -> RunFailed:
     return RunFailed(f"{path}: {what}; storlab will not write through it (was it replaced by a link?)")
 
 
-def own_folder(folder: Path, remedy: str) -> None:
+def own_folder(folder: Path, remedy: str, make: bool = True) -> None:
     """Make `folder` and the folders above it where missing, one name at a time and never through a
     link, and refuse it (RunFailed, ending with `remedy`) if anyone but root or storlab's own user
     could change what is in it: a link on the way, a folder another user owns, or one others may write
     to (above it, a sticky folder such as /var/tmp is fine: others may add names there, never rename or
-    remove storlab's)."""
+    remove storlab's). `make` False: judge only the part that exists, make nothing (a check before
+    anything starts; what is missing is judged again when it is made)."""
     if ".." in Path(folder).parts:  # the kernel resolves it after a link, os.path.abspath before
         raise RunFailed(f"{folder}: a path with '..' in it: {remedy}")
     me = os.getuid()
@@ -98,10 +99,13 @@ def own_folder(folder: Path, remedy: str) -> None:
                 return
             place = place / names[i]
             try:
-                try:
-                    os.mkdir(names[i], 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
+                if make:
+                    try:
+                        os.mkdir(names[i], 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                elif not _exists(names[i], fd):
+                    return  # made afresh, and judged again, when it is made
                 nxt = os.open(names[i], _DIR | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
@@ -112,6 +116,14 @@ def own_folder(folder: Path, remedy: str) -> None:
             fd = nxt
     finally:
         os.close(fd)
+
+
+def _exists(name: str, parent: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=parent)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def write_new(path: Path, data: str | bytes, mode: int = 0o644) -> None:

@@ -45,14 +45,12 @@ Key = tuple[str, ...]
 Maps = dict[str, dict[Key, Any]]
 
 
-
 class Tracing(enum.Enum):
-    """What a run traces with bpftrace: nothing (--no-trace, the sampled figures only); the default
-    (waits, writes, syncs, IO sizes: about 4 % of PostgreSQL's CPU-bound insert load, over its 1 %
-    budget, benchmarks/probe_overhead.py);
-    or that and every read of a data file
-    (--trace-reads: PostgreSQL's smgr trace points trap on every 8 kB read, which made a cold scan
-    16 to 29 % slower on this project's 2-core VM)."""
+    """What a run traces with bpftrace: OFF, nothing (--no-trace: the sampled figures only); ON, the
+    default (waits, writes, syncs, IO sizes: about 4 % of PostgreSQL's CPU-bound insert load, over its
+    1 % budget, benchmarks/probe_overhead.py); READS, that and every read of a data file
+    (--trace-reads: PostgreSQL's smgr trace points trap on every 8 kB read, which made a cold scan 16
+    to 29 % slower on this project's 2-core VM)."""
 
     OFF = "off"
     ON = "on"

@@ -101,7 +101,6 @@ usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
   @read[arg3, arg4, arg0, $seg] = stats($d); @read_hist[arg3, arg4, arg0, $seg] = hist($d);
 }}
 """
-READS_UNTRACED = f"{file_io.READS_UNTRACED} (storlab run --trace-reads)"
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
@@ -191,7 +190,7 @@ class TracedWaitProbe:
         with self.instance.connect() as conn:
             names = _Names(conn, self.instance)
             waited = lock_waits(maps, names) + lwlock_waits(maps)
-            files = instance_files(maps, names, "" if self.reads else READS_UNTRACED)
+            files = instance_files(maps, names, self.reads)
         traced = traced_waits.with_counts(capture, waited)
         traced.files = files
         traced.events = events(maps)
@@ -264,11 +263,11 @@ def _file_key(db: int, node: int, fork: int, segment: int) -> tuple[str, str]:
     return "global" if db == 0 else str(db), f"{node}{FORKS.get(fork, f'_fork{fork}')}" + (f".{segment}" if segment else "")
 
 
-def instance_files(maps: bpftrace.Maps, names: _Names, untraced: str = "") -> list[FileIO]:
+def instance_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> list[FileIO]:
     """Reads from the smgr trace point, writes and syncs from the system calls, joined per file;
-    `untraced` what was not traced, said in each file's source."""
+    `reads` False: reads were not traced, as each file's source says."""
     found: dict[tuple[str, str], FileIO] = {}
-    source = f"{SOURCE}, {untraced}" if untraced else SOURCE
+    source = SOURCE if reads else f"{SOURCE}, {file_io.READS_UNTRACED} (storlab run --trace-reads)"
 
     def file(directory: str, name: str) -> FileIO:
         if (directory, name) not in found:
