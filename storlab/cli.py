@@ -424,7 +424,7 @@ def clean(everything: bool) -> None:
             what = "stopped and removed" if item.stopped else "removed"
         click.echo(f"{item.instance_id}: {what} {', '.join(item.removed) or 'nothing'}")
         for path in item.refused:
-            click.echo(f"{item.instance_id}: left {path} (it has no storlab marker for this instance)")
+            click.echo(f"{item.instance_id}: left {path}")
     if not cleaned:
         running = [m for m in instances.Manifest.all() if not m.kept and m.owner_running]
         click.echo("nothing to clean" + (f" ({len(running)} instances of runs still going; --all stops them)" if running else ""))

@@ -19,14 +19,18 @@ import psutil
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(uid: int | None, gid: int | None):
-    """In the child, before exec: drop to the user, then ask the kernel to kill the child when its
+def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str]):
+    """In the child, before exec: join the control groups (while still root: the servers' user cannot
+    write their cgroup.procs), drop to the user, then ask the kernel to kill the child when its
     parent thread dies (set after setuid, which clears it). Tied to the thread that starts the
     child: start long-lived children from a thread that lives as long as they should."""
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getpid()
 
     def prepare() -> None:
+        for procs in cgroups:
+            with open(procs, "w") as joined:
+                joined.write(str(os.getpid()))
         if uid is not None and uid != os.getuid():
             os.setgroups([])
             os.setgid(gid)
@@ -38,9 +42,12 @@ def _die_with_parent(uid: int | None, gid: int | None):
     return prepare
 
 
-def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, **popen: Any) -> subprocess.Popen:
-    """Start `argv` in its own process group (as `uid`/`gid` when given), tied to storlab's life."""
-    return subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid), start_new_session=True, **popen)
+def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, cgroups: tuple[str, ...] = (),
+          **popen: Any) -> subprocess.Popen:
+    """Start `argv` in its own process group (as `uid`/`gid` when given, inside the control groups
+    whose cgroup.procs files `cgroups` names), tied to storlab's life."""
+    return subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid, list(cgroups)), start_new_session=True,
+                            **popen)
 
 
 def run(argv: list[str], timeout: float, input: str | None = None, **popen: Any) -> tuple[int, str]:

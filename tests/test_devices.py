@@ -101,8 +101,9 @@ def test_a_file_sits_on_the_declared_sector_size_and_filesystem(image_dir, secto
         # The kernel's own files, beside storlab's reading of them.
         assert (Path("/sys/block") / device.name / "queue/logical_block_size").read_text().strip() == str(sector)
         assert f"{device.loop} {device.mount_point} {fs} " in Path("/proc/mounts").read_text()
-        owner = instances.server_user()
-        assert (device.mount_point.stat().st_uid, device.mount_point.stat().st_gid) == (owner.uid, owner.gid)
+        # Root's, as any placement's folder: no one else can rename what storlab makes in it.
+        assert (device.mount_point.stat().st_uid, device.mount_point.stat().st_gid) == (0, 0)
+        assert {"nosuid", "nodev", "noexec"} <= set(seen.mount_options.split(","))
     assert nothing_left(image_dir)
 
 

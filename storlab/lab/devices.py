@@ -3,7 +3,7 @@ filesystem, its mount options and the read-ahead are factors of an experiment li
 
 A device is an image file (sparse: it takes disk space only as the filesystem writes), a loop device
 over it with the declared logical sector size and direct IO (so the host's page cache does not hide
-the device), a filesystem and a mount that the servers' OS user owns. Everything is written down in a
+the device), a filesystem and a mount whose top is root's, as any placement's folder must be. Everything is written down in a
 manifest before it is made, and each device lives in a directory carrying storlab's marker, so a
 later `storlab clean` can finish the job after a crash and never touches a mount or a loop device
 whose backing file is not storlab's marked image.
@@ -25,7 +25,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts, safe_files
+from storlab.lab import instances, mounts, placements, safe_files
 from storlab.sizes import parse_size
 
 SECTORS = (512, 1024, 2048, 4096)
@@ -38,6 +38,13 @@ DEFAULT_READ_AHEAD_KB = 128  # the kernel's own default, set explicitly so every
 # mkfs.xfs (xfsprogs >= 5.19) refuses anything not larger than 300 MB; ext4 needs room for its journal.
 _MIN_BYTES = {"ext4": 16 * 2**20, "xfs": 300 * 2**20}
 _MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_.:=/+-]+(,[A-Za-z0-9_.:=/+-]+)*$")
+# Options that are not the filesystem's tuning but mount(8)'s powers: set-user-id files, device files
+# and programs on a filesystem the servers' user writes, another device or file as the source, or
+# letting users mount. A device's mount always ends with SAFE, which the kernel reads last.
+_POWERS = re.compile(r"^(suid|dev|exec|defaults|user|users|owner|group|remount|bind|rbind|move|loop|offset|"
+                     r"sizelimit|encryption|context|fscontext|defcontext|rootcontext|uhelper|helper|x-.*|"
+                     r"X-.*)(=.*)?$")
+SAFE = "nosuid,nodev,noexec"
 # A server killed a moment ago may still hold the filesystem: umount says "busy" until it is gone.
 _BUSY_RETRIES = 50
 _BUSY_PAUSE_S = 0.1
@@ -119,12 +126,19 @@ def device_spec(placement: str, table: Mapping[str, Any]) -> DeviceSpec:
     options = table.get("mount_options", "")
     if not isinstance(options, str) or (options and not _MOUNT_OPTIONS.match(options)):
         raise UserError(f"{_key(placement, 'mount_options')}: expected options like \"noatime,nodiscard\", got {_quoted(options)}")
+    power = next((o for o in options.split(",") if _POWERS.match(o)), None) if options else None
+    if power is not None:
+        raise UserError(f"{_key(placement, 'mount_options')}: {_quoted(power)} is not a filesystem's tuning; storlab "
+                        f"mounts every device {SAFE} from its own image (the filesystem's own options are welcome)")
     read_ahead = table.get("read_ahead_kb", DEFAULT_READ_AHEAD_KB)
     if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
         raise UserError(f"{_key(placement, 'read_ahead_kb')}: expected a whole number of KiB >= 0, got {_quoted(read_ahead)}")
     image_dir = table.get("image_dir", str(DEFAULT_IMAGE_DIR))
     if not isinstance(image_dir, str) or not image_dir.startswith("/"):
         raise UserError(f"{_key(placement, 'image_dir')}: expected an absolute directory, got {_quoted(image_dir)}")
+    system = placements.system_folder(Path(os.path.realpath(image_dir)))
+    if system:
+        raise UserError(f"{_key(placement, 'image_dir')}: {system}")
     allow_tmpfs = table.get("allow_tmpfs", False)
     if not isinstance(allow_tmpfs, bool):
         raise UserError(f"{_key(placement, 'allow_tmpfs')}: expected true or false, got {_quoted(allow_tmpfs)}")
@@ -372,7 +386,6 @@ class DevicePool:
         self.manifest = instances.Manifest(instances.new_instance_id("devices"), "devices", owner_pid=os.getpid(),
                                            owner_start=instances.pid_start(os.getpid()))
         self.devices: dict[str, Device] = {}
-        self._user: instances.ServerUser | None = None
 
     def __enter__(self) -> "DevicePool":
         self.manifest.save()
@@ -413,8 +426,6 @@ class DevicePool:
 
     def _make(self, placement: str, spec: DeviceSpec) -> Device:
         fmt = spec.format
-        if self._user is None:
-            self._user = instances.server_user()
         # Made (and kept) like any placement directory, never through a link another user could plant;
         # resolved, because the kernel names a loop device's backing file by its real path, and that
         # is how `storlab clean` recognises it.
@@ -444,7 +455,9 @@ class DevicePool:
             _mkfs(device, fmt)
             mount_point.mkdir(mode=0o755)
             _mount(device, fmt)
-            os.chown(mount_point, self._user.uid, self._user.gid)
+            # The filesystem's top stays root's: an instance's folder made there (by root) can then be
+            # renamed by no one else, as on any placement (instances.check_guarded).
+            os.chown(mount_point, 0, 0)
             mount_point.chmod(0o755)
             set_read_ahead(device, spec.read_ahead_kb)
         except BaseException:
@@ -480,8 +493,8 @@ def _mkfs(device: Device, fmt: DeviceFormat) -> None:
 
 
 def _mount(device: Device, fmt: DeviceFormat) -> None:
-    argv = ["mount", "-t", fmt.fs, *(["-o", fmt.mount_options] if fmt.mount_options else []),
-            device.loop, str(device.mount_point)]
+    options = f"{fmt.mount_options},{SAFE}" if fmt.mount_options else SAFE
+    argv = ["mount", "-t", fmt.fs, "-o", options, device.loop, str(device.mount_point)]
     code, out = processes.run(argv, timeout=120)
     if code == 0:
         return

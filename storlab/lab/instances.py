@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Protocol
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import diagnosis, safe_files, setting_failures
+from storlab.lab import cgroups, diagnosis, safe_files, setting_failures
 
 MARKER = ".storlab-owned"
 SERVER_USER = "storlab"
@@ -105,6 +105,21 @@ def check_reachable(label: str, path: Path, user: ServerUser) -> None:
         )
 
 
+# Why a placement must be a folder only root can change: storlab, as root, makes its instance's folder
+# there and works in it by name (copies, hands files to the servers' user); whoever can rename that
+# folder and put a link in its place would have root hand them whatever the link names.
+GUARDED = ("root would work in it by names that user can swap for links; use a folder only root can change "
+           "(sudo mkdir), or run storlab as that user")
+
+
+def check_guarded(label: str, path: Path) -> None:
+    """Refuse (UserError) a placement another user could change, as root; again when each instance
+    starts, since a folder can change hands between the checks before the runs and a run."""
+    problem = safe_files.changeable_by_others(path, GUARDED)
+    if problem is not None:
+        raise UserError(f"{label}: {problem}")
+
+
 def new_instance_id(engine: str) -> str:
     return f"{engine[:2]}{secrets.token_hex(4)}"
 
@@ -143,6 +158,8 @@ class Manifest:
     kept: bool = False
     # Devices storlab made (storlab.devices): one entry per device, written before it is made.
     devices: list[dict] = field(default_factory=list)
+    # The control group the server runs in (storlab.cgroups), written before it is made.
+    cgroup: str | None = None
 
     @property
     def owner_running(self) -> bool:
@@ -174,7 +191,8 @@ class Manifest:
                 manifest = cls(**json.loads(file.read_text()))
                 if not (isinstance(manifest.instance_id, str) and isinstance(manifest.dirs, list)
                         and all(isinstance(d, str) for d in manifest.dirs)
-                        and isinstance(manifest.devices, list) and all(isinstance(d, dict) for d in manifest.devices)):
+                        and isinstance(manifest.devices, list) and all(isinstance(d, dict) for d in manifest.devices)
+                        and (manifest.cgroup is None or isinstance(manifest.cgroup, str))):
                     raise ValueError("its fields are not a manifest's")
                 found.append(manifest)
             except (OSError, ValueError, TypeError) as exc:
@@ -314,7 +332,8 @@ class ServerProcess:
     """A database server started by storlab: its own session (so a terminal's Ctrl-C reaches storlab,
     which then stops it in order), killed by the kernel if storlab itself dies."""
 
-    def __init__(self, argv: list[str], user: ServerUser, log_path: Path, manifest: Manifest):
+    def __init__(self, argv: list[str], user: ServerUser, log_path: Path, manifest: Manifest,
+                 group: cgroups.ControlGroup | None = None):
         self.argv = argv
         self.log_path = log_path
         self.manifest = manifest
@@ -322,7 +341,8 @@ class ServerProcess:
         log = safe_files.open_log(log_path, user.uid, user.gid)
         try:
             self.proc = processes.start(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env=server_env(user), uid=user.uid, gid=user.gid)
+                                        env=server_env(user), uid=user.uid, gid=user.gid,
+                                        cgroups=cgroups.joining(group))
         finally:
             os.close(log)
         manifest.server_pid = self.proc.pid
@@ -399,12 +419,13 @@ class Workspace:
     user: ServerUser
     roots: dict[str, Path]  # placement name -> the instance's own directory on it
     socket_dir: Path
+    group: cgroups.ControlGroup | None = None  # every process the server starts, whatever it does
     server: ServerProcess | None = None
 
     def start(self, argv: list[str]) -> ServerProcess:
         # The log lives beside the socket, off the placements: a full placement cannot swallow the
         # server's last words, and the log's writes are not counted as the placement's IO.
-        self.server = ServerProcess(argv, self.user, self.socket_dir / "server.log", self.manifest)
+        self.server = ServerProcess(argv, self.user, self.socket_dir / "server.log", self.manifest, self.group)
         return self.server
 
     def restart(self, polite: signal.Signals, accepts, what: str) -> None:
@@ -445,14 +466,20 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
     user = server_user()
     for name, path in placements.items():
         check_reachable(f"placement {name}", path, user)
+        check_guarded(f"placement {name}", path)
     iid = new_instance_id(engine.name)
     manifest = Manifest(iid, engine.name, owner_pid=os.getpid(), owner_start=pid_start(os.getpid()))
     manifest.save()
-    ws = None
+    ws = group = None
     try:
         roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user, server_writes=False)
                  for name, path in placements.items()}
-        ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user))
+        place = cgroups.place(iid)
+        if place is not None:
+            manifest.cgroup = str(place)
+            manifest.save()
+            group = cgroups.ControlGroup.make(place)
+        ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user), group)
         try:
             yield ws
         except Exception as exc:
@@ -464,6 +491,11 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
         with processes.interrupts_held():  # a second signal (or SIGHUP after Ctrl-C) must not cut this short
             if ws is not None and ws.server is not None:
                 ws.server.stop(stop_signal)
+            # What the server started and left (a program an experiment's SQL ran in a session of its
+            # own) ends with the instance; the group goes only once it is empty.
+            group_left = group is not None and not group.remove()
+            if not group_left:
+                manifest.cgroup = None
             # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
             # tool's server interrupted, it is storlab's job.
             engine.release_shared_memory([Path(d) for d in manifest.dirs])
@@ -472,5 +504,7 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
                 manifest.save()
             else:
                 refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), iid)]
-                if not refused:
+                if not refused and not group_left:
                     manifest.forget()
+                else:
+                    manifest.save()

@@ -12,7 +12,8 @@ import re
 import stat
 from pathlib import Path
 
-from storlab.lab.instances import ServerUser, unreachable_ancestor
+from storlab.lab import safe_files
+from storlab.lab.instances import GUARDED, ServerUser, unreachable_ancestor
 
 TMPFS = "tmpfs"
 # A RAM disk placement lives under the tmpfs every Linux mounts; storlab needs no mount of its own.
@@ -90,7 +91,7 @@ def path_problem(path: Path, user: ServerUser) -> str | None:
             f"{real} is not reachable by the servers' OS user {user.name} "
             f"({blocked} is mode {stat.S_IMODE(blocked.stat().st_mode):04o}); choose a directory outside it"
         )
-    return None
+    return safe_files.changeable_by_others(real, GUARDED)
 
 
 def system_folder(real: Path) -> str | None:

@@ -74,13 +74,15 @@ def _refuse(path: Path, what: str) -> RunFailed:
     return RunFailed(f"{path}: {what}; storlab will not write through it (was it replaced by a link?)")
 
 
-def own_folder(folder: Path, remedy: str, make: bool = True) -> None:
+def own_folder(folder: Path, remedy: str, make: bool = True, shared: bool = False) -> None:
     """Make `folder` and the folders above it where missing, one name at a time and never through a
     link, and refuse it (RunFailed, ending with `remedy`) if anyone but root or storlab's own user
     could change what is in it: a link on the way, a folder another user owns, or one others may write
     to (above it, a sticky folder such as /var/tmp is fine: others may add names there, never rename or
     remove storlab's). `make` False: judge only the part that exists, make nothing (a check before
-    anything starts; what is missing is judged again when it is made)."""
+    anything starts; what is missing is judged again when it is made). `shared`: `folder` itself may
+    be a sticky folder everyone writes in (/dev/shm), since storlab keeps nothing but a folder of its
+    own there."""
     if ".." in Path(folder).parts:  # the kernel resolves it after a link, os.path.abspath before
         raise RunFailed(f"{folder}: a path with '..' in it: {remedy}")
     me = os.getuid()
@@ -92,7 +94,7 @@ def own_folder(folder: Path, remedy: str, make: bool = True) -> None:
             st = os.fstat(fd)
             end = i == len(names)
             open_to_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            if st.st_uid not in (0, me) or (open_to_others and (end or not st.st_mode & stat.S_ISVTX)):
+            if st.st_uid not in (0, me) or (open_to_others and ((end and not shared) or not st.st_mode & stat.S_ISVTX)):
                 raise RunFailed(f"{place}: a folder another user could change (owner uid {st.st_uid}, mode "
                                 f"{stat.S_IMODE(st.st_mode):04o}): {remedy}")
             if end:
@@ -116,6 +118,19 @@ def own_folder(folder: Path, remedy: str, make: bool = True) -> None:
             fd = nxt
     finally:
         os.close(fd)
+
+
+def changeable_by_others(folder: Path, remedy: str) -> str | None:
+    """Why another user could rename or replace what root makes in `folder` (a link on the way, a
+    folder above it that user owns or may write to), ending with `remedy`; None when only root can
+    (or storlab runs as an ordinary user: then no one is above it to guard against)."""
+    if os.getuid() != 0:
+        return None
+    try:
+        own_folder(folder, remedy, make=False, shared=True)
+    except RunFailed as refused:
+        return str(refused)
+    return None
 
 
 def _exists(name: str, parent: int) -> bool:

@@ -75,11 +75,23 @@ def template(engine: str, options: dict, build: Callable[[Path], None]) -> Path:
     return final
 
 
+_REMEDY = "storlab keeps no templates under it; remove it, or set STORLAB_TEMPLATE_DIR to a folder of its own"
+
+
+def folder_problem() -> str | None:
+    """Why the folder of templates cannot be storlab's (someone else could change it), judged without
+    making anything: a check before anything starts."""
+    try:
+        safe_files.own_folder(root(), _REMEDY, make=False)
+    except RunFailed as refused:
+        return str(refused)
+    return None
+
+
 def _check_folder(folder: Path) -> None:
     """Make the folder of templates if missing, refused if someone other than storlab could change
     what is in it; the servers' user reads the templates in it."""
-    safe_files.own_folder(folder, "storlab keeps no templates under it; remove it, or set STORLAB_TEMPLATE_DIR "
-                                  "to a folder of its own")
+    safe_files.own_folder(folder, _REMEDY)
     if stat.S_IMODE(os.stat(folder).st_mode) != 0o755:
         os.chmod(folder, 0o755)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storlab import engines, processes
-from storlab.lab import devices
-from storlab.lab.instances import Manifest, remove_owned_dir, running
+from storlab.lab import cgroups, devices
+from storlab.lab.instances import Manifest, marked_by, remove_owned_dir, running
 
 
 def _still_ours(pid: int, dirs: list[str]) -> bool:
@@ -94,19 +94,39 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
             stopped = True
         if pid:
             stopped = _kill_orphans(pid, manifest.dirs) or stopped
+        refused: list[str] = []
+        removed: list[str] = []
+        group = cgroups.recorded(manifest.cgroup) if manifest.cgroup else None
+        if group is not None:
+            stopped = bool(group.kill()) or stopped
+            if group.remove():
+                removed.append(f"control group {group.path}")
+                manifest.cgroup = None
+            else:
+                refused.append(f"control group {group.path} (a process in it would not die; the next clean tries again)")
+        elif manifest.cgroup:
+            manifest.cgroup = None  # not a group of storlab's: never touched
         # While its directories still exist. A manifest of devices alone names no engine.
-        removed = (engines.engine(manifest.engine).release_shared_memory([Path(d) for d in manifest.dirs])
-                   if manifest.engine in engines.names() else [])
-        refused = []
+        removed += (engines.engine(manifest.engine).release_shared_memory([Path(d) for d in manifest.dirs])
+                    if manifest.engine in engines.names() else [])
         if manifest.devices:
-            found, refused = devices.remove_recorded(manifest)
+            found, left = devices.remove_recorded(manifest)
             removed += found
-        for d in manifest.dirs:
+            refused += left
+        for d in list(manifest.dirs):
             if remove_owned_dir(Path(d), manifest.instance_id):
                 removed.append(d)
+                manifest.dirs.remove(d)
+            elif marked_by(Path(d)) != manifest.instance_id:
+                # Not storlab's folder any more (a link or someone else's in its place): said once, and
+                # no later clean looks there again.
+                refused.append(f"{d} (not storlab's folder now; nothing there was touched)")
+                manifest.dirs.remove(d)
             else:
-                refused.append(d)
-        if not refused:
+                refused.append(f"{d} (could not be removed: something still uses it; the next clean tries again)")
+        if manifest.devices or manifest.dirs or manifest.cgroup:
+            manifest.save()
+        else:
             manifest.forget()
         report.append(Cleaned(manifest.instance_id, owner_running, stopped, removed, refused))
     return report

@@ -18,7 +18,7 @@ from storlab.answer import analysis, racing
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, instances, placements
+from storlab.lab import devices, instances, placements, templates
 from storlab.lab.placements import TMPFS
 from storlab.machine import system
 from storlab.probes.bpftrace import Tracing
@@ -65,6 +65,9 @@ def preflight(experiment: Experiment, cells: list[matrix.Cell]) -> list[str]:
     settings, and whether one run fits in each placement. Refusals raise UserError; returns warnings."""
     for version in experiment.model.versions():  # each engine_version's server is there (RunFailed says how to install it)
         engines.engine(experiment.engine).installed(version)
+    problem = templates.folder_problem()
+    if problem:
+        raise UserError(f"the folder of templates: {problem}")
     warnings = engines.engine(experiment.engine).settings.verify(experiment)
     return warnings + capacity.check(experiment, cells, placement_paths(experiment))
 
@@ -187,7 +190,8 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
     paths = prepare_placements(experiment)
     for left in cleanup.clean(live=False, kept=False):
-        console.print(f"cleaned up instance {left.instance_id} left by an earlier run")
+        console.print(f"cleaned up instance {left.instance_id} left by an earlier run"
+                      + (f"; left {'; '.join(left.refused)}" if left.refused else ""), markup=False)
     outcome = RunOutcome(folder)
     settings, settling = experiment.race(), experiment.settling()
     with Store.open(folder) as store:

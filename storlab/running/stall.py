@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from storlab import processes
 from storlab.errors import RunFailed
-from storlab.lab import instances
+from storlab.lab import cgroups, instances
 from storlab.workloads.kind import WorkloadParams
 
 DEFAULT_STALL_S = 60.0
@@ -36,14 +36,18 @@ def stall_after(workload: WorkloadParams) -> float:
 
 def kill_instance(roots: dict[str, Any]) -> None:
     """SIGKILL every process of the instance whose directories are `roots`: its server, found through
-    its manifest, and the server's children (a PostgreSQL backend leads a session of its own). A
-    stopped process dies of SIGKILL without being continued."""
+    its manifest, the server's children (a PostgreSQL backend leads a session of its own) and whatever
+    else is in its control group. A stopped process dies of SIGKILL without being continued."""
     dirs = {str(path) for path in roots.values()}
     for manifest in instances.Manifest.all():
-        pid = manifest.server_pid
-        if not pid or not dirs & set(manifest.dirs) or not instances.running(pid, manifest.server_start):
+        if not dirs & set(manifest.dirs):
             continue
-        processes.kill_tree(pid)
+        pid = manifest.server_pid
+        if pid and instances.running(pid, manifest.server_start):
+            processes.kill_tree(pid)
+        group = cgroups.recorded(manifest.cgroup) if manifest.cgroup else None
+        if group is not None:
+            group.kill()
 
 
 class Watchdog:
