@@ -107,6 +107,7 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 
     report = system.check([_placement_path(t) for t in targets])
     report.items += system.engine_items([i for name in engines.names() for i in engines.engine(name).installations()])
+    report.items += system.lab_items()
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from storlab.cli import main
 from storlab.errors import UserError
-from storlab.lab import mounts
+from storlab.lab import cgroups, mounts
 from storlab.machine import system
 
 DATA = Path(__file__).parent / "data"
@@ -283,3 +283,16 @@ def test_check_says_which_engine_servers_are_installed(tmp_path):
     for item in engines.values():
         assert item["state"] == "ok" and item["value"] or item["state"] == "unknown" and item["advice"]
     assert "15." in engines["PostgreSQL 15"]["value"]
+
+
+def test_check_says_whether_instances_get_control_groups(tmp_path):
+    """As the kernel says: a group storlab could make here now, or UNKNOWN with why not."""
+    result = CliRunner().invoke(main, ["check", str(tmp_path), "--json"])
+    (item,) = [i for i in json.loads(result.output)["items"] if i["group"] == "Lab" and i["name"] == "control groups"]
+    found = cgroups.hierarchy()
+    if os.geteuid() == 0 and found is not None and os.access(found.own, os.W_OK):
+        assert item["state"] == "ok" and str(found.own) in item["value"]
+        probe = cgroups.ControlGroup.make(found.group(cgroups.PREFIX + "checktest"))
+        assert probe is not None and probe.remove()
+    else:
+        assert item["state"] == "unknown" and item["reason"]

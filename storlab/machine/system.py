@@ -19,6 +19,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import UserError
+from storlab.lab import cgroups
 from storlab.lab.mounts import block_device_of, mount_of
 from storlab.sizes import format_bytes
 
@@ -418,6 +419,18 @@ def engine_items(installations: list[tuple[str, str | None, str]]) -> list[Item]
     so a missing one is unknown, with how to install it."""
     return [Item("Engines", name, found) if found else Item("Engines", name, "not installed", UNKNOWN, advice)
             for name, found, advice in installations]
+
+
+def lab_items() -> list[Item]:
+    """What storlab itself can do here: keep each instance's processes in a control group of its own
+    (without one, a program an instance's server started could outlive it). Not a fitness question."""
+    why = cgroups.unavailable()
+    if why is not None:
+        return [Item("Lab", "control groups", "none", UNKNOWN, why,
+                     "each instance's end kills its process tree only; run storlab as root on a host with a cgroup mount")]
+    found = cgroups.hierarchy()
+    kind = "v2" if found.version == 2 else f"v1 ({found.mount.name})"
+    return [Item("Lab", "control groups", f"{kind}, under {found.own}: every instance's processes in a group of its own")]
 
 
 def assess(facts: dict, planned_memory_bytes: int | None = None) -> CheckReport:
