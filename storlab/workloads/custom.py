@@ -9,6 +9,7 @@ runs before the first measurement, and the transaction is tried once, rolled bac
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
@@ -22,30 +23,37 @@ from storlab.workloads.kind import ELAPSED, Connections, Figure, Load, Warmup, W
 
 MAX_TRANSACTIONS = 10**7  # per run, as the insert kinds (inserts.py says why)
 
-# A statement ends at a semicolon outside quotes, quoted identifiers, dollar quotes and comments.
-_TOKEN = {
-    "postgres": re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|(\$[A-Za-z_0-9]*\$).*?\1|--[^\n]*|/\*.*?\*/|;""", re.S),
-    "mariadb": re.compile(r"""'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`]|``)*`|(?:--\s|\#)[^\n]*|/\*.*?\*/|;""", re.S),
+@dataclass(frozen=True)
+class Grammar:
+    """How one engine's SQL splits into statements: a statement ends at a semicolon outside quotes,
+    quoted identifiers, dollar quotes and comments (`token` finds each of those and each semicolon);
+    `leading` is the blank and comment text before a statement."""
+
+    token: re.Pattern
+    leading: re.Pattern
+
+
+GRAMMARS = {
+    "postgres": Grammar(
+        re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|(\$[A-Za-z_0-9]*\$).*?\1|--[^\n]*|/\*.*?\*/|;""", re.S),
+        re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S)),
+    "mariadb": Grammar(
+        re.compile(r"""'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`]|``)*`|(?:--\s|\#)[^\n]*|/\*.*?\*/|;""", re.S),
+        re.compile(r"(?:\s+|(?:--\s|\#)[^\n]*|/\*.*?\*/)*", re.S)),
 }
 
 
-_LEADING = {
-    "postgres": re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S),
-    "mariadb": re.compile(r"(?:\s+|(?:--\s|\#)[^\n]*|/\*.*?\*/)*", re.S),
-}
-
-
-def split(text: str, engine: str, name: str) -> list[Statement]:
+def split(text: str, grammar: Grammar, name: str) -> list[Statement]:
     """The statements of a SQL file, each with the line it starts on, for errors that point at it."""
     found, start = [], 0
 
     def add(end: int) -> None:
-        lead = _LEADING[engine].match(text, start, end).end()
+        lead = grammar.leading.match(text, start, end).end()
         if lead < end:
             line = text.count("\n", 0, lead) + 1
             found.append(Statement(text[lead:end].strip(), f"{name} statement {len(found) + 1} (line {line})"))
 
-    for match in _TOKEN[engine].finditer(text):
+    for match in grammar.token.finditer(text):
         if match.group(0) == ";":
             add(match.start())
             start = match.end()
@@ -105,13 +113,14 @@ class Custom(Workload):
         Figure("transactions", "txn", "transactions", shown=False),
     )
     note = "custom: the transactions are sent by storlab's client (a thread per connection), not looped in the server"
+    engines = GRAMMARS
 
     def sessions(self, params: CustomParams) -> int:
         return params.connections
 
     def _transaction(self, engine: str, params: CustomParams, files: dict[str, str]) -> list[Statement]:
         name = params.transaction
-        statements = split(files[name], engine, name)
+        statements = split(files[name], self.engines[engine], name)
         if not statements:
             raise UserError(f"{name}: no SQL statement in the transaction file")
         return statements
@@ -120,7 +129,7 @@ class Custom(Workload):
         transaction = self._transaction(instance.engine, params, files)
         with instance.connect() as conn:
             if params.setup:
-                _run_each(conn, split(files[params.setup], instance.engine, params.setup))
+                _run_each(conn, split(files[params.setup], self.engines[instance.engine], params.setup))
             # Tried once and rolled back: a mistake is named before anything is measured.
             conn.cursor().execute("BEGIN")
             try:

@@ -2,15 +2,17 @@
 generated in the server, `batch` rows per transaction, through one procedure per engine that loops
 in the server with COMMIT inside its loop and records every transaction's start and commit.
 
-A kind built on this brings its table and its INSERT statement; the statement inserts `take` rows
-(a variable of the procedure) and, on MariaDB, may read them from the Sequence engine's `seq_1_to_{batch}`.
-It may number its rows from the loop's position: PostgreSQL's `i` (the transaction, from 1) and
-`batch`, MariaDB's `done` (the rows inserted before this transaction).
+A kind built on this brings, for each engine, its table, its INSERT statement and the bytes a row
+writes (InsertSQL); the statement inserts `take` rows (a variable of the procedure) and, on MariaDB,
+may read them from the Sequence engine's `seq_1_to_{batch}`. It may number its rows from the loop's
+position: PostgreSQL's `i` (the transaction, from 1) and `batch`, MariaDB's `done` (the rows
+inserted before this transaction).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 from pydantic import field_validator, model_validator
@@ -27,7 +29,16 @@ MAX_ROWS_PER_CONNECTION = 10**9
 MAX_BATCH = 10**6
 MAX_TRANSACTIONS = 10**7
 
-POSTGRES_LOOP = """
+@dataclass(frozen=True)
+class Loop:
+    """A load procedure that loops in the server with COMMIT inside its loop: `create` makes it around
+    an `{insert}` of `take` rows, `call` runs it for (total rows, rows a transaction)."""
+
+    create: str
+    call: str
+
+
+POSTGRES_LOOP = Loop("""
 CREATE PROCEDURE lab_insert_loop(total bigint, batch int,
                                  INOUT starts float8[] DEFAULT NULL, INOUT ends float8[] DEFAULT NULL)
 LANGUAGE plpgsql AS $$
@@ -44,12 +55,11 @@ BEGIN
         COMMIT;
         ends[i] := date_part('epoch', clock_timestamp());
     END LOOP;
-END $$"""
-POSTGRES_CALL = "CALL lab_insert_loop(%s, %s)"
+END $$""", "CALL lab_insert_loop(%s, %s)")
 
 # NOW() inside a routine is the time its CALL began: SYSDATE(6) is the real time. The commit times go
 # to a MEMORY temporary table (no IO, outside the transactions) and come back as the last result set.
-MARIADB_LOOP = """
+MARIADB_LOOP = Loop("""
 CREATE PROCEDURE lab_insert_loop(total BIGINT, batch INT)
 BEGIN
     DECLARE done BIGINT DEFAULT 0;
@@ -69,10 +79,17 @@ BEGIN
     END WHILE;
     SELECT started, committed FROM lab_commits;
     DROP TEMPORARY TABLE lab_commits;
-END"""
-MARIADB_CALL = "CALL lab_insert_loop(%s, %s)"
+END""", "CALL lab_insert_loop(%s, %s)")
 
-LOOPS = {"postgres": (POSTGRES_LOOP, POSTGRES_CALL), "mariadb": (MARIADB_LOOP, MARIADB_CALL)}
+
+@dataclass(frozen=True)
+class InsertSQL:
+    """What an insert kind runs on one engine."""
+
+    loop: Loop
+    table: Table
+    insert: str  # inserts `take` rows; `{batch}`: the rows a transaction
+    row_bytes: Footprint  # what each row writes (measured: `du` before and after)
 
 INSERT_FIGURES = (
     ELAPSED,
@@ -112,13 +129,11 @@ class InsertParams(Warmup, WorkloadParams):
 
 
 class InsertWorkload(Workload):
-    """Subclasses set `tables`, `statements` (engine -> the INSERT of `take` rows) and `row_bytes`."""
+    """Subclasses set `engines`: what they run on each engine they support."""
 
     Params: ClassVar[type[WorkloadParams]] = InsertParams
     figures = INSERT_FIGURES
-    tables: ClassVar[dict[str, Table]]
-    statements: ClassVar[dict[str, str]]
-    row_bytes: ClassVar[dict[str, Footprint]]  # engine -> bytes each row writes (measured: `du` before and after)
+    engines: ClassVar[dict[str, InsertSQL]]
 
     def sessions(self, params: InsertParams) -> int:
         return params.connections
@@ -127,7 +142,7 @@ class InsertWorkload(Workload):
         return params.connections * params.rows_per_connection
 
     def footprint(self, engine: str, params: InsertParams) -> Footprint:
-        per_row, rows = self.row_bytes[engine], self.rows(params)
+        per_row, rows = self.engines[engine].row_bytes, self.rows(params)
         return Footprint(data=rows * per_row.data, log=rows * per_row.log)
 
     def prepare(self, instance: Instance, params: InsertParams, files: dict[str, str]) -> None:
@@ -139,14 +154,13 @@ class InsertWorkload(Workload):
 
     def create(self, instance: Instance, batch: int) -> None:
         """The table, and the procedure that inserts into it `batch` rows a transaction."""
-        loop, _ = LOOPS[instance.engine]
-        insert = self.statements[instance.engine].format(batch=batch)
+        sql = self.engines[instance.engine]
         with instance.connect() as conn:
-            instance.create_table(conn, self.tables[instance.engine])
-            conn.execute(loop.replace("{insert}", insert))
+            instance.create_table(conn, sql.table)
+            conn.execute(sql.loop.create.replace("{insert}", sql.insert.format(batch=batch)))
 
     def insert_load(self, instance: Instance, connections: int, rows: int, batch: int, warmup_s: float) -> Load:
         """`connections` sessions, each calling the procedure once for `rows` rows."""
-        _, call = LOOPS[instance.engine]
+        call = self.engines[instance.engine].loop.call
         plan = batches(rows, batch)
         return ProcedureLoad(instance, [(call, (rows, batch), plan) for _ in range(connections)], warmup_s)

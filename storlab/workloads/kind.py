@@ -5,7 +5,7 @@ reports. The runner and the answer know workloads only through this."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Callable, ClassVar, Protocol
+from typing import Annotated, Callable, ClassVar, Mapping, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
@@ -88,7 +88,8 @@ class WorkloadParams(BaseModel):
         return float(v)
 
     def check_engine(self, engine: Engine) -> None:
-        """Raise factors.KeyProblem naming a key this engine cannot honour (the default: all can)."""
+        """Raise factors.KeyProblem naming a key this engine cannot honour (the default: all can, for
+        the engines the kind runs on: Workload.check_engine asks that first)."""
 
     def sql_files(self) -> list[tuple[str, str]]:
         """(key, file) for each SQL file these parameters name, as written (relative to the experiment file)."""
@@ -113,6 +114,10 @@ class Workload:
     name: ClassVar[str]
     Params: ClassVar[type[WorkloadParams]]
     figures: ClassVar[tuple[Figure, ...]]  # the first is the headline the ranking uses
+    # Everything the kind runs that differs by engine (its statements, its sizes, how it splits a
+    # script), one typed object for each engine it runs on: an engine missing here is refused when
+    # the experiment file loads, never met mid-run.
+    engines: ClassVar[Mapping[str, object]]
     # Said under `storlab show`: how the kind runs, where a user could assume otherwise.
     note: ClassVar[str | None] = None
     # Reads what it prepared: each measured run starts from a restarted server (its buffers empty).
@@ -120,6 +125,14 @@ class Workload:
     # Its repetitions share what it prepared (a scan's table): a cell's runs happen on one instance,
     # one after another, instead of interleaved with the other cells'.
     prepared_once: ClassVar[bool] = False
+
+    def check_engine(self, engine: Engine, params: WorkloadParams) -> None:
+        """Raise factors.KeyProblem when the kind does not run on `engine`, or `params` ask what the
+        engine cannot honour."""
+        if engine.name not in self.engines:
+            raise factors.KeyProblem(("workload", "kind"), f"{self.name} does not run on {engine.title} (it runs on "
+                                     f"{', '.join(self.engines)})")
+        params.check_engine(engine)
 
     def sessions(self, params: WorkloadParams) -> int:
         """How many sessions the load opens (the server's max_connections must allow them)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from storlab.workloads.inserts import InsertParams, InsertWorkload
+from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertParams, InsertSQL, InsertWorkload
 from storlab.workloads.kind import Footprint, register
-from storlab.workloads.tables import RANDOM_KEY
+from storlab.workloads.tables import RANDOM_KEY_MARIADB, RANDOM_KEY_POSTGRES
 
 # MariaDB's UUID() is version 1 (time-based) and the UUID type stores it in index order, so UUID()
 # keys would append. 10.11 has no UUID_v4(): one from 16 random bytes, version and variant bits set.
@@ -22,12 +22,13 @@ class RandomInsertParams(InsertParams):
 class RandomInsert(InsertWorkload):
     name = "random-insert"
     Params = RandomInsertParams
-    tables = RANDOM_KEY
     # PostgreSQL heap and btree 222-226 bytes a row measured, WAL 210-294 (more full-page images as the
     # index grows); InnoDB clusters on the random key, so its pages split half full: 392-461.
-    row_bytes = {"postgres": Footprint(230, 300), "mariadb": Footprint(460, 0)}
-    statements = {
+    engines = {
         # Every column from its default (the key from gen_random_uuid()), the rows made in the server.
-        "postgres": "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
-        "mariadb": "INSERT INTO lab_insert (c1) SELECT " + RANDOM_UUID + " FROM seq_1_to_{batch} LIMIT take",
+        "postgres": InsertSQL(POSTGRES_LOOP, RANDOM_KEY_POSTGRES, "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
+                              Footprint(230, 300)),
+        "mariadb": InsertSQL(MARIADB_LOOP, RANDOM_KEY_MARIADB,
+                             "INSERT INTO lab_insert (c1) SELECT " + RANDOM_UUID + " FROM seq_1_to_{batch} LIMIT take",
+                             Footprint(460, 0)),
     }

@@ -14,31 +14,45 @@ query, its parallel workers included (seed 002's CPU time against elapsed time).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import field_validator
 
 from storlab import factors
-from storlab.engines.base import Engine, Instance
-from storlab.workloads.inserts import LOOPS
+from storlab.engines.base import Engine, Instance, Table
+from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, Loop
 from storlab.workloads.kind import ELAPSED, Figure, Footprint, Measurement, Progress, Workload, WorkloadParams, register
-from storlab.workloads.tables import WIDE, WIDE_VALUES
+from storlab.workloads.tables import WIDE_MARIADB, WIDE_POSTGRES, WIDE_VALUES
 
 MAX_TABLE_MB = 1024 * 1024
 MAX_DOP = 64
-# Bytes of heap each wide row takes (measured: 157 with PostgreSQL's tuple headers, 336 in InnoDB's
-# clustered pages): the rows to generate for `table_mb`.
-ROW_BYTES = {"postgres": 157, "mariadb": 336}
 SCAN = "SELECT " + ", ".join(f"count(col{i})" for i in range(1, 12)) + " FROM lab_wide"
 # Rows written by the insert procedure in transactions of this many, so the build's WAL is recycled.
 BUILD_BATCH = 200_000
-FREEZE = {"postgres": "VACUUM (FREEZE, ANALYZE) lab_wide", "mariadb": "ANALYZE TABLE lab_wide"}
-# Row numbers go on from batch to batch: the loop's transaction number (PostgreSQL) or the rows it
-# has inserted so far (MariaDB).
-BUILD = {
-    "postgres": "INSERT INTO lab_wide SELECT " + WIDE_VALUES.format(g="(g + (i - 1)::bigint * batch)")
-                + " FROM generate_series(1, take) AS g",
-    "mariadb": "INSERT INTO lab_wide SELECT " + WIDE_VALUES.format(g="(seq + done)") + " FROM seq_1_to_{batch} LIMIT take",
+
+
+@dataclass(frozen=True)
+class ScanSQL:
+    """What the scan builds its table with on one engine."""
+
+    loop: Loop
+    table: Table
+    build: str  # inserts `take` rows numbered on from batch to batch; `{batch}`: the rows a transaction
+    freeze: str  # after the build: no scan then sets hint bits or reads stale statistics
+    row_bytes: int  # heap each wide row takes (measured): the rows to generate for `table_mb`
+
+
+ENGINES = {
+    # Row numbers go on from batch to batch: the loop's transaction number (PostgreSQL) or the rows it
+    # has inserted so far (MariaDB). 157 bytes a row with PostgreSQL's tuple headers, 336 in InnoDB's
+    # clustered pages.
+    "postgres": ScanSQL(POSTGRES_LOOP, WIDE_POSTGRES,
+                        "INSERT INTO lab_wide SELECT " + WIDE_VALUES.format(g="(g + (i - 1)::bigint * batch)")
+                        + " FROM generate_series(1, take) AS g", "VACUUM (FREEZE, ANALYZE) lab_wide", 157),
+    "mariadb": ScanSQL(MARIADB_LOOP, WIDE_MARIADB,
+                       "INSERT INTO lab_wide SELECT " + WIDE_VALUES.format(g="(seq + done)")
+                       + " FROM seq_1_to_{batch} LIMIT take", "ANALYZE TABLE lab_wide", 336),
 }
 
 
@@ -114,6 +128,7 @@ class Scan(Workload):
             "table's files evicted from the OS page cache), one after another on the same instance")
     cold = True
     prepared_once = True
+    engines = ENGINES
 
     def footprint(self, engine: str, params: ScanParams) -> Footprint:
         size = params.table_mb * 2**20
@@ -121,14 +136,14 @@ class Scan(Workload):
         return Footprint(data=size, log=size)
 
     def prepare(self, instance: Instance, params: ScanParams, files: dict[str, str]) -> None:
-        rows = params.table_mb * 2**20 // ROW_BYTES[instance.engine]
+        sql = self.engines[instance.engine]
+        rows = params.table_mb * 2**20 // sql.row_bytes
         batch = min(rows, BUILD_BATCH)
-        loop, call = LOOPS[instance.engine]
         with instance.connect() as conn:
-            instance.create_table(conn, WIDE[instance.engine])
-            conn.execute(loop.replace("{insert}", BUILD[instance.engine].format(batch=batch)))
-            instance.call_load(conn, call, (rows, batch))
-            conn.execute(FREEZE[instance.engine])
+            instance.create_table(conn, sql.table)
+            conn.execute(sql.loop.create.replace("{insert}", sql.build.format(batch=batch)))
+            instance.call_load(conn, sql.loop.call, (rows, batch))
+            conn.execute(sql.freeze)
 
     def load(self, instance: Instance, params: ScanParams, files: dict[str, str]) -> ScanLoad:
         return ScanLoad(instance, params.dop or 0)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from storlab.workloads.inserts import InsertParams, InsertWorkload
+from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertParams, InsertSQL, InsertWorkload
 from storlab.workloads.kind import Footprint, register
-from storlab.workloads.tables import SERIAL_KEY
+from storlab.workloads.tables import SERIAL_KEY_MARIADB, SERIAL_KEY_POSTGRES
 
 
 class SequentialInsertParams(InsertParams):
@@ -22,11 +22,11 @@ class SequentialInsertParams(InsertParams):
 class SequentialInsert(InsertWorkload):
     name = "sequential-insert"
     Params = SequentialInsertParams
-    tables = SERIAL_KEY
     # Measured, 4 x 100,000 rows: PostgreSQL 197 bytes a row of heap and index, 252 of WAL; MariaDB 409
     # of datadir (the clustered table, its undo).
-    row_bytes = {"postgres": Footprint(210, 270), "mariadb": Footprint(420, 0)}
-    statements = {
-        "postgres": "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
-        "mariadb": "INSERT INTO lab_insert (c4) SELECT 1 FROM seq_1_to_{batch} LIMIT take",
+    engines = {
+        "postgres": InsertSQL(POSTGRES_LOOP, SERIAL_KEY_POSTGRES, "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
+                              Footprint(210, 270)),
+        "mariadb": InsertSQL(MARIADB_LOOP, SERIAL_KEY_MARIADB,
+                             "INSERT INTO lab_insert (c4) SELECT 1 FROM seq_1_to_{batch} LIMIT take", Footprint(420, 0)),
     }

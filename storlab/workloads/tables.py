@@ -12,26 +12,21 @@ _SEED_ROW_POSTGRES = "c2 timestamp DEFAULT now(), c3 char(111) DEFAULT 'a', c4 i
 _SEED_ROW_MARIADB = ("c2 DATETIME DEFAULT CURRENT_TIMESTAMP, c3 CHAR(111) DEFAULT 'a', c4 INT DEFAULT 1, "
                      "c5 INT DEFAULT 2, c6 BIGINT DEFAULT 42")
 
-RANDOM_KEY = {
-    "postgres": Table("lab_insert", "c1 uuid NOT NULL DEFAULT gen_random_uuid(), " + _SEED_ROW_POSTGRES, "c1", "uuid"),
-    "mariadb": Table("lab_insert", "c1 UUID NOT NULL PRIMARY KEY, " + _SEED_ROW_MARIADB, "c1", "uuid"),
-}
+RANDOM_KEY_POSTGRES = Table("lab_insert", "c1 uuid NOT NULL DEFAULT gen_random_uuid(), " + _SEED_ROW_POSTGRES, "c1", "uuid")
+RANDOM_KEY_MARIADB = Table("lab_insert", "c1 UUID NOT NULL PRIMARY KEY, " + _SEED_ROW_MARIADB, "c1", "uuid")
 
-SERIAL_KEY = {
-    "postgres": Table("lab_insert", "c1 bigint GENERATED ALWAYS AS IDENTITY, " + _SEED_ROW_POSTGRES, "c1", "serial"),
-    "mariadb": Table("lab_insert", "c1 BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, " + _SEED_ROW_MARIADB, "c1", "serial"),
-}
+SERIAL_KEY_POSTGRES = Table("lab_insert", "c1 bigint GENERATED ALWAYS AS IDENTITY, " + _SEED_ROW_POSTGRES, "c1", "serial")
+SERIAL_KEY_MARIADB = Table("lab_insert", "c1 BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, " + _SEED_ROW_MARIADB, "c1",
+                           "serial")
 
 # Seed 002's BigData row (NOT NULL throughout, as its second version of the table).
 _WIDE_POSTGRES = ("id bigint NOT NULL, col1 int NOT NULL, col2 bigint NOT NULL, col3 bigint NOT NULL, "
                   "col4 bigint NOT NULL, col5 bigint NOT NULL, col6 varchar(60) NOT NULL, col7 varchar(60) NOT NULL, "
                   "col8 varchar(50) NOT NULL, col9 varchar(50) NOT NULL, col10 varchar(50) NOT NULL, "
                   "col11 varchar(15) NOT NULL")
-WIDE = {
-    "postgres": Table("lab_wide", _WIDE_POSTGRES, "id", "serial", index_key=False),
-    "mariadb": Table("lab_wide", _WIDE_POSTGRES.replace("id bigint NOT NULL", "id BIGINT NOT NULL PRIMARY KEY"),
-                     "id", "serial", index_key=False),
-}
+WIDE_POSTGRES = Table("lab_wide", _WIDE_POSTGRES, "id", "serial", index_key=False)
+WIDE_MARIADB = Table("lab_wide", _WIDE_POSTGRES.replace("id bigint NOT NULL", "id BIGINT NOT NULL PRIMARY KEY"),
+                     "id", "serial", index_key=False)
 # Row i of the wide table, from a generated integer column `{g}`: numbers, and text of customer-like
 # lengths (address lines of 20-30 characters, names, a 10-character alternate key).
 WIDE_VALUES = ("{g}, {g} % 24, {g} + 1, {g} + 2, {g} + 3, {g} + 4, "
