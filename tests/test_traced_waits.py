@@ -35,6 +35,25 @@ TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is
                             reason="tracing needs root and bpftrace")
 POSTGRES_15 = Path("/usr/lib/postgresql/15/bin/postgres")
 
+
+@pytest.fixture(autouse=True)
+def fresh_tracefs():
+    """Each test starts as on a fresh host, tracefs not mounted: storlab mounts it before any trace
+    starts (a lazy unmount: a trace still running elsewhere keeps what it has open)."""
+    if os.geteuid() == 0:
+        while (bpftrace.TRACEFS / "events").is_dir():
+            if subprocess.run(["umount", "-l", str(bpftrace.TRACEFS)], capture_output=True).returncode != 0:
+                break
+    yield
+
+
+def test_tracing_mounts_tracefs_where_a_fresh_host_has_none():
+    if os.geteuid() != 0:
+        pytest.skip("mounting tracefs needs root")
+    assert not (bpftrace.TRACEFS / "events").is_dir()
+    assert bpftrace.why_not("bpftrace") in (None, "bpftrace not found (Debian's bpftrace)")
+    assert (bpftrace.TRACEFS / "events/syscalls/sys_enter_kill").is_dir()
+
 # The seed-000 twin, small: 16 sessions inserting random UUIDs into 8 hash partitions.
 TWIN = """
 name = "twin"

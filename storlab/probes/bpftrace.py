@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from storlab import processes
@@ -38,6 +39,8 @@ _FLUSHED = "storlab flushed"
 # no process, signals nothing and fails with ESRCH. One per trace: two running at once flush apart.
 _FLUSH_IDS = itertools.count(1 << 30)
 _MAP = re.compile(r"@(\w+)")
+TRACEFS = Path("/sys/kernel/tracing")
+_mounting = threading.Lock()
 OFF = "traces turned off (--no-trace)"
 
 Key = tuple[str, ...]
@@ -63,14 +66,33 @@ _ending_lock = threading.Lock()
 
 
 def why_not(bpftrace: str | None) -> str | None:
-    """None when bpftrace can be started here; otherwise why not (bpftrace None: traces turned off)."""
+    """None when bpftrace can be started here; otherwise why not (bpftrace None: traces turned off).
+    Mounts tracefs where it is missing: every program here has a tracepoint."""
     if bpftrace is None:
         return OFF
     if os.geteuid() != 0:
         return "tracing needs root"
     if shutil.which(bpftrace) is None:
         return f"{bpftrace} not found (Debian's bpftrace)"
-    return None
+    return tracefs_problem()
+
+
+def tracefs_problem() -> str | None:
+    """None once the kernel's tracing filesystem is at /sys/kernel/tracing, where bpftrace finds the
+    tracepoints; a fresh host may not have mounted it, so storlab (root) does, and leaves it: it is the
+    kernel's, shared by every tracer. Otherwise why it is not there."""
+    if (TRACEFS / "events").is_dir():
+        return None
+    with _mounting:  # two threads of one storlab mount it once
+        if (TRACEFS / "events").is_dir():
+            return None
+        try:
+            code, out = processes.run(["mount", "-t", "tracefs", "tracefs", str(TRACEFS)], timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            code, out = -1, str(exc)
+    if (TRACEFS / "events").is_dir():
+        return None
+    return f"no tracefs at {TRACEFS} (mount said: {_last_error(out) if code else 'nothing, yet no events there'})"
 
 
 def _flushing(program: str, caller: int, flush_id: int) -> str:

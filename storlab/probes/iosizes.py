@@ -10,7 +10,6 @@ large IOs.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +20,7 @@ from storlab.probes.kept import Adapted, Db, Probe, RunScope
 TRACED = "bpftrace"
 AVERAGE = "diskstats average"
 DIRECTIONS = ("read", "write")
-TRACEFS = Path("/sys/kernel/tracing")
-_TRACEPOINT = TRACEFS / "events/block/block_rq_issue"
+_TRACEPOINT = bpftrace.TRACEFS / "events/block/block_rq_issue"
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
 
 # One histogram map per direction keyed by the device; the filter keeps other devices' IO out in
@@ -73,17 +71,14 @@ def program(numbers: list[str]) -> str:
 
 
 def why_not_traced(command: str | None) -> str | None:
-    """None when tracing can work; otherwise the reason, for the note beside the averages. Mounts
-    tracefs where it is missing (and leaves it: it is the kernel's, shared by every tracer)."""
+    """None when tracing can work; otherwise the reason, for the note beside the averages."""
     if command is None:
         return "tracing turned off"
     reason = bpftrace.why_not(command)
     if reason is not None:
         return reason
     if not _TRACEPOINT.exists():
-        done = subprocess.run(["mount", "-t", "tracefs", "tracefs", str(TRACEFS)], capture_output=True, text=True)
-        if not _TRACEPOINT.exists():
-            return f"no tracefs at {TRACEFS} ({(done.stderr.strip() or 'no block tracepoints').splitlines()[-1]})"
+        return f"this kernel has no {_TRACEPOINT.relative_to(bpftrace.TRACEFS)} tracepoint"
     return None
 
 
