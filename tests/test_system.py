@@ -296,3 +296,15 @@ def test_check_says_whether_instances_get_control_groups(tmp_path):
         assert probe is not None and probe.remove()
     else:
         assert item["state"] == "unknown" and item["reason"]
+
+
+def test_check_says_for_each_trace_group_whether_it_can_run_here(tmp_path):
+    result = CliRunner().invoke(main, ["check", str(tmp_path), "--json"])
+    traces = {i["name"]: i for i in json.loads(result.output)["items"] if i["group"] == "Traces"}
+    assert "the size of every IO (block:block_rq_issue)" in traces
+    assert {"PostgreSQL 15: lock and LWLock waits, checkpoints, WAL switches", "PostgreSQL 15: writes and syncs of each file",
+            "PostgreSQL 15: reads of each data file (--trace-reads)"} <= set(traces)
+    for item in traces.values():
+        assert item["value"] == "can run" and item["state"] == "ok" or item["state"] == "unknown" and item["reason"]
+    if "PostgreSQL 18: writes and syncs of each file" in traces:  # the wheel's server has no trace points
+        assert "without trace points" in traces["PostgreSQL 18: writes and syncs of each file"]["reason"]

@@ -139,6 +139,11 @@ class Engine(ABC):
     def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
         """What its log holds on disk after a run that writes `written` bytes of log (capacity)."""
 
+    def trace_groups(self) -> list[tuple[str, str | None]]:
+        """For `storlab check`: each group of what a run traces in this engine's servers (by version),
+        named, with why it cannot run here (None when it can)."""
+        return []
+
     def release_shared_memory(self, dirs: list[Path]) -> list[str]:
         """Shared memory a killed server of this engine left for an instance in `dirs` (before they are
         removed); what was removed."""

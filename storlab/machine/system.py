@@ -433,6 +433,13 @@ def lab_items() -> list[Item]:
     return [Item("Lab", "control groups", f"{kind}, under {found.own}: every instance's processes in a group of its own")]
 
 
+def trace_items(groups: list[tuple[str, str | None]]) -> list[Item]:
+    """Which of what a run traces can run here (each group named, with why not): where one cannot, the
+    runs keep their sampled figures and say why. Not a fitness question."""
+    return [Item("Traces", name, "can run") if why is None else Item("Traces", name, "cannot run", UNKNOWN, why)
+            for name, why in groups]
+
+
 def assess(facts: dict, planned_memory_bytes: int | None = None) -> CheckReport:
     """The check's verdict on facts already collected (the report judges the facts recorded with the
     runs). Raises KeyError for facts that are not collect_facts' (a store from before they were)."""

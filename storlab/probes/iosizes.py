@@ -70,6 +70,11 @@ def program(numbers: list[str]) -> str:
     return _PROGRAM.format(devices=" || ".join(f"args->dev == {dev}" for dev in sorted({_kernel_dev(n) for n in numbers})))
 
 
+def groups() -> list[tuple[str, str | None]]:
+    """For `storlab check`: the IO-size trace, and why it cannot run here (None when it can)."""
+    return [("the size of every IO (block:block_rq_issue)", why_not_traced("bpftrace"))]
+
+
 def why_not_traced(command: str | None) -> str | None:
     """None when tracing can work; otherwise the reason, for the note beside the averages."""
     if command is None:

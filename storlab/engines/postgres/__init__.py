@@ -11,7 +11,7 @@ from typing import Any
 
 from storlab.engines import settings as common
 from storlab.engines.base import Engine, Instance
-from storlab.engines.postgres import instance, shared_memory
+from storlab.engines.postgres import instance, shared_memory, traced_waits
 from storlab.engines.postgres.binaries import (
     DEFAULT_VERSION,
     HOW_TO_INSTALL,
@@ -62,6 +62,10 @@ class Postgres(Engine):
         found = installed_versions()
         return [(f"{self.title} {v}", f"{server_version(found[v])}, {found[v]}" if v in found else None,
                  HOW_TO_INSTALL[v]) for v in VERSIONS]
+
+    def trace_groups(self) -> list[tuple[str, str | None]]:
+        return [(f"{self.title} {version}: {name}", why) for version, bins in installed_versions().items()
+                for name, why in traced_waits.groups(bins / "postgres")]
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)

@@ -128,6 +128,19 @@ def _has_trace_points(binary: Path, mtime: float) -> bool:
     return all(name in data for name in _NEEDED)
 
 
+_SYSCALLS = ("sys_enter_pwrite64", "sys_enter_pwritev", "sys_enter_fdatasync", "sys_enter_fsync", "sys_enter_kill")
+
+
+def groups(binary: Path) -> list[tuple[str, str | None]]:
+    """For `storlab check`: each group of what a run traces on the server `binary`, and why it cannot
+    run here (None when it can)."""
+    missing = next((c for c in _SYSCALLS if not (bpftrace.TRACEFS / "events/syscalls" / c).is_dir()), None)
+    # One program traces all of them: what stops one stops every group.
+    why = why_not_traced(binary) or (f"this kernel has no syscalls:{missing} tracepoint" if missing else None)
+    return [(name, why) for name in ("lock and LWLock waits, checkpoints, WAL switches", "writes and syncs of each file",
+                                     "reads of each data file (--trace-reads)")]
+
+
 def why_not_traced(binary: Path, command: str | None = "bpftrace") -> str | None:
     """None when `binary` can be traced with bpftrace as `command` (None: traces turned off); otherwise why not."""
     reason = bpftrace.why_not(command)
