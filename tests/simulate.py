@@ -97,5 +97,5 @@ class Fits:
         bound = math.log1p(margin)
         tost = np.maximum(special.stdtr(self.df, -(est + bound) / se), special.stdtr(self.df, (est - bound) / se))
         main = adjusted[: len(p)]
-        codes = np.where(main < alpha, "D", np.where(tost < alpha, "E", "U"))
+        codes = np.where(tost < alpha, "E", np.where(main < alpha, "D", "U"))
         return codes, (adjusted[len(p):] < alpha).any(axis=0)

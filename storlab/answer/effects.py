@@ -9,10 +9,13 @@ as the runs spread over them (the population marginal means of Searle, Speed and
 rounds as blocks it is, in a complete design, the paired comparison within rounds.
 
 Three verdicts per level, after Chromium Pinpoint's DIFFERENT / SAME / UNKNOWN:
-- different: the t test of the effect, Holm-adjusted (Holm 1979, statsmodels' multipletests) over every
-  test of the experiment (each level effect and each interaction's F test), is below alpha;
 - equivalent: two one-sided tests (Schuirmann 1987) at alpha both reject, i.e. the 1 - 2 alpha interval of
-  the ratio lies inside [1 / (1 + margin), 1 + margin];
+  the ratio lies inside [1 / (1 + margin), 1 + margin]: whatever the effect is, it is smaller than what
+  matters. It wins over different: a real difference of 4 % inside a declared ±25 % is equivalent (and
+  said to be real), so the verdict does not flip between two runs of one experiment with the noise;
+- different: not equivalent, and the t test of the effect, Holm-adjusted (Holm 1979, statsmodels'
+  multipletests) over every test of the experiment (each level effect and each interaction's F test),
+  is below alpha: a difference that may matter;
 - undecided otherwise, with the effect the noise still hides: the largest ratio the interval allows.
 An interaction significant after Holm is said, and each of its factors' effects is then given at each level
 of the other (those follow-up tests are Holm-adjusted among themselves). What the design cannot estimate (a
@@ -67,14 +70,19 @@ class LevelEffect:
     hidden: float  # the largest effect the interval still allows, as a fraction: 0.12 for "±12 %"
     given: Mapping[str, Any] | None = None  # a conditional effect: the other factor's level it is given at
     better: bool | None = None  # True when the level improves the headline; None unless different
+    # The 1 - 2 alpha interval that decides equivalence (two one-sided tests at alpha each).
+    equivalence_low: float = math.nan
+    equivalence_high: float = math.nan
+    real: bool = False  # equivalent, yet told apart from no effect at all: a real difference inside the margin
 
     def to_json(self) -> dict:
         return {
             "factor": self.factor, "level": self.level, "reference": self.reference,
             "ratio": _num(self.ratio), "ci_low": _num(self.ci_low), "ci_high": _num(self.ci_high),
+            "equivalence_low": _num(self.equivalence_low), "equivalence_high": _num(self.equivalence_high),
             "p_value": _num(self.p_value), "adjusted_p": _num(self.adjusted_p), "verdict": self.verdict,
             "hidden": _num(self.hidden), "given": dict(self.given) if self.given is not None else None,
-            "better": self.better,
+            "better": self.better, "real": self.real,
         }
 
 
@@ -405,11 +413,12 @@ def tost_p(log_ratio: float, se: float, df: int, margin: float) -> float:
 
 
 def verdict(adjusted_p: float, equivalence_p: float, alpha: float) -> str:
-    """Different wins when both hold (a real effect smaller than the margin): it is a stated fact."""
-    if adjusted_p < alpha:
-        return DIFFERENT
+    """Equivalent wins when both hold (a real effect smaller than the margin): different is kept for a
+    difference that may matter, so one experiment run twice does not say both of one small effect."""
     if equivalence_p < alpha:
         return EQUIVALENT
+    if adjusted_p < alpha:
+        return DIFFERENT
     return UNDECIDED
 
 
@@ -419,10 +428,12 @@ def _effect(e: _Estimate, p: float, adjusted: float, df: int, alpha: float, marg
         half = float(sps.t.ppf(1 - alpha / 2, df)) * e.se
         low, high = math.exp(e.log_ratio - half), math.exp(e.log_ratio + half)
         hidden = math.expm1(max(abs(e.log_ratio - half), abs(e.log_ratio + half)))
+        narrow = float(sps.t.ppf(1 - alpha, df)) * e.se
+        eq_low, eq_high = math.exp(e.log_ratio - narrow), math.exp(e.log_ratio + narrow)
     else:
-        low = high = hidden = math.nan
+        low = high = hidden = eq_low = eq_high = math.nan
     v = verdict(adjusted, tost_p(e.log_ratio, e.se, df, margin), alpha) if math.isfinite(adjusted) else UNDECIDED
     ratio = math.exp(e.log_ratio)
     better = ((ratio < 1) == lower_is_better) if v == DIFFERENT else None
     return LevelEffect(e.factor.name, e.factor.values[e.level], e.factor.values[e.factor.reference], ratio, low, high,
-                       p, adjusted, v, hidden, e.given, better)
+                       p, adjusted, v, hidden, e.given, better, eq_low, eq_high, v == EQUIVALENT and adjusted < alpha)

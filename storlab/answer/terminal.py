@@ -114,12 +114,17 @@ def _percent(fraction: float) -> str:
     return f"{100 * fraction:.0f}" if fraction >= 0.1 else f"{100 * fraction:.1f}"
 
 
-def verdict_text(effect: LevelEffect, margin: float) -> str:
-    """'different: better', 'equivalent: within ±5 %', or what the noise still hides."""
+def verdict_text(effect: LevelEffect, margin: float, alpha: float) -> str:
+    """'different: better', 'equivalent: [0.97, 1.08] (90 % CI) within ±5 %' (the interval that decided
+    it, and a real difference said as one), or what the noise still hides."""
     if effect.verdict == effects.DIFFERENT:
         return f"different: {'better' if effect.better else 'worse'}"
     if effect.verdict == effects.EQUIVALENT:
-        return f"equivalent: within ±{_percent(margin)} %"
+        said = (f"equivalent: [{effect.equivalence_low:.2f}, {effect.equivalence_high:.2f}] "
+                f"({round(100 * (1 - 2 * alpha), 1):g} % CI) within ±{_percent(margin)} %")
+        if effect.real:
+            said += f"; a real difference of {100 * (effect.ratio - 1):+.1f} %, inside what matters"
+        return said
     if not math.isfinite(effect.hidden):
         return "undecided: too few runs to tell"
     return f"undecided: no effect beyond ±{_percent(effect.hidden)} % can be ruled out yet"
@@ -146,7 +151,7 @@ def effects_table(answer: FactorAnswer, rows: list[LevelEffect], conditional: bo
     for e in rows:
         given = ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())
         table.add_row(*_plain(e.factor, format_value(e.level), format_value(e.reference), *([given] if conditional else []),
-                              *_ratio(e), _p(e.adjusted_p), verdict_text(e, answer.margin)))
+                              *_ratio(e), _p(e.adjusted_p), verdict_text(e, answer.margin, answer.alpha)))
     return table
 
 

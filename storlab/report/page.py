@@ -124,7 +124,7 @@ def factors_html(results: Results) -> str:
     rows = [[e.factor, format_value(e.level), format_value(e.reference),
              ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items()),
              f"{e.ratio:.2f}x", "—" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]",
-             answer_text.verdict_text(e, answer.margin)] for e in answer.effects + answer.conditional]
+             answer_text.verdict_text(e, answer.margin, answer.alpha)] for e in answer.effects + answer.conditional]
     notes = answer_text.interaction_lines(answer) + [f"not estimable: {line}" for line in answer.not_estimable]
     noise = answer_text.noise_line(answer)
     notes += [f"noise: {noise}"] if noise else []
