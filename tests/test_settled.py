@@ -62,7 +62,7 @@ quickstart: what each factor does to elapsed s, 12 runs in 3 rounds, each in a r
  log_on     │ ram   │ disk    │ 0.53x │ [0.47, 0.60] │      5e-05 │ different: better                                      
  data_files │ 4     │ 1       │ 0.99x │ [0.87, 1.12] │      0.932 │ undecided: no effect beyond ±15 % can be ruled out yet 
 no significant interaction: log_on x data_files (adjusted p 0.932)
-noise: runs vary 8.7 % (residual CV, the rounds' drift taken out); still hidden in it: data_files up to ±15 %
+noise: runs vary 8.7 % (residual CV, the rounds' drift taken out; 10 % takes about 15 rounds to tell, 5 % about 50); still hidden in it: data_files up to ±15 %
 not settled after 3 rounds: log_on different, data_files undecided; more rounds would tell (repetitions, or until = "settled")
 
 quickstart on postgres: elapsed s, mean ± 95 % CI

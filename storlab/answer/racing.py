@@ -277,22 +277,27 @@ def _finish(values: Rounds, alive: Sequence[str], rnd: int, settings: RaceSettin
 def _all_equivalent(values: Rounds, alive: Sequence[str], rnd: int, settings: RaceSettings) -> bool:
     best = _best_mean(values, alive, rnd, settings.lower_is_better)
     return all(
-        within(_figures(values, best, rnd), _figures(values, c, rnd), settings.equivalent_within, settings.alpha)
+        within(_by_round(values, best, rnd), _by_round(values, c, rnd), settings.equivalent_within, settings.alpha)
         for c in alive if c != best
     )
 
 
-def within(best: Sequence[float], other: Sequence[float], margin: float, alpha: float = ALPHA) -> bool:
-    """Two one-sided tests (Schuirmann 1987): True when the 1 - 2 alpha (90 %) Welch confidence interval of
-    the difference of the means, relative to the best's mean, lies inside +-margin. Equal-looking means
-    are not enough: the interval must be narrow too, so noisy cells keep racing."""
-    if len(best) < 2 or len(other) < 2:
+def _by_round(values: Rounds, cell: str, rnd: int) -> dict[int, float]:
+    return {r: v for r, v in values[cell].items() if r <= rnd and v is not None}
+
+
+def within(best: Mapping[int, float], other: Mapping[int, float], margin: float, alpha: float = ALPHA) -> bool:
+    """Two one-sided tests (Schuirmann 1987), paired by round as the race's evidence and the factor table
+    are: True when the 1 - 2 alpha (90 %) interval of the ratio other / best, from the log ratios of the
+    rounds both ran, lies inside [1 / (1 + margin), 1 + margin]. Equal-looking means are not enough: the
+    interval must be narrow too, so noisy cells keep racing; a round's mood, shared by both, is not noise."""
+    rounds = sorted(set(best) & set(other))
+    if len(rounds) < 2 or any(best[r] <= 0 or other[r] <= 0 for r in rounds):
         return False
-    a, b = np.asarray(best, dtype=float), np.asarray(other, dtype=float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    diff = (b.mean() - a.mean()) / abs(a.mean())
-    if va + vb == 0:
-        return abs(diff) < margin
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = special.stdtrit(df, 1 - alpha) * math.sqrt(va + vb) / abs(a.mean())
-    return -margin < diff - half and diff + half < margin
+    logs = np.log([other[r] / best[r] for r in rounds])
+    bound = math.log1p(margin)
+    spread = logs.std(ddof=1)
+    if spread == 0:
+        return abs(logs.mean()) < bound
+    half = special.stdtrit(len(logs) - 1, 1 - alpha) * spread / math.sqrt(len(logs))
+    return -bound < logs.mean() - half and logs.mean() + half < bound

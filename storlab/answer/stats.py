@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 from scipy import stats as sps
 
 from storlab.experiment.repetitions import ALPHA
@@ -300,37 +300,11 @@ def _paired_correction_text(comparisons: int, gated: bool) -> str:
 # -- noise made visible ----------------------------------------------------------------------------------
 
 
-def _power(n: int, effect: float, alpha: float) -> float:
-    """Power of a two-sided two-sample t-test with n runs per cell; effect = difference / stdev (Cohen's d).
-    The far tail (the difference seen the wrong way round) is left out, as power tables do: it is
-    negligible at any useful power, and scipy's noncentral t returns nan there for large shifts."""
-    df = 2 * n - 2
-    crit = special.stdtrit(df, 1 - alpha / 2)
-    return float(sps.nct.sf(crit, df, effect * math.sqrt(n / 2)))
-
-
-def repetitions_needed(cv: float, difference: float, power: float = POWER, alpha: float = ALPHA) -> int:
-    """Runs per cell that tell a `difference` (a fraction of the mean: 0.10 for 10 %) apart from none, at
-    `power`, when both cells' runs spread by `cv`: the two-sample t-test's power from the noncentral t
-    (the calculation in Cohen 1988 and statsmodels' TTestIndPower). It answers "how many runs would
-    settle this?" for a cell whose noise is too high for the runs it has."""
-    if difference <= 0 or cv < 0:
-        raise ValueError("difference must be positive and cv not negative")
-    if cv == 0:
-        return 2
-    effect = difference / cv
-    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
-    n = max(2, math.floor(2 * (z / effect) ** 2))  # the normal approximation, never above the answer
-    while _power(n, effect, alpha) < power:
-        n += 1
-    return n
-
-
 def repetitions_needed_paired(cv: float, difference: float, power: float = POWER, alpha: float = ALPHA) -> int:
     """Rounds (runs per cell) that tell a `difference` apart from none when the two cells are paired within
     rounds and `cv` is the spread left once each round's own level is taken out (the factor table's
     residual_cv): the paired t-test's power, a one-sample t-test on the differences, whose spread is
-    sqrt(2) cv, from the noncentral t as in `repetitions_needed`."""
+    sqrt(2) cv, from the noncentral t (the calculation in Cohen 1988 and statsmodels' TTestPower)."""
     if difference <= 0 or cv < 0:
         raise ValueError("difference must be positive and cv not negative")
     if cv == 0:
@@ -342,26 +316,11 @@ def repetitions_needed_paired(cv: float, difference: float, power: float = POWER
     return n
 
 
-def detectable_difference(cv: float, runs: int, power: float = POWER, alpha: float = ALPHA) -> float:
-    """The smallest difference (a fraction of the mean) that `runs` runs per cell tell apart at `power`."""
-    if runs < 2:
-        return math.inf
-    if cv == 0:
-        return 0.0
-    # A noncentral t shifted by 20 is certain (power 1.0 even at 2 runs): the answer lies below.
-    effect = optimize.brentq(lambda d: _power(runs, d, alpha) - power, 1e-6, 20 * math.sqrt(2 / runs))
-    return effect * cv
-
-
-def noise_warning(cv: float, runs: int, difference: float = 0.10) -> str | None:
-    """The warning `show` prints under a cell whose CV is above 5 %: how much difference its runs can tell,
-    and how many runs a `difference` would need. None when the noise is low enough or unknown."""
+def noise_warning(cv: float, runs: int) -> str | None:
+    """The warning `show` prints under a cell whose CV is above 5 %. Its spread includes the rounds'
+    drift, which the paired answer takes out (its noise line says the rounds an effect needs). None when
+    the noise is low enough or unknown."""
     if runs < 2 or math.isnan(cv) or cv <= NOISY_CV:
         return None
-    told = detectable_difference(cv, runs)
-    needed = repetitions_needed(cv, difference)
-    return (
-        f"noisy: CV {100 * cv:.1f} % is above {100 * NOISY_CV:.0f} %: {runs} runs per cell tell apart only "
-        f"differences of about {100 * told:.0f} % or more, and a {100 * difference:.0f} % difference needs "
-        f"about {needed} runs per cell (80 % power, 5 % level)"
-    )
+    return (f"noisy: its {runs} runs vary {100 * cv:.1f} %, above {100 * NOISY_CV:.0f} % (the rounds' drift "
+            "included: the verdicts compare cells round by round, which takes it out)")

@@ -12,7 +12,7 @@ from rich.text import Text
 from storlab.answer import effects, explain
 from storlab.answer.analysis import CellResult, Ranked, Results, fmt_figure, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
-from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning
+from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
 from storlab.errors import UserError
 from storlab.experiment.matrix import format_value
 from storlab.probes import waiting_tasks
@@ -193,7 +193,11 @@ def noise_line(answer: FactorAnswer) -> str | None:
     could still hide."""
     if not math.isfinite(answer.residual_cv):
         return None
-    line = f"runs vary {_percent(answer.residual_cv)} % (residual CV, the rounds' drift taken out)"
+    # The rounds two cells compared round by round need to tell an effect apart (80 % power, 5 % level).
+    rounds = "" if answer.residual_cv <= 0 else (
+        f"; 10 % takes about {repetitions_needed_paired(answer.residual_cv, 0.10)} rounds to tell, 5 % about "
+        f"{repetitions_needed_paired(answer.residual_cv, 0.05)}")
+    line = f"runs vary {_percent(answer.residual_cv)} % (residual CV, the rounds' drift taken out{rounds})"
     hidden = hidden_effects(answer)
     if hidden:
         line += "; still hidden in it: " + ", ".join(f"{f} up to ±{_percent(h)} %" for f, h in hidden.items())
