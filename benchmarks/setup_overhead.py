@@ -6,7 +6,9 @@ then prints, for each, the wall time, the time inside the workload (the sum of t
 times: first transaction start to last commit) and its share of the wall time, and the seconds of
 set-up and tear-down per run (provision from the template, prepare, checkpoint, sync, page cache,
 probes, stop, removal, recording). --no-trace runs it as `storlab run --no-trace` does (no bpftrace):
-the difference is what the traces cost around the load.
+the difference is what the traces cost around the load (on PostgreSQL one bpftrace kept for the whole
+invocation: it compiles and attaches once, then each run sets its filter and reads and clears the
+maps).
 
     .venv/bin/python benchmarks/setup_overhead.py [--engines postgres,mariadb] [--experiment examples/quickstart.toml] [--no-trace]
 """

@@ -12,6 +12,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +30,7 @@ from storlab.results.store import RunResult, Store
 from tests import commands
 from tests.commands import invoke
 from tests.conftest import stop_storlab
-from tests.devicetools import child, gone, read_line
+from tests.devicetools import child, gone, read_line, wait_gone
 
 TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is not None,
                             reason="tracing needs root and bpftrace")
@@ -227,9 +228,9 @@ def test_reads_are_traced_only_when_asked_for():
     """Every data-file read takes two uprobe traps: they are in the program with --trace-reads only,
     and --no-trace with it is refused in one line."""
     binary = Path("/usr/lib/postgresql/15/bin/postgres")
-    assert "smgr__md__read__start" not in program(binary, [11, 12], 10)
-    with_reads = program(binary, [11, 12], 10, reads=True)
-    assert "smgr__md__read__start /(pid == 10 || curtask->real_parent->tgid == 10)/" in with_reads
+    assert "smgr__md__read__start" not in program(binary)
+    with_reads = program(binary, reads=True)
+    assert "smgr__md__read__start /(@postmaster[pid] || @postmaster[(uint64)curtask->real_parent->tgid])/" in with_reads
     refused = invoke("run", "any.toml", "--no-trace", "--trace-reads")
     assert refused.exit_code == 2
     assert refused.stderr == "storlab: --trace-reads: --no-trace turns every trace off; give one or the other\n"
@@ -305,22 +306,54 @@ def test_the_maps_are_read_at_once_and_the_trace_ends_in_the_background():
 
 @TRACED
 @pytest.mark.skipif(not POSTGRES_15.exists(), reason="PostgreSQL 15 is not installed")
-def test_a_storlab_that_exits_waits_for_its_traces_to_end():
+@pytest.mark.parametrize("kept", [False, True], ids=["one run's trace", "kept across runs"])
+def test_a_storlab_that_exits_waits_for_its_traces_to_end(kept):
     """The maps read, storlab exits at once: the trace, still detaching its PostgreSQL trace points
     (the kernel takes seconds), is reaped before storlab goes; one killed with its parent instead
-    would still be detaching after it."""
+    would still be detaching after it. A trace kept across runs ends with the invocation's block."""
     proc = child(f"""
+        from contextlib import nullcontext
         from pathlib import Path
-        from storlab.engines.postgres.traced_waits import program
+        from storlab.engines.postgres.traced_waits import filters, program
         from storlab.probes import bpftrace
-        trace = bpftrace.Trace(program(Path("{POSTGRES_15}"), [1], 1))  # no session of pid 1: nothing counted
-        trace.start()
-        print(trace.pid, flush=True)
-        assert trace.stop() is not None, trace.note
+        with bpftrace.kept_across_runs() if {kept} else nullcontext():
+            for run in range(2):
+                # no session of pid 1: nothing counted
+                trace = bpftrace.Trace(program(Path("{POSTGRES_15}")), filters=filters([1], 1), across_runs=True)
+                trace.start()
+                print(trace.pid, flush=True)
+                assert trace.stop() is not None, trace.note
     """)
-    pid = int(read_line(proc))
+    pids = {int(read_line(proc)), int(read_line(proc))}
     assert proc.wait(timeout=120) == 0, proc.stderr.read()
-    assert gone(pid)
+    assert len(pids) == (1 if kept else 2)  # kept: one process traced both runs
+    assert all(gone(pid) for pid in pids)
+
+
+@TRACED
+@pytest.mark.skipif(not POSTGRES_15.exists(), reason="PostgreSQL 15 is not installed")
+def test_a_killed_storlab_takes_its_kept_trace_with_it():
+    """SIGKILL leaves storlab no way out of its own: the kernel kills the kept trace with it."""
+    proc = child(f"""
+        import time
+        from pathlib import Path
+        from storlab.engines.postgres.traced_waits import filters, program
+        from storlab.probes import bpftrace
+        with bpftrace.kept_across_runs():
+            trace = bpftrace.Trace(program(Path("{POSTGRES_15}")), filters=filters([1], 1), across_runs=True)
+            trace.start()
+            pid = trace.pid
+            assert trace.stop() is not None, trace.note
+            print(pid, flush=True)  # kept, between two runs
+            time.sleep(600)
+    """)
+    try:
+        pid = int(read_line(proc))
+        assert not gone(pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_gone(pid, timeout=60)
 
 
 @pytest.mark.engine
@@ -348,8 +381,10 @@ def _runs(out: Path) -> int:
 
 @pytest.mark.engine
 @TRACED
-@pytest.mark.parametrize("moment", ["while a trace counts", "as a run is recorded"])
-def test_ctrl_c_leaves_no_trace_running(tmp_path_factory, moment):
+@pytest.mark.parametrize("moment, stop", [("while a trace counts", signal.SIGINT), ("as a run is recorded", signal.SIGINT),
+                                          ("as a run is recorded", signal.SIGTERM)], ids=["ctrl-c counting",
+                                                                                        "ctrl-c recording", "sigterm"])
+def test_ctrl_c_leaves_no_trace_running(tmp_path_factory, moment, stop):
     with laid_out(tmp_path_factory, SMALL, reps=4) as (experiment, out, env, state):
         proc = commands.start("run", experiment, "--out", out, env=env)
         try:
@@ -357,7 +392,7 @@ def test_ctrl_c_leaves_no_trace_running(tmp_path_factory, moment):
             while not (traces_of(state) if moment == "while a trace counts" else _runs(out)):
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
                 time.sleep(0.02)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(stop)
             assert proc.wait(timeout=120) == 130, proc.stderr.read()
             assert traces_of(state) == []
         finally:
@@ -387,3 +422,49 @@ def test_checkpoints_and_wal_switches_are_the_runs_timeline_events(lab_dir):
     # The checkpoint asked for, on the same clock: it starts after the switch and ends inside the trace.
     assert checkpoints and all(switches[0][0] < t and 0 < duration and t + duration < traced_s
                                for t, duration in checkpoints), points
+
+
+@pytest.mark.engine
+@TRACED
+def test_one_trace_across_runs_counts_each_run_apart_and_only_its_instance(lab_dir, tmp_path):
+    """Two runs on one instance through the kept trace, another instance of the same binary busy
+    beside the second: run 1's WAL switch and table are in run 1's counts only, and nothing of the
+    other instance is in either."""
+    other_dir = Path(tempfile.mkdtemp(prefix="storlab-test-other-", dir="/var/tmp"))
+    other_dir.chmod(0o755)
+    pids, captures = [], []
+    try:
+        with bpftrace.kept_across_runs(), \
+                provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir}), keep=False,
+                          connections=1) as inst, inst.connect() as conn, \
+                provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": other_dir}), keep=False,
+                          connections=1) as other, other.connect() as other_conn:
+            for run in (1, 2):
+                probe = inst.wait_probe()
+                probe.start([conn.execute("SELECT pg_backend_pid()").fetchone()[0]])
+                try:
+                    pids.append(probe.trace.pid)
+                    if run == 1:
+                        conn.execute("CREATE TABLE lab_run1 AS SELECT g FROM generate_series(1, 10000) g")
+                        conn.execute("SELECT pg_switch_wal()")
+                    else:
+                        conn.execute("CREATE TABLE lab_run2 AS SELECT g FROM generate_series(1, 10000) g")
+                        other_conn.execute("CREATE TABLE lab_other AS SELECT g FROM generate_series(1, 10000) g")
+                        other_conn.execute("SELECT pg_switch_wal()")
+                        other_conn.execute("CHECKPOINT")
+                    conn.execute("CHECKPOINT")
+                finally:
+                    captures.append(probe.stop())
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(other_dir)], check=False)
+    assert pids[0] is not None and pids == [pids[0]] * 2  # one bpftrace traced both runs
+    bpftrace.wait_ended()
+    assert gone(pids[0])  # and ended with the block
+    for capture in captures:
+        assert capture.source.endswith("+ bpftrace counts"), capture.source
+    objects = [{f.object for f in capture.files} for capture in captures]
+    switches = [[e for e in capture.events if e[1] == "event:wal_switch"] for capture in captures]
+    assert "lab_run1" in objects[0] and "lab_run2" not in objects[0], objects
+    assert "lab_run2" in objects[1] and "lab_run1" not in objects[1], objects  # run 1's writes went with run 1
+    assert not any("lab_other" in found for found in objects), objects
+    assert len(switches[0]) == 1 and switches[1] == [], switches  # the other instance's switch is not counted

@@ -1,16 +1,24 @@
-"""One bpftrace program as a child of storlab, for the probes that count in the kernel: started and
-attached before the load, flushed right after it, killed on every other path. Nothing is printed per
-event: counts, sums and power-of-two histograms stay in BPF maps while the workload runs.
+"""bpftrace programs as children of storlab, for the probes that count in the kernel: attached before
+the load, their maps read right after it, killed on every other path. Nothing is printed per event:
+counts, sums and power-of-two histograms stay in BPF maps while the workload runs.
+
+storlab talks to a running program through a system call it makes itself: kill(id, n) with an id
+above any process id (pid_max is at most 2^22), which finds no process and signals nothing, seen by
+the program's own probes on that call. Each program gets a block of such ids: kill(base, 0) prints
+every map, a line saying so, clears every map and prints a second line; kill(base + 1 + k, pid) adds
+`pid` to the k-th filter map (@name[pid] = 1), which the program's own probes test, so who is counted
+is set per run without compiling again.
 
 The maps are printed on storlab's word, not at bpftrace's exit: bpftrace detaches every probe before
 it prints at exit, and the kernel takes 0.1 to 0.2 s to remove each uprobe (2 to 3 s for
-PostgreSQL's trace points; a SIGKILL waits as long). So each program gets one more probe, on a system
-call storlab makes (kill(id, 0) with an id no process has), that prints every map and then a line
-saying so; storlab reads the maps as soon as that line is there, and the process is interrupted and
-reaped by a thread of its own while storlab goes on. The next trace compiles and attaches meanwhile,
-and returns from start() only once every trace before it has ended (so no detach overlaps a measured
-load); storlab's exit waits for them too. Where bpftrace cannot run, `note` says why in one line and
-the caller keeps its sampled figures."""
+PostgreSQL's trace points; a SIGKILL waits as long). A trace of one run is interrupted and reaped by
+a thread of its own once its maps are read; the next trace compiles and attaches meanwhile and
+returns from start() only once every trace before it has ended (so no detach overlaps a measured
+load). Inside kept_across_runs() (one storlab invocation) a trace made `across_runs` is not ended:
+its process stays attached, each run sets its filter and reads and clears the maps, and the
+process ends with the block, so it compiles and attaches once. storlab's exit waits for every
+ending trace. Where bpftrace cannot run, `note` says why in one line and the caller keeps its
+sampled figures."""
 
 from __future__ import annotations
 
@@ -25,8 +33,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterable, Iterator
 
 from storlab import processes
 
@@ -34,10 +43,10 @@ from storlab import processes
 _ATTACHED = "__BPFTRACE_NOTIFY_PROBES_ATTACHED"
 _ATTACH_TIMEOUT_S = 60.0  # compiling takes seconds on a busy 2-core machine
 _STOP_TIMEOUT_S = 30.0
-_FLUSHED = "storlab flushed"
-# The ids storlab's flush calls name: above any pid (pid_max is at most 2^22), so kill(id, 0) finds
-# no process, signals nothing and fails with ESRCH. One per trace: two running at once flush apart.
-_FLUSH_IDS = itertools.count(1 << 30)
+_FLUSHED, _CLEARED = "storlab flushed", "storlab cleared"
+_CHANNEL = 8  # ids per program: its flush, then one per filter map
+# Each program's first id, above any pid: two programs running at once are told apart.
+_CHANNELS = itertools.count(1 << 30, _CHANNEL)
 _MAP = re.compile(r"@(\w+)")
 TRACEFS = Path("/sys/kernel/tracing")
 _mounting = threading.Lock()
@@ -60,9 +69,11 @@ class Tracing(enum.Enum):
     READS = "reads"
 
 
-# Traces flushed and ending in the background (their probes detaching), until each is reaped.
+# Traces read and ending in the background (their probes detaching), until each is reaped.
 _ending: list[threading.Thread] = []
 _ending_lock = threading.Lock()
+# While kept_across_runs() is open: the running programs kept for the next run, by (command, program, filters).
+_kept: dict[tuple[str, str, tuple[str, ...]], "_Bpftrace"] | None = None
 
 
 def why_not(bpftrace: str | None) -> str | None:
@@ -95,16 +106,28 @@ def tracefs_problem() -> str | None:
     return f"no tracefs at {TRACEFS} (mount said: {_last_error(out) if code else 'nothing, yet no events there'})"
 
 
-def _flushing(program: str, caller: int, flush_id: int) -> str:
-    """`program` with the probe that prints every map it names, then the flush line, when `caller`
-    (a process id) calls kill(flush_id, 0)."""
-    prints = " ".join(f"print(@{name});" for name in sorted(set(_MAP.findall(program))))
-    return (f"{program}\ntracepoint:syscalls:sys_enter_kill /pid == {caller} && args->pid == {flush_id} && "
-            f'args->sig == 0/ {{ {prints} printf("{_FLUSHED} {flush_id}\\n"); }}\n')
+def _channelled(program: str, caller: int, base: int, filters: tuple[str, ...]) -> str:
+    """`program` with the probes on `caller`'s kill(base..., n) calls: the flush (print, then clear,
+    every map; the filters are cleared, not printed) and one per filter map."""
+    names = sorted(set(_MAP.findall(program)) | set(filters))
+    prints = " ".join(f"print(@{name});" for name in names if name not in filters)
+    clears = " ".join(f"clear(@{name});" for name in names)
+    call = f"tracepoint:syscalls:sys_enter_kill /pid == {caller} && args->pid == "
+    sets = "".join(f"{call}{base + 1 + k}/ {{ @{name}[(uint64)args->sig] = 1; }}\n" for k, name in enumerate(filters))
+    # print() and clear() are done by bpftrace itself, in the order asked: the second line says both are.
+    return (f"{program}\n{sets}{call}{base} && args->sig == 0/ {{ {prints} printf(\"{_FLUSHED} {base}\\n\"); "
+            f"{clears} printf(\"{_CLEARED} {base}\\n\"); }}\n")
+
+
+def _call(id_: int, n: int) -> None:
+    try:
+        os.kill(id_, n)  # no such process: only the programs' own probes see the call
+    except ProcessLookupError:
+        pass
 
 
 def wait_ended() -> None:
-    """Every trace flushed so far has exited and been reaped."""
+    """Every trace read so far has exited and been reaped."""
     while True:
         with _ending_lock:
             if not _ending:
@@ -116,66 +139,95 @@ def wait_ended() -> None:
                 _ending.remove(thread)
 
 
-def _end_in_background(proc: subprocess.Popen) -> None:
-    """Interrupt `proc` and reap it from a thread of its own (not a daemon: storlab's exit waits for it);
-    SIGKILL if it has not exited within the stop timeout."""
-    thread = threading.Thread(target=processes.stop, args=(proc, signal.SIGINT, _STOP_TIMEOUT_S),
-                              name=f"bpftrace {proc.pid} ending")
-    with _ending_lock:
-        _ending.append(thread)
-        thread.start()
+@contextmanager
+def kept_across_runs() -> Iterator[None]:
+    """One invocation's runs: the traces made `across_runs` inside compile and attach once and end
+    (in the background) on the way out, on every way out."""
+    global _kept
+    if _kept is not None:  # inside one already: that one ends them
+        yield
+        return
+    _kept = {}
+    try:
+        yield
+    finally:
+        kept, _kept = _kept, None
+        for running in kept.values():
+            running.end()
 
 
-class Trace:
-    """Use as start(), then stop() for the maps (None when the trace failed: `note` says why), or
-    kill() on a way out that wants nothing. `bpftrace` None: traces turned off."""
+class _Bpftrace:
+    """One bpftrace process running a program with its channel."""
 
-    def __init__(self, program: str, bpftrace: str | None = "bpftrace"):
-        self.program = program
-        self.bpftrace = bpftrace
+    def __init__(self, program: str, command: str, filters: tuple[str, ...]):
+        if len(filters) >= _CHANNEL:
+            raise ValueError(f"at most {_CHANNEL - 1} filter maps, not {len(filters)}")
+        self.base = next(_CHANNELS)
+        self.filters = filters
+        self.argv = [command, "-f", "json", "-e", _channelled(program, os.getpid(), self.base, filters)]
         self.note = ""
-        self._proc: subprocess.Popen | None = None
+        self.busy = False  # a run's filter is set and its maps not yet read
+        self.proc: subprocess.Popen | None = None
         self._output: IO[bytes] | None = None
-        self._flush_id = next(_FLUSH_IDS)
+        self._read_from = 0  # where the next run's output starts
 
-    @property
-    def running(self) -> bool:
-        return self._proc is not None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def start(self) -> None:
-        reason = why_not(self.bpftrace)
-        if reason is not None:
-            self.note = reason
-            return
+    def start(self) -> bool:
+        """Attached (True), or not (`note` says why, nothing left running)."""
         # A file, not a pipe: nothing has to read while the workload runs, and it vanishes on close.
         self._output = tempfile.TemporaryFile()
         # Killed by the kernel if storlab dies: tied to the starting thread, so start it from one that lives.
-        self._proc = processes.start(
-            [self.bpftrace, "-f", "json", "-e", _flushing(self.program, os.getpid(), self._flush_id)],
-            stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
-            env={**os.environ, _ATTACHED: "1"},
-        )
+        self.proc = processes.start(self.argv, stdin=subprocess.DEVNULL, stdout=self._output,
+                                    stderr=subprocess.STDOUT, env={**os.environ, _ATTACHED: "1"})
         try:
-            self._wait_for(_ATTACHED, _ATTACH_TIMEOUT_S, "at start", "attach")
+            attached = self._wait_for(_ATTACHED.encode(), _ATTACH_TIMEOUT_S, "at start", "attach") is not None
             wait_ended()  # the traces before it end while it compiles and attaches, never during the load
         except BaseException:
             self.kill()
             raise
+        return attached
 
-    def _wait_for(self, line: str, timeout_s: float, when: str, what: str) -> str | None:
-        """The output once `line` is in it; None (`note` says why, the process killed) when bpftrace
-        exited first or did not print it in time."""
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def set(self, filters: dict[str, list[int]]) -> None:
+        """The run's filter, in the kernel once this returns (a probe on a system call runs in it)."""
+        for k, name in enumerate(self.filters):
+            for pid in filters.get(name, ()):
+                _call(self.base + 1 + k, int(pid))
+        self.busy = True
+
+    def flush(self) -> Maps | None:
+        """The maps as they are now, then cleared with the filter; None (`note` says why, the process
+        killed) when bpftrace could not print them."""
+        _call(self.base, 0)
+        marker = f"{_FLUSHED} {self.base}".encode()
+        flushed = self._wait_for(marker, _STOP_TIMEOUT_S, "before it printed its maps", "print its maps")
+        cleared = self._wait_for(f"{_CLEARED} {self.base}".encode(), _STOP_TIMEOUT_S,
+                                 "before it cleared its maps", "clear its maps") if flushed is not None else None
+        if cleared is None:
+            return None
+        self._read_from += len(cleared)
+        self.busy = False
+        try:
+            return parse(flushed[:flushed.rfind(b"\n", 0, -1) + 1].decode(errors="replace"))  # the lines before the flush line
+        except ValueError as exc:
+            self.note = f"bpftrace's output could not be read: {exc}"
+            return None
+
+    def _wait_for(self, line: bytes, timeout_s: float, when: str, what: str) -> bytes | None:
+        """The output since the last run's, up to and with the whole line holding `line`; None (`note`
+        says why, the process killed) when bpftrace exited first or did not print it in time."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            text = self._text()
-            if line in text:
-                return text
-            if self._proc.poll() is not None:
-                self.note = f"bpftrace exited {when} (exit {self._proc.returncode}): {_last_error(text)}"
+            self._output.seek(self._read_from)
+            text = self._output.read()
+            at = text.find(line)
+            end = text.find(b"\n", at) if at >= 0 else -1
+            if end >= 0:
+                return text[:end + 1]
+            if self.proc.poll() is not None:
+                self.note = f"bpftrace exited {when} (exit {self.proc.returncode}): {_last_error(text.decode(errors='replace'))}"
                 self.kill()
                 return None
             time.sleep(0.005)
@@ -183,41 +235,103 @@ class Trace:
         self.kill()
         return None
 
-    def _text(self) -> str:
-        self._output.seek(0)
-        return self._output.read().decode(errors="replace")
-
-    def stop(self) -> Maps | None:
-        """The maps as they are now (None, and `note`, when bpftrace could not print them); the
-        process ends in the background."""
-        if self._proc is None:
-            return None
-        try:
-            try:
-                os.kill(self._flush_id, 0)  # no such process: only the trace's own probe sees the call
-            except ProcessLookupError:
-                pass
-            marker = f"{_FLUSHED} {self._flush_id}"
-            text = self._wait_for(marker, _STOP_TIMEOUT_S, "before it printed its maps", "print its maps")
-            if text is None:
-                return None
-            return parse(text[:text.rfind("\n", 0, text.index(marker)) + 1])  # the lines before the flush line
-        except ValueError as exc:
-            self.note = f"bpftrace's output could not be read: {exc}"
-            return None
-        finally:
-            if self._proc is not None:
-                _end_in_background(self._proc)
-                self._proc = None
-            self.kill()
+    def end(self) -> None:
+        """Interrupt the process and reap it from a thread of its own (not a daemon: storlab's exit
+        waits for it); SIGKILL if it has not exited within the stop timeout."""
+        if self.proc is not None:
+            thread = threading.Thread(target=processes.stop, args=(self.proc, signal.SIGINT, _STOP_TIMEOUT_S),
+                                      name=f"bpftrace {self.proc.pid} ending")
+            with _ending_lock:
+                _ending.append(thread)
+                thread.start()
+            self.proc = None
+        self.kill()
 
     def kill(self) -> None:
-        if self._proc is not None:
-            processes.stop(self._proc, signal.SIGKILL)
-            self._proc = None
+        if self.proc is not None:
+            processes.stop(self.proc, signal.SIGKILL)
+            self.proc = None
         if self._output is not None:
             self._output.close()
             self._output = None
+
+
+class Trace:
+    """One run's trace: start(), then stop() for the maps (None when the trace failed: `note` says
+    why), or kill() on a way out that wants nothing. `filters`: the pids to put in each filter map
+    the program tests (@name[pid]). `across_runs`: inside kept_across_runs(), the process is kept for
+    the next run of the same program (while it runs another's, this one starts its own). `bpftrace`
+    None: traces turned off."""
+
+    def __init__(self, program: str, bpftrace: str | None = "bpftrace", filters: dict[str, Iterable[int]] | None = None,
+                 across_runs: bool = False):
+        self.program = program
+        self.bpftrace = bpftrace
+        self.filters = {name: sorted(set(pids)) for name, pids in (filters or {}).items()}
+        self.across_runs = across_runs
+        self.note = ""
+        self._running: _Bpftrace | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._running is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self._running.proc.pid if self._running is not None and self._running.proc is not None else None
+
+    def start(self) -> None:
+        reason = why_not(self.bpftrace)
+        if reason is not None:
+            self.note = reason
+            return
+        key = (self.bpftrace, self.program, tuple(self.filters))
+        kept = _kept if self.across_runs else None
+        running = kept.get(key) if kept is not None else None
+        if running is not None and not running.alive:  # it exited since the last run: replaced
+            running.kill()
+            del kept[key]
+            running = None
+        if running is None or running.busy:
+            running = _Bpftrace(self.program, self.bpftrace, key[2])
+            if not running.start():
+                self.note = running.note
+                return
+            if kept is not None and key not in kept:
+                kept[key] = running
+        self._running = running
+        try:
+            running.set(self.filters)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _kept_here(self) -> bool:
+        return _kept is not None and self._running is not None and self._running in _kept.values()
+
+    def stop(self) -> Maps | None:
+        """The run's maps (None, and `note`, when bpftrace could not print them); a process not kept
+        for the next run ends in the background."""
+        if self._running is None:
+            return None
+        try:
+            maps = self._running.flush()
+            self.note = self._running.note
+            return maps
+        finally:
+            if not self._kept_here():
+                self._running.end()
+            self._running = None
+
+    def kill(self) -> None:
+        """Nothing read: the process is killed, a kept one too (its maps hold this run's counts)."""
+        if self._running is not None:
+            if self._kept_here():
+                for key, running in list(_kept.items()):
+                    if running is self._running:
+                        del _kept[key]
+            self._running.kill()
+            self._running = None
 
 
 def parse(text: str) -> Maps:

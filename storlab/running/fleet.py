@@ -27,6 +27,7 @@ from storlab.experiment import matrix
 from storlab.experiment.file import HOST_NAME, Experiment
 from storlab.lab import devices, instances
 from storlab.machine import system
+from storlab.probes import bpftrace
 from storlab.probes.bpftrace import Tracing
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, Connection
@@ -398,7 +399,8 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
         raise UserError(f"--lease {options.lease_s:g}: expected seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}")
     worker = Worker(dsn, options, say, loaded)
     try:
-        return worker.work()
+        with bpftrace.kept_across_runs():  # one trace per server binary for the worker's runs
+            return worker.work()
     except psycopg.OperationalError as exc:  # the run under way goes back to the queue with its lease
         text = str(exc).strip()
         raise RunFailed(f"--store: lost the connection: {text.splitlines()[0] if text else type(exc).__name__}") from None

@@ -21,6 +21,7 @@ from storlab.experiment.file import Experiment
 from storlab.lab import devices, instances, placements, templates
 from storlab.lab.placements import TMPFS
 from storlab.machine import system
+from storlab.probes import bpftrace
 from storlab.probes.bpftrace import Tracing
 from storlab.results.store import RunResult, Store, exists
 from storlab.running import capacity, cell_runs, cleanup
@@ -223,7 +224,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         with Progress(
             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool:
+        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.kept_across_runs():
             bar = Bar(progress, progress.add_task("runs", total=_most_left(experiment, cells, store)),
                       progress.add_task("", total=1, visible=False))
             while todo:

@@ -1,6 +1,8 @@
 """Exact waits and per-file IO of one PostgreSQL instance, from the server's static trace points (the
 Debian build has them: `bpftrace -l 'usdt:/usr/lib/postgresql/15/bin/postgres:*'`), through one
-bpftrace program around the load. Everything is counted in BPF maps and printed once at the end.
+bpftrace program per server binary, the same for every run: inside one storlab invocation it is
+attached once and kept (bpftrace.kept_across_runs), each run putting its processes in the program's
+filter maps. Everything is counted in BPF maps, printed and cleared at the end of each run.
 
 - Lock waits (`lock__wait__start/done`): the workload's sessions only, as pg_wait_sampling's profile
   is; count, time and a log2 histogram per lock type and relation (the lock tag's database and
@@ -24,8 +26,9 @@ Files are named after the run through the instance (`pg_relation_filenode`, `pg_
 without opening anything in the server's directories.
 
 Only this instance's processes count: the postmaster (the parent of a workload's session) and its
-children; another server started from the same binary (a PostgreSQL on port 5432) is filtered out
-in the kernel.
+children, by their pids in the filter maps; another server started from the same binary (a
+PostgreSQL on port 5432) is filtered out in the kernel, but its processes still trap into it at
+every trace point while the program is attached (docs/explaining.md says what that costs).
 """
 
 from __future__ import annotations
@@ -111,13 +114,23 @@ FILE_OF = """
 TABLESPACES = "SELECT oid, spcname FROM pg_tablespace"
 
 
-def program(binary: Path, sessions: list[int], postmaster: int, reads: bool = False) -> str:
-    instance = f"(pid == {int(postmaster)} || curtask->real_parent->tgid == {int(postmaster)})"
+# The filter maps the program tests, set per run: the workload's sessions, and the instance's postmaster.
+SESSIONS, POSTMASTER = "session", "postmaster"
+
+
+def program(binary: Path, reads: bool = False) -> str:
+    """The program for one server binary: the same for every run (which processes count is in its
+    filter maps), so one process can trace run after run."""
+    instance = f"(@{POSTMASTER}[pid] || @{POSTMASTER}[(uint64)curtask->real_parent->tgid])"
     return _PROGRAM.format(
         bin=binary, relation_lock=" || ".join(f"arg4 == {kind}" for kind in RELATION_LOCKS),
-        sessions=" || ".join(f"pid == {int(p)}" for p in sorted(set(sessions))) or "0", instance=instance,
+        sessions=f"@{SESSIONS}[pid]", instance=instance,
         reads=_READS.format(bin=binary, instance=instance, segment=SEGMENT_BLOCKS) if reads else "",
     )
+
+
+def filters(sessions: list[int], postmaster: int) -> dict[str, list[int]]:
+    return {SESSIONS: sessions, POSTMASTER: [postmaster]}
 
 
 @functools.cache
@@ -178,7 +191,8 @@ class TracedWaitProbe:
         except psutil.Error as exc:
             self.note = f"the server's processes could not be found: {exc}"
             return
-        self.trace = bpftrace.Trace(program(binary, sessions, postmaster, self.reads), self.command)
+        self.trace = bpftrace.Trace(program(binary, self.reads), self.command, filters(sessions, postmaster),
+                                    across_runs=True)
         try:
             self.trace.start()
         except BaseException:
