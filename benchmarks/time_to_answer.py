@@ -29,11 +29,12 @@ from rich.console import Console
 from statsmodels.stats.power import TTestIndPower, TTestPower
 
 from storlab.answer import analysis
-from storlab.answer import terminal as answer
+from storlab.answer.compose import compose, status_line
 from storlab.answer.stats import ALPHA, POWER
 from storlab.experiment import file as experiment
 from storlab.results.store import Store
 from storlab.running import runner
+from storlab.show import terminal
 
 DIFFERENCES = (0.10, 0.05)
 
@@ -98,12 +99,12 @@ def main() -> None:
     took = f"{wall:.0f} s wall time, " if wall is not None else ""
     print(f"{results.experiment.get('name')}: {took}{runs} runs in {results.rounds} rounds "
           f"({elapsed:.0f} s of them inside the workload)")
-    print(f"  {results.stopped or answer.status_line(results)}")
+    print(f"  {status_line(results)}")
     for line in looks(results):
         print(line)
     console = Console(width=160, highlight=False)
     if results.answer is not None:
-        answer.factor_answer(results, console)
+        terminal.factor_answer(compose(results), console)
     total_sd, resid_sd, rho = noise(results)
     print(f"noise: run-to-run CV {100 * math.sqrt(math.expm1(total_sd**2)):.1f} %, "
           f"{100 * math.sqrt(math.expm1(resid_sd**2)):.1f} % once each round's drift is taken out; "

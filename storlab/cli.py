@@ -215,6 +215,12 @@ def _results(folder: str | None, dsn: str | None = None, experiment: str | None 
         return analysis.load(store)
 
 
+def _answer(folder: str | None, dsn: str | None = None, experiment: str | None = None):
+    from storlab.answer.compose import compose
+
+    return compose(_results(folder, dsn, experiment))
+
+
 _NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or IO per file), "
              "IO sizes as averages.")
 _TRACE_READS = ("Also trace every read of a data file (PostgreSQL: reads and read stalls per file; on a cold scan "
@@ -257,10 +263,10 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
     takes one run at a time: a second one into it is refused (run in parallel with --store)."""
-    from storlab.answer import terminal as answer
     from storlab.results import folder_lock
     from storlab.results.store import check_folder
     from storlab.running import fleet, runner
+    from storlab.show import terminal
 
     tracing = _tracing(no_trace, trace_reads)
     exp = _load(experiment_file, race, until_settled)
@@ -273,7 +279,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
         outcome = fleet.run_here(exp, dsn, fleet.check_host(host or fleet.this_host()), keep, _say(console),
                                  tracing)
         console.print()
-        answer.show(_results(None, dsn, exp.name), console)
+        terminal.show(_answer(None, dsn, exp.name), console)
         if outcome.failed:
             raise RunFailed(f"{len(outcome.failed)} runs failed; run the same command again to retry them")
         return
@@ -291,7 +297,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     with folder_lock.writing(folder):  # one writer per results folder
         outcome = runner.run(exp, folder, keep, console, tracing)
     console.print()
-    answer.show(_results(str(folder)), console)
+    terminal.show(_answer(str(folder)), console)
     console.print(f"results: {folder}  (storlab report {folder} writes the HTML report)", markup=False)
     if outcome.failed:
         raise RunFailed(f"{len(outcome.failed)} runs failed; run the same command again to retry them")
@@ -299,24 +305,18 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 
 @main.command()
 @_store_options
-@click.option("--json", "as_json", is_flag=True, help="Print the whole answer as JSON (docs/answer-json.md).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole answer as JSON (docs/answer-json.md; its "
+                                                      "schema: storlab schema --answer).")
 def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: bool) -> None:
     """The answer: what each factor does (each level against its reference, with its verdict), then
     one row per cell, mean elapsed ± 95 % CI, the best cell."""
-    from storlab.answer import terminal as answer
-    from storlab.answer import traced_report
+    from storlab.show import terminal
 
-    results = _results(folder, dsn, experiment)
+    answer = _answer(folder, dsn, experiment)
     if as_json:
-        import json
-
-        click.echo(json.dumps(answer.as_json(results), indent=2, ensure_ascii=False))
+        click.echo(answer.model_dump_json(indent=2))
         return
-    console = _console()
-    answer.show(results, console)
-    line = traced_report.unavailable(results)
-    if line:
-        console.print(line, markup=False)
+    terminal.show(answer, _console())
 
 
 @main.command()
@@ -329,15 +329,16 @@ def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str
           files: bool) -> None:
     """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and
     traced lock waits, --files the IO per file."""
-    from storlab.answer import analysis, traced_report
-    from storlab.answer import terminal as answer
+    from storlab.answer import analysis
+    from storlab.answer.compose import compose
+    from storlab.show import terminal, traced
 
     with _opened(folder, dsn, experiment) as store:
         results = analysis.load(store)
-        traced = traced_report.per_cell(store, results) if resources or files else {}
+        found = traced.per_cell(store, results) if resources or files else {}
     console = _console()
-    answer.waits(results, console, cell, resources)
-    traced_report.show(results, traced, console, cell, resources, files)
+    terminal.waits(compose(results), console, cell, resources)
+    traced.show(results, found, console, cell, resources, files)
 
 
 @main.command()
@@ -345,9 +346,10 @@ def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str
 @click.option("--baseline", help="The cell to compare against (default: the first cell).")
 def compare(folder: str | None, dsn: str | None, experiment: str | None, baseline: str | None) -> None:
     """% change in elapsed time between cells, and whether it is significant."""
-    from storlab.answer import terminal as answer
+    from storlab.answer.compose import comparison
+    from storlab.show import terminal
 
-    answer.compare_cells(_results(folder, dsn, experiment), _console(), baseline)
+    terminal.compare(comparison(_results(folder, dsn, experiment), baseline), _console())
 
 
 @main.command()
@@ -449,10 +451,16 @@ def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str
 
 
 @main.command()
-def schema() -> None:
+@click.option("--answer", is_flag=True, help="The JSON Schema of `storlab show --json` instead, made from the answer's types.")
+def schema(answer: bool) -> None:
     """Print the experiment file's JSON Schema (for editors), made from the models that validate it."""
     import json
 
+    if answer:
+        from storlab.answer.model import Answer
+
+        click.echo(json.dumps(Answer.model_json_schema(), indent=2))
+        return
     from storlab.experiment.schema import experiment_schema
 
     click.echo(json.dumps(experiment_schema(), indent=2))

@@ -5,6 +5,7 @@ the file, and `storlab run --until-settled` on a real PostgreSQL stopping and sa
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import sqlite3
@@ -14,22 +15,17 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
 
-from storlab.cli import main
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.store import MIGRATIONS, RunResult, Store
 from storlab.running import fleet
+from tests.commands import invoke
 
 DATA = Path(__file__).parent / "data"
-SCHEMA = json.loads((Path(__file__).parent.parent / "storlab" / "answer" / "answer_schema.json").read_text())
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+SCHEMA = json.loads(invoke("schema", "--answer").stdout)  # made from the answer's types
 
 
 def quickstart_store(folder: Path, settling: dict | None = None, stopped: str | None = None) -> Path:
@@ -121,6 +117,26 @@ def test_the_schema_refuses_what_is_not_an_answer(tmp_path):
     answer["factor_effects"]["effects"][0]["verdict"] = "maybe"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(answer, SCHEMA)
+
+
+def test_the_terminal_the_json_and_the_report_show_the_same_answer(tmp_path):
+    """One answer, three renderers: every figure of the factor table and the ranking, and every line
+    the answer says, is in the terminal's text and the report's page as the JSON holds it."""
+    folder = quickstart_store(tmp_path / "q")
+    answer = json.loads(invoke("show", folder, "--json").stdout)
+    shown = " ".join(invoke("show", folder).stdout.split())
+    assert invoke("report", folder).exit_code == 0
+    page = html.unescape(" ".join((folder / "report.html").read_text().split()))
+    said = [e["said"] for e in answer["factor_effects"]["effects"]] + answer["best"] + answer["notes"]
+    said += [answer["noise"]["line"], answer["status"]] + answer["factor_effects"]["interaction_lines"]
+    numbers = [f"{e['ratio']:.2f}x" for e in answer["factor_effects"]["effects"]]
+    numbers += [f"[{e['ci_low']:.2f}, {e['ci_high']:.2f}]" for e in answer["factor_effects"]["effects"]]
+    numbers += [f"{r['mean']:.3f} ± {r['ci_half_width']:.3f}" for r in answer["ranking"]]
+    numbers += [f"{r['distance_percent']:+.1f} % ({r['verdict']})" for r in answer["ranking"][1:]]
+    for text in said + numbers:
+        text = " ".join(text.split())
+        assert text in shown, text
+        assert text in page, text
 
 
 def test_report_opens_with_the_forest_plot(tmp_path):

@@ -4,7 +4,6 @@ facts (kept apart, never averaged in silently)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,20 +288,3 @@ def verdicts_line(results: Results) -> str:
 
 def _levels(answer: FactorAnswer, factor: str) -> list:
     return [e for e in answer.effects if e.factor == factor]
-
-
-def fmt_seconds(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
-
-
-def fmt_figure(value: float | None, unit: str) -> str:
-    """A figure as a table shows it: seconds as fmt_seconds, rates and counts with separators."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    if unit == "s":
-        return fmt_seconds(value)
-    if unit == "ms":
-        return f"{value:.1f}"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"

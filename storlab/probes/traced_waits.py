@@ -33,9 +33,17 @@ def with_counts(capture: WaitCapture, traced: list[TracedWait]) -> WaitCapture:
     return replace(capture, source=f"{capture.source} + {COUNTED}", waits=waits, traced=traced)
 
 
+UNAVAILABLE = "(counts unavailable: "  # a run's wait source says so, and why
+
+
 def without_counts(capture: WaitCapture, why: str) -> WaitCapture:
     """The sampled figures as they are, the source saying in one line why nothing was counted."""
-    return replace(capture, source=f"{capture.source} (counts unavailable: {why})")
+    return replace(capture, source=f"{capture.source} {UNAVAILABLE}{why})")
+
+
+def unavailable_reasons(sources: list[str]) -> list[str]:
+    """Why runs with these wait sources counted nothing, each reason once."""
+    return sorted({s.split(UNAVAILABLE, 1)[1].removesuffix(")") for s in sources if UNAVAILABLE in s})
 
 
 def mean_per_run(runs: list[list[TracedWait]]) -> list[TracedWait]:

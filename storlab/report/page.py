@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
-from storlab.answer import analysis, effects, explain
-from storlab.answer import terminal as answer_text
-from storlab.answer.analysis import CellResult, Results, fmt_figure
-from storlab.answer.terminal import confidence
+from storlab.answer import analysis, effects, model
+from storlab.answer.analysis import CellResult, Results
+from storlab.answer.compose import compose
 from storlab.experiment.file import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
@@ -23,6 +21,7 @@ from storlab.probes.registry import PROBES
 from storlab.report import capability, io_report, timelines, wait_report
 from storlab.report.charts import plt
 from storlab.report.charts import svg as _svg
+from storlab.show.terminal import explanation_rows
 from storlab.results import outputs
 from storlab.results.store import Store
 
@@ -83,22 +82,22 @@ def headline_chart(results: Results, png: Path) -> str:
 RATIO_TICKS = [0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 5, 10]
 
 
-def forest_chart(results: Results, png: Path) -> str:
+def forest_chart(answer: model.Answer, png: Path) -> str:
     """What each factor does: each level's ratio to its factor's reference level and its interval, on
     a log axis (a ratio and its inverse equally far from 1), 1.0 marked and the margin of equivalence
     shaded; conditional rows (a factor's effect at each level of another it interacts with) below."""
-    answer = results.answer
-    rows = [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}") for e in answer.effects]
+    factors = answer.factor_effects
+    rows = [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}") for e in factors.effects]
     rows += [(e, f"{e.factor}={format_value(e.level)} vs {format_value(e.reference)}, given "
-              + ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())) for e in answer.conditional]
+              + ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())) for e in factors.conditional]
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(rows)))
-    ax.axvspan(1 / (1 + answer.margin), 1 + answer.margin, color="#dddddd",
-               label=f"equivalent within ±{100 * answer.margin:g} %")
+    ax.axvspan(1 / (1 + factors.margin), 1 + factors.margin, color="#dddddd",
+               label=f"equivalent within ±{100 * factors.margin:g} %")
     ax.axvline(1.0, color="#555555", linewidth=1)
     colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
     for y, (e, _) in enumerate(rows):
         colour = colours.get(e.verdict, "#4e79a7")
-        if math.isfinite(e.ci_low):
+        if e.ci_low is not None:
             ax.plot([e.ci_low, e.ci_high], [y, y], color=colour, linewidth=2)
         ax.plot([e.ratio], [y], "o", color=colour)
         ax.annotate(f"{e.ratio:.2f}x {e.verdict}", (e.ratio, y), textcoords="offset points", xytext=(0, 6),
@@ -111,25 +110,24 @@ def forest_chart(results: Results, png: Path) -> str:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(rows)), [label for _, label in rows])
     ax.set_ylim(len(rows) - 0.5, -0.7)
-    ax.set_xlabel(f"{results.headline.label}: level / reference (geometric means, {confidence(answer)})")
+    ax.set_xlabel(f"{answer.headline.label}: level / reference (geometric means, {factors.confidence})")
     ax.grid(alpha=0.3, axis="x")
     ax.legend(fontsize=8, loc="best")
-    ax.set_title(f"{results.experiment.get('name', '')}: what each factor does")
+    ax.set_title(f"{answer.experiment.name}: what each factor does")
     return _svg(fig, png)
 
 
-def factors_html(results: Results) -> str:
+def factors_html(answer: model.Answer) -> str:
     """The factor table as `show` prints it: each level against its reference, with its verdict."""
-    answer = results.answer
+    factors = answer.factor_effects
     rows = [[e.factor, format_value(e.level), format_value(e.reference),
              ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items()),
-             f"{e.ratio:.2f}x", "—" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]",
-             answer_text.verdict_text(e, answer.margin, answer.alpha)] for e in answer.effects + answer.conditional]
-    notes = answer_text.interaction_lines(answer) + [f"not estimable: {line}" for line in answer.not_estimable]
-    noise = answer_text.noise_line(answer)
-    notes += [f"noise: {noise}"] if noise else []
-    notes.append(answer_text.status_line(results))
-    return (_table(["factor", "level", "against", "given", "ratio", confidence(answer), "verdict"], rows, left=4)
+             f"{e.ratio:.2f}x", "—" if e.ci_low is None else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]", e.said]
+            for e in factors.effects + factors.conditional]
+    notes = factors.interaction_lines + [f"not estimable: {line}" for line in factors.not_estimable]
+    notes += [f"noise: {answer.noise.line}"] if answer.noise.line else []
+    notes.append(answer.status)
+    return (_table(["factor", "level", "against", "given", "ratio", factors.confidence, "verdict"], rows, left=4)
             + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes))
 
 
@@ -142,61 +140,49 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
     return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
 
 
-def _ranking_html(results: Results) -> str:
-    head = results.headline
-    others = [f for f in results.figures[1:] if f.shown]
-    pooled = results.pooled_hosts
-    rows = []
-    for place, r in enumerate(results.ranking(), 1):
-        c = r.result
-        ci = "—" if c.headline.n < 2 else f"± {fmt_figure(c.headline.half_width, head.unit)}"
-        versus = "best" if r.versus_best is None else f"{r.distance_percent:+.1f} % ({r.versus_best.verdict})"
-        rows.append([f"{place}. {c.cell.label}", c.cell.id, fmt_figure(c.headline.mean, head.unit), ci,
-                     *[fmt_figure(c.figures[f.name].mean if f.name in c.figures else None, f.unit) for f in others],
-                     len(c.runs), versus, c.top_wait, *([", ".join(c.hosts)] if pooled else [])])
-    return _table(["cell", "id", head.label, "95 % CI", *[f.label for f in others], "runs", "vs best", "top wait",
-                   *(["hosts"] if pooled else [])], rows)
+def _ranking_html(answer: model.Answer) -> str:
+    columns = model.columns(answer)
+    rows = [[column.text(row, answer) for column in columns] for row in answer.ranking]
+    return _table([column.title(answer) for column in columns], rows, left=3)
 
 
-def _waits_html(results: Results) -> str:
+def _waits_html(answer: model.Answer) -> str:
     parts = []
-    for c in results.measured:
+    for c in answer.cells:
         rows = [[w.wait_type, f"{w.wait_s:.3f}", "—" if w.signal_s is None else f"{w.signal_s:.3f}",
                  "—" if w.wait_count is None else f"{w.wait_count:.0f}", f"{w.percentage:.2f}",
-                 "—" if w.avg_wait_s is None else f"{w.avg_wait_s:.6f}"] for w in c.top]
-        parts.append(f"<h3>{html.escape(c.cell.label)} <small>({c.cell.id}, source {html.escape(c.wait_source)}, per run)</small></h3>")
+                 "—" if w.avg_wait_s is None else f"{w.avg_wait_s:.6f}"] for w in c.waits]
+        parts.append(f"<h3>{html.escape(c.label)} <small>({c.cell}, source {html.escape(c.source)}, per run)</small></h3>")
         parts.append(_table(["WaitType", "Wait_S", "Signal_S", "WaitCount", "Percentage", "AvgWait_S"], rows))
         if c.extras:
             parts.append("<p>" + html.escape(", ".join(f"{k}: {v:,.3f}" for k, v in c.extras.items())) + "</p>")
     return "".join(parts)
 
 
-def _explain_html(results: Results) -> str:
-    """What explains the difference (storlab.answer.explain): each factor's level against its reference
-    level, the cells matched on the other factors; without factor effects, each cell against the first."""
-    found = []
-    answer = results.answer
-    if answer is not None and answer.effects:
-        for e in answer.effects:
-            done = explain.level(results, e.factor, e.level, e.reference)
-            if done:
-                level, reference = f"{e.factor}={format_value(e.level)}", f"{e.factor}={format_value(e.reference)}"
-                what = f"{level} against {reference}, over {done[1]} pairs of cells alike in the other factors"
-                found.append((done[0], what, reference, level))
-    elif results.measured:
-        base = results.measured[0]
-        for c in results.measured[1:]:
-            done = explain.cells(results, base, c)
-            if done:
-                found.append((done, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} ({base.cell.id})",
-                              base.cell.id, c.cell.id))
+def _explain_html(answer: model.Answer) -> str:
+    """What explains each difference (storlab.answer.explain), as the answer holds it."""
     parts = []
-    for expl, what, baseline, candidate in found:
-        parts.append(f"<h3>{html.escape(what)} <small>({html.escape(explain.title(expl))})</small></h3>"
-                     + _table(["WaitType", baseline, candidate, "difference", "share"], explain.rows(expl)))
-        lines = [explain.note(expl), explain.summary(expl, candidate)]
-        parts += [f"<p class='note'>{html.escape(line)}</p>" for line in lines if line]
+    for expl in answer.explanations:
+        parts.append(f"<h3>{html.escape(expl.what)} <small>({html.escape(expl.per)})</small></h3>"
+                     + _table(["WaitType", expl.baseline, expl.candidate, "difference", "share"], explanation_rows(expl)))
+        parts += [f"<p class='note'>{html.escape(line)}</p>" for line in expl.notes]
     return "".join(parts)
+
+
+def _resources_html(answer: model.Answer, order: list[str]) -> str:
+    """Who waited on what in each cell (cells in `order`): each top wait's resources and their share, as
+    `waits --resources`."""
+    rows = []
+    for c in sorted(answer.cells, key=lambda c: order.index(c.cell) if c.cell in order else len(order)):
+        for wait in c.resources:
+            if not any(r.named for r in wait.resources):
+                continue  # nothing named (CPU, buffer latches): the wait table above says it all
+            named = [f"{r.resource} {r.share:.0f} %" for r in wait.resources]
+            rows.append([c.label, wait.wait_type, f"{sum(r.seconds for r in wait.resources):.3f}", "; ".join(named)])
+    if not rows:
+        return ""
+    return ("<p>sessions seen waiting, sampled through each run; seconds per run, and each "
+            "resource's share of its wait</p>" + _table(["cell", "wait", "sampled s", "resources (share)"], rows, left=4))
 
 
 def _probe_sections(store: Store, results: Results) -> list[str]:
@@ -250,39 +236,43 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
     run the waits-over-time chart draws (default the best)."""
     results = analysis.load(store)
+    answer = compose(results)
     folder = store.folder
     outputs.claim(folder, FILES)
     capabilities = capability.gather(store, results, list(io or []))
     name = results.experiment.get("name", folder.name)
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
     if results.experiment:
-        sections.append(f"<p>engine {html.escape(results.experiment['engine'])}, "
-                        f"{len(results.cells)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
-    for note in results.facts_notes:
+        sections.append(f"<p>engine {html.escape(answer.experiment.engine)}, "
+                        f"{len(answer.labels)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
+    for note in answer.warnings:
         sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
-    for cell_id, rep, message in results.failures:
-        sections.append(f"<p class='fail'>failed run: cell {html.escape(cell_id)} repetition {rep}: {html.escape(message)}</p>")
-    if results.answer is not None and (results.answer.effects or results.answer.conditional):
+    for failed in answer.failures:
+        sections.append(f"<p class='fail'>failed run: cell {html.escape(failed.cell)} repetition {failed.repetition}: "
+                        f"{html.escape(failed.message)}</p>")
+    factors = answer.factor_effects
+    if factors is not None and (factors.effects or factors.conditional):
         sections.append("<h2>What each factor does</h2>"
-                        + _figure(forest_chart(results, folder / "factor_effects.png"),
+                        + _figure(forest_chart(answer, folder / "factor_effects.png"),
                                   "each level's ratio to its factor's reference level, with its interval; "
                                   "the shaded band is the margin of equivalence")
-                        + factors_html(results))
+                        + factors_html(answer))
     if results.measured:
-        sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
+        sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
                         + _figure(headline_chart(results, folder / "elapsed.png")))
-        sections.append("<h2>Ranking</h2>" + _ranking_html(results))
-        if results.note:
-            sections.append(f"<p>{html.escape(results.note)}</p>")
+        sections.append("<h2>Ranking</h2>" + _ranking_html(answer)
+                        + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in
+                                  answer.best + answer.race + [f"noise: {line}" for line in answer.noise.cells]
+                                  + answer.notes))
         composition = wait_report.composition_chart(results, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
                             + _figure(composition, "seconds waited per run, summed over the sessions; "
                                       + wait_report.factor_caption(results)))
-        explained = _explain_html(results)
+        explained = _explain_html(answer)
         if explained:
             sections.append("<h2>What explains the difference</h2>" + explained)
-        resources = wait_report.resources_html(results, _table)
+        resources = _resources_html(answer, [c.cell.id for c in wait_report.in_factor_order(results)])
         if resources:
             sections.append("<h2>Who waits on what</h2>" + resources)
         over_time = wait_report.waits_over_time_chart(store, results, cell, folder / "waits_over_time.png")
@@ -316,7 +306,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                                capability.table_rows(capabilities), left=3))
     if results.measured:
         sections += _probe_sections(store, results)
-        sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(results))
+        sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
     for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
         title = f"Machine facts: {host}" if host else "Machine facts"
         sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(facts))

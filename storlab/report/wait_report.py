@@ -14,7 +14,6 @@ from storlab import timeline
 from storlab.answer.analysis import CellResult, Results
 from storlab.errors import UserError
 from storlab.experiment.file import nested_in, short_name
-from storlab.probes import waiting_tasks
 from storlab.report.charts import OTHER, colours, plt, svg
 from storlab.results.store import Store
 
@@ -162,21 +161,6 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
     caption = (f"the run of {result.cell.label} ({result.cell.id}) with the median {results.headline.label}, "
                f"repetition {run.repetition}; waits per second of the run, each interval divided by the time it covers")
     return caption, svg(fig, png)
-
-
-def resources_html(results: Results, table) -> str:
-    """Who waited on what in each cell: each top wait's resources and their share, as `waits --resources`."""
-    rows = []
-    for c in in_factor_order(results):
-        for wait in waiting_tasks.resources_of(c.top, c.tasks):
-            if not any(r.resource or r.others for r in wait.resources):
-                continue  # nothing named (CPU, buffer latches): the wait table above says it all
-            named = [f"{waiting_tasks.resource_label(r)} {r.share:.0f} %" for r in wait.resources]
-            rows.append([c.cell.label, wait.wait_type, f"{sum(r.seconds for r in wait.resources):.3f}", "; ".join(named)])
-    if not rows:
-        return ""
-    return ("<p>sessions seen waiting, sampled through each run; seconds per run, and each "
-            "resource's share of its wait</p>" + table(["cell", "wait", "sampled s", "resources (share)"], rows, left=4))
 
 
 def factor_caption(results: Results) -> str:

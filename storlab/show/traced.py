@@ -15,8 +15,6 @@ from storlab.probes.file_io import FileIO
 from storlab.probes.waits import TracedWait
 from storlab.results.store import Store
 
-UNAVAILABLE = "(counts unavailable: "  # as traced_waits.without_counts writes it into the wait source
-
 
 @dataclass
 class Traced:
@@ -42,19 +40,10 @@ def per_cell(store: Store, results: Results) -> dict[str, Traced]:
 
 def _why_not(c: CellResult, what: str) -> str:
     """The sources' reasons (from the wait source) why nothing was traced, or that nothing was recorded."""
-    reasons = sorted({r.wait_source.split(UNAVAILABLE, 1)[1].removesuffix(")") for r in c.runs if UNAVAILABLE in r.wait_source})
+    reasons = traced_waits.unavailable_reasons([r.wait_source for r in c.runs])
     if reasons:
         return f"{c.cell.label} ({c.cell.id}): no {what}: counts unavailable ({'; '.join(reasons)})"
     return f"{c.cell.label} ({c.cell.id}): no {what} recorded with these runs"
-
-
-def unavailable(results: Results) -> str | None:
-    """One line for `storlab show` when some runs' waits could not be counted, and why."""
-    reasons = sorted({r.wait_source.split(UNAVAILABLE, 1)[1].removesuffix(")")
-                      for c in results.measured for r in c.runs if UNAVAILABLE in r.wait_source})
-    if not reasons:
-        return None
-    return f"wait counts, lock waits by relation and IO per file unavailable: {'; '.join(reasons)} (sampled waits kept)"
 
 
 def show(results: Results, traced: dict[str, Traced], console: Console, cell: str | None, locks: bool,
@@ -77,7 +66,7 @@ def _locks(c: CellResult, found: Traced) -> list[Table | Text]:
         return [table]
     if found.runs_with_waits:
         return [Text(f"{c.cell.label} ({c.cell.id}): the trace counted no lock wait")]
-    if any(UNAVAILABLE in r.wait_source for r in c.runs):
+    if traced_waits.unavailable_reasons([r.wait_source for r in c.runs]):
         return [Text(_why_not(c, "traced lock waits"))]
     return []  # recorded where no engine trace runs (MariaDB), or before storlab traced
 

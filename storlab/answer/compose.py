@@ -1,0 +1,335 @@
+"""The answer composed once from the statistics (storlab.answer.analysis): every number and every
+sentence `show`, `show --json` and the report print, as one typed value (storlab.answer.model)."""
+
+from __future__ import annotations
+
+import math
+
+from storlab.answer import effects, explain, model
+from storlab.answer.analysis import CellResult, Results, verdicts_line
+from storlab.answer.effects import FactorAnswer, LevelEffect
+from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
+from storlab.experiment.file import short_name
+from storlab.experiment.matrix import format_value
+from storlab.errors import UserError
+from storlab.probes import traced_waits, waiting_tasks
+
+# The differences the noise line says the rounds of (a fraction of the mean).
+TOLD = (0.10, 0.05)
+
+
+def _number(value: float | None) -> float | None:
+    """JSON has no nan or infinity: an unknown figure is None."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _p(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:.0e}" if value < 0.001 else f"{value:.3f}"
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.0f}" if fraction >= 0.1 else f"{100 * fraction:.1f}"
+
+
+def confidence(answer: FactorAnswer) -> str:
+    """The intervals' level: 95 %, or what a look of an experiment run until settled spends."""
+    return f"{round(100 * (1 - answer.alpha), 1):g} % CI"
+
+
+def verdict_text(effect: LevelEffect, margin: float, alpha: float) -> str:
+    """'different: better', 'equivalent: [0.97, 1.08] (90 % CI) within ±5 %' (the interval that decided
+    it, and a real difference said as one), or what the noise still hides."""
+    if effect.verdict == effects.DIFFERENT:
+        return f"different: {'better' if effect.better else 'worse'}"
+    if effect.verdict == effects.EQUIVALENT:
+        said = (f"equivalent: [{effect.equivalence_low:.2f}, {effect.equivalence_high:.2f}] "
+                f"({round(100 * (1 - 2 * alpha), 1):g} % CI) within ±{_percent(margin)} %")
+        if effect.real:
+            said += f"; a real difference of {100 * (effect.ratio - 1):+.1f} %, inside what matters"
+        return said
+    if not math.isfinite(effect.hidden):
+        return "undecided: too few runs to tell"
+    return f"undecided: no effect beyond ±{_percent(effect.hidden)} % can be ruled out yet"
+
+
+def _effect(e: LevelEffect, answer: FactorAnswer) -> model.Effect:
+    return model.Effect(
+        factor=e.factor, level=e.level, reference=e.reference, given=dict(e.given) if e.given is not None else None,
+        ratio=e.ratio, ci_low=_number(e.ci_low), ci_high=_number(e.ci_high),
+        equivalence_low=_number(e.equivalence_low), equivalence_high=_number(e.equivalence_high),
+        p_value=_number(e.p_value), adjusted_p=_number(e.adjusted_p), verdict=e.verdict, hidden=_number(e.hidden),
+        better=e.better, real=e.real, said=verdict_text(e, answer.margin, answer.alpha))
+
+
+def interaction_lines(answer: FactorAnswer) -> list[str]:
+    significant = [i for i in answer.interactions if i.significant]
+    lines = [f"{a} and {b} interact (adjusted p {_p(i.adjusted_p)}): each one's effect at each level of the other below"
+             for i in significant for a, b in [i.factors]]
+    quiet = [i for i in answer.interactions if not i.significant]
+    if quiet:
+        lines.append("no significant interaction: " + ", ".join(f"{a} x {b} (adjusted p {_p(i.adjusted_p)})"
+                                                          for i in quiet for a, b in [i.factors]))
+    return lines
+
+
+def factor_effects(answer: FactorAnswer) -> model.FactorEffects:
+    return model.FactorEffects(
+        effects=[_effect(e, answer) for e in answer.effects],
+        interactions=[model.Interaction(factors=i.factors, p_value=_number(i.p_value), adjusted_p=_number(i.adjusted_p),
+                                        significant=i.significant) for i in answer.interactions],
+        conditional=[_effect(e, answer) for e in answer.conditional],
+        not_estimable=list(answer.not_estimable), settled=answer.settled, margin=answer.margin, rounds=answer.rounds,
+        runs=answer.runs, residual_cv=_number(answer.residual_cv), formula=answer.formula, method=answer.method,
+        alpha=answer.alpha, look=answer.look, max_looks=answer.max_looks, confidence=confidence(answer),
+        interaction_lines=interaction_lines(answer))
+
+
+def hidden_effects(answer: FactorAnswer) -> dict[str, float]:
+    """Each undecided factor's largest effect the noise still allows (its levels' largest)."""
+    hidden: dict[str, float] = {}
+    for e in answer.effects:
+        if e.verdict == effects.UNDECIDED and math.isfinite(e.hidden):
+            hidden[e.factor] = max(hidden.get(e.factor, 0.0), e.hidden)
+    return hidden
+
+
+def rounds_needed(answer: FactorAnswer) -> dict[str, int]:
+    """The rounds two cells compared round by round need to tell each of TOLD apart at the residual noise."""
+    if not math.isfinite(answer.residual_cv) or answer.residual_cv <= 0:
+        return {}
+    return {f"{100 * d:g} %": repetitions_needed_paired(answer.residual_cv, d) for d in TOLD}
+
+
+def noise_line(answer: FactorAnswer) -> str | None:
+    """How much runs vary once the rounds' drift is taken out, the rounds an effect takes to tell, and
+    the effect each undecided factor could still hide."""
+    if not math.isfinite(answer.residual_cv):
+        return None
+    needed = list(rounds_needed(answer).items())
+    rounds = "" if not needed else (f"; {needed[0][0]} takes about {needed[0][1]} rounds to tell, "
+                                    + ", ".join(f"{told} about {n}" for told, n in needed[1:]))
+    line = f"runs vary {_percent(answer.residual_cv)} % (residual CV, the rounds' drift taken out{rounds})"
+    hidden = hidden_effects(answer)
+    if hidden:
+        line += "; still hidden in it: " + ", ".join(f"{f} up to ±{_percent(h)} %" for f, h in hidden.items())
+    return line
+
+
+def cell_noise_lines(results: Results) -> list[str]:
+    """Each noisy cell's warning and each cell's outliers (kept in the figures, never dropped)."""
+    lines = []
+    for c in results.measured:
+        warning = noise_warning(c.headline.cv, c.headline.n) if c.headline.n > 1 else None
+        if warning:
+            lines.append(f"{c.cell.label} ({c.cell.id}): {warning}")
+        outliers = describe_outliers(c.values(), [r.repetition for r in c.runs], results.headline.unit)
+        if outliers:
+            lines.append(f"{c.cell.label} ({c.cell.id}): {outliers}")
+    return lines
+
+
+def status_line(results: Results) -> str:
+    """Settled or not, and why the runs stopped when the last `storlab run` said so."""
+    if results.stopped:
+        return results.stopped
+    if results.settled:
+        return f"settled after {results.rounds} rounds: {verdicts_line(results)}"
+    more = "more rounds would tell (repetitions, or until = \"settled\")" if results.settling is None else \
+        "more rounds would tell (run the same command to go on)"
+    return f"not settled after {results.rounds} rounds: {verdicts_line(results)}; {more}"
+
+
+def race_lines(results: Results) -> list[str]:
+    """Which cells a race dropped, after which round and on what evidence; why it stopped."""
+    race = results.race
+    if race is None:
+        return []
+    labels = {c.cell.id: c.cell.label for c in results.cells}
+    lines = [f"race: {len(race.drops)} of {len(labels)} cells dropped after {race.rounds} rounds"]
+    lines += [f"  dropped {labels.get(d.cell, d.cell)} ({d.cell}) {d.evidence}" for d in race.drops]
+    lines.append(f"  {race.finished}" if race.finished else f"  still racing: next is round {race.next_round}")
+    return lines
+
+
+def facts_line(facts: dict, host: str | None = None) -> str:
+    """The machine the runs were measured on (named, when the runs name it), in one line."""
+    cpu = facts.get("cpu", {})
+    governor = cpu.get("governor") or ("unknown (virtualized)" if cpu.get("virtualized") else "unknown")
+    places = "; ".join(
+        f"{path}: {d.get('device') or '?'} {d.get('filesystem') or ''}".rstrip()
+        for path, d in facts.get("paths", {}).items()
+    )
+    who = f"machine {host}" if host else "machine"
+    line = f"{who}: {cpu.get('model') or '?'}, {cpu.get('cores')} cores, governor {governor}"
+    return f"{line}; {places}" if places else line
+
+
+def traces_line(results: Results) -> str | None:
+    """When some runs' waits could not be counted, and why (a trace that could not run, or failed)."""
+    reasons = traced_waits.unavailable_reasons([r.wait_source for c in results.measured for r in c.runs])
+    if not reasons:
+        return None
+    return f"wait counts, lock waits by relation and IO per file unavailable: {'; '.join(reasons)} (sampled waits kept)"
+
+
+def _ranked(results: Results) -> tuple[list[model.Ranked], str | None]:
+    ranking = results.ranking()
+    if not ranking:
+        return [], None
+    shown = [f for f in results.figures[1:] if f.shown]
+    pooled = results.pooled_hosts
+    rows = []
+    for place, ranked in enumerate(ranking, 1):
+        c, v = ranked.result, ranked.versus_best
+        several = c.headline.n > 1
+        rows.append(model.Ranked(
+            place=place, cell=c.cell.id, label=c.cell.label,
+            factors={short_name(k): value for k, value in c.cell.factors.items()}, runs=len(c.runs),
+            mean=_number(c.headline.mean), ci_half_width=_number(c.headline.half_width) if several else None,
+            cv=_number(c.headline.cv) if several else None, noisy=several and c.headline.cv > NOISY_CV,
+            figures={f.name: _number(c.figures[f.name].mean) if f.name in c.figures else None for f in shown},
+            distance_percent=_number(ranked.distance_percent), verdict="best" if v is None else v.verdict,
+            p_value=None if v is None else _number(v.p_value), adjusted_p=None if v is None else _number(v.adjusted_p),
+            top_wait=c.top_wait, hosts=c.hosts if pooled else []))
+    return rows, results.verdicts().correction
+
+
+def _best_lines(results: Results) -> list[str]:
+    ranking = results.ranking()
+    if not ranking:
+        return []
+    best, head = ranking[0].result, results.headline
+    spread = "" if best.headline.n < 2 else f" ± {model.figure(best.headline.half_width, head.unit)}"
+    lines = [f"best: {best.cell.label} ({best.cell.id}), {model.figure(best.headline.mean, head.unit)}{spread} {head.unit}"]
+    rest = [r for r in ranking[1:] if r.versus_best is not None]
+    if rest:
+        worst = rest[-1]
+        factor = worst.result.headline.mean / best.headline.mean
+        factor = factor if results.lower_is_better else 1 / factor
+        unsure = [r for r in rest if not r.versus_best.significant]
+        if not unsure:
+            told = "every difference from the best cell is significant at 95 %"
+        else:
+            told = "not significantly different from the best: " + ", ".join(
+                r.result.cell.label for r in unsure[:4]) + (" …" if len(unsure) > 4 else "")
+        lines.append(f"  {factor:.2f}x better than the worst cell ({worst.result.cell.label}); {told}")
+        lines.append(f"  verdicts: {results.verdicts().correction}")
+    return lines
+
+
+def cell_waits(c: CellResult) -> model.CellWaits:
+    resources = [] if not c.tasks else [
+        model.WaitResources(wait_type=w.wait_type, resources=[
+            model.Resource(resource=waiting_tasks.resource_label(r), named=bool(r.resource or r.others),
+                           seconds=r.seconds, share=r.share)
+            for r in w.resources])
+        for w in waiting_tasks.resources_of(c.top, c.tasks) if w.wait_type != "CPU"]  # on CPU, no one waits on anything
+    return model.CellWaits(
+        cell=c.cell.id, label=c.cell.label, factors={short_name(k): v for k, v in c.cell.factors.items()},
+        source=c.wait_source, extras=dict(c.extras), resources=resources,
+        waits=[model.WaitRow(wait_type=w.wait_type, wait_s=w.wait_s, signal_s=w.signal_s, wait_count=w.wait_count,
+                             percentage=w.percentage, avg_wait_s=w.avg_wait_s) for w in c.top])
+
+
+def explanation(expl: explain.Explanation, what: str, baseline: str, candidate: str) -> model.Explanation:
+    name, scale = explain.scale(expl)
+    return model.Explanation(
+        what=what, baseline=baseline, candidate=candidate, per=explain.title(expl), scale=scale,
+        lines=[model.ExplanationLine(wait_type=ln.wait_type, baseline=ln.baseline, candidate=ln.candidate,
+                                     difference=ln.difference, share=ln.share) for ln in expl.lines],
+        notes=[line for line in (explain.note(expl), explain.summary(expl, candidate)) if line])
+
+
+def explanations(results: Results) -> list[model.Explanation]:
+    """What explains each difference: each factor's level against its reference level, the cells
+    matched on the other factors; without factor effects, each cell against the first."""
+    found = []
+    answer = results.answer
+    if answer is not None and answer.effects:
+        for e in answer.effects:
+            done = explain.level(results, e.factor, e.level, e.reference)
+            if done:
+                level, reference = f"{e.factor}={format_value(e.level)}", f"{e.factor}={format_value(e.reference)}"
+                what = f"{level} against {reference}, over {done[1]} pairs of cells alike in the other factors"
+                found.append(explanation(done[0], what, reference, level))
+    elif results.measured:
+        base = results.measured[0]
+        for c in results.measured[1:]:
+            done = explain.cells(results, base, c)
+            if done:
+                found.append(explanation(done, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} ({base.cell.id})",
+                                         base.cell.id, c.cell.id))
+    return found
+
+
+def _headline(results: Results) -> model.Headline:
+    head = results.headline
+    return model.Headline(name=head.name, unit=head.unit, label=head.label,
+                          better="lower" if results.lower_is_better else "higher")
+
+
+def compose(results: Results) -> model.Answer:
+    exp, answer = results.experiment, results.answer
+    settling = results.settling
+    ranking, correction = _ranked(results)
+    notes = [line for line in (results.conditions, results.note) if line]
+    notes += [facts_line(facts, host) for host, facts in results.machines]
+    traced = traces_line(results)
+    notes += [traced] if traced else []
+    return model.Answer(
+        experiment=model.Experiment(name=str(exp.get("name", "?")), engine=str(exp.get("engine", "?")),
+                                    factors={short_name(k): v for k, v in exp.get("factors", {}).items()},
+                                    order_seed=exp.get("order_seed")),
+        headline=_headline(results),
+        figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in results.figures[1:] if f.shown],
+        rounds=results.rounds, settled=results.settled,
+        status=status_line(results) if answer is not None else None, stopped=results.stopped,
+        until_settled=None if settling is None else model.UntilSettled(
+            min_rounds=settling.min_rounds, max_rounds=settling.max_rounds, budget_s=settling.budget_s),
+        factor_effects=None if answer is None else factor_effects(answer),
+        noise=model.Noise(residual_cv=None if answer is None else _number(answer.residual_cv),
+                          rounds_needed={} if answer is None else rounds_needed(answer),
+                          hidden={} if answer is None else hidden_effects(answer),
+                          line=None if answer is None else noise_line(answer), cells=cell_noise_lines(results)),
+        ranking=ranking, ranking_correction=correction, best=_best_lines(results),
+        not_run=[c.cell.id for c in results.cells if c.headline is None],
+        labels={c.cell.id: c.cell.label for c in results.cells},
+        race=race_lines(results),
+        failures=[model.Failure(cell=cell, repetition=rep, message=message) for cell, rep, message in results.failures],
+        warnings=list(results.facts_notes), notes=notes,
+        cells=[cell_waits(c) for c in results.measured],
+        explanations=explanations(results),
+    )
+
+
+def comparison(results: Results, baseline: str | None = None) -> model.Comparison:
+    """Every measured cell against `baseline` (default: the first cell with runs), paired by round."""
+    measured = results.measured
+    if not measured:
+        raise UserError("no finished runs to compare yet")
+    base = measured[0] if baseline is None else results.cell(baseline)
+    if base is None or base.headline is None:
+        raise UserError(f"--baseline {baseline}: no such cell with finished runs")
+    verdicts = results.against(base.cell.id)
+    head = results.headline
+    compared, explained = [], []
+    for c in measured:
+        several = c.headline.n > 1
+        mean = f"{model.figure(c.headline.mean, head.unit)}" + (
+            f" ± {model.figure(c.headline.half_width, head.unit)}" if several else " (1 run)")
+        if c is base:
+            compared.append(model.Compared(cell=c.cell.id, label=c.cell.label, mean=mean, change_percent=None,
+                                           p_value=None, adjusted_p=None, verdict="baseline"))
+            continue
+        v = verdicts.cells[c.cell.id]
+        compared.append(model.Compared(cell=c.cell.id, label=c.cell.label, mean=mean,
+                                       change_percent=_number(v.change_percent), p_value=_number(v.p_value),
+                                       adjusted_p=_number(v.adjusted_p), verdict=v.verdict))
+        done = explain.cells(results, base, c)
+        if done is not None:
+            explained.append(explanation(done, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} ({base.cell.id})",
+                                         base.cell.id, c.cell.id))
+    return model.Comparison(headline=_headline(results), baseline=base.cell.id, baseline_label=base.cell.label, cells=compared,
+                            correction=f"{verdicts.correction}, at 5 %", explanations=explained)

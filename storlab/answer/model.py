@@ -1,0 +1,292 @@
+"""The answer, as one typed value: what each factor does, the ranking, the noise, the settling, each
+cell's waits and what explains the differences. The statistics build it once (storlab.answer.compose);
+the terminal, `show --json` (its schema generated from these types), the HTML report and the exports
+only read it. A new per-cell statistic is a field of `Ranked`, its computation, and a `Column` below:
+every table of the ranking shows the columns listed here, in this order.
+
+Numbers that cannot be known (an interval from too few runs) are None, never NaN."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 2
+Verdict = Literal["different", "equivalent", "undecided"]
+
+
+class _Typed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Experiment(_Typed):
+    name: str
+    engine: str
+    factors: dict[str, list[Any]]  # short name -> its values, in the file's order
+    order_seed: int | None  # None: a folder from before the seed, whose runs went in the matrix order
+
+
+class Figure(_Typed):
+    name: str
+    unit: str
+    label: str
+
+
+class Headline(Figure):
+    better: Literal["lower", "higher"]
+
+
+class Effect(_Typed):
+    """One level against its factor's reference: the ratio of geometric means and its verdict."""
+
+    factor: str
+    level: Any
+    reference: Any
+    given: dict[str, Any] | None  # a conditional effect: the other factor's level it is given at
+    ratio: float
+    ci_low: float | None  # the 1 - alpha interval (the look's alpha when run until settled)
+    ci_high: float | None
+    equivalence_low: float | None  # the 1 - 2 alpha interval that decides equivalence
+    equivalence_high: float | None
+    p_value: float | None
+    adjusted_p: float | None
+    verdict: Verdict
+    hidden: float | None  # the largest effect the interval still allows, a fraction
+    better: bool | None  # the level improves the headline (different only)
+    real: bool  # equivalent, yet told apart from none: a real difference inside the margin
+    said: str  # the verdict in words, with the interval that decided it
+
+
+class Interaction(_Typed):
+    factors: tuple[str, str]
+    p_value: float | None
+    adjusted_p: float | None
+    significant: bool
+
+
+class FactorEffects(_Typed):
+    effects: list[Effect]  # main effects, factor order then level order
+    interactions: list[Interaction]
+    conditional: list[Effect]  # each factor of a significant interaction at each level of the other
+    not_estimable: list[str]
+    settled: bool
+    margin: float
+    rounds: int
+    runs: int
+    residual_cv: float | None
+    formula: str
+    method: str
+    alpha: float
+    look: int | None
+    max_looks: int | None
+    confidence: str  # "95 % CI", or what a look of an experiment run until settled spends
+    interaction_lines: list[str]  # the interactions, in words
+
+
+class UntilSettled(_Typed):
+    min_rounds: int
+    max_rounds: int
+    budget_s: float | None
+
+
+class Noise(_Typed):
+    residual_cv: float | None  # the paired model's: the rounds' drift taken out
+    rounds_needed: dict[str, int]  # "10 %" -> rounds two cells compared round by round need (80 % power)
+    hidden: dict[str, float]  # each undecided factor's largest effect the noise still allows
+    line: str | None  # all of it in words; None without a factor table
+    cells: list[str]  # each noisy cell's warning, and each cell's outliers
+
+
+class Ranked(_Typed):
+    """One measured cell, in the ranking's order (the cell the verdicts hold the others against first)."""
+
+    place: int
+    cell: str
+    label: str
+    factors: dict[str, Any]
+    runs: int
+    mean: float | None
+    ci_half_width: float | None
+    cv: float | None
+    noisy: bool  # its runs vary by more than stats.NOISY_CV
+    figures: dict[str, float | None]  # the workload's other figures shown per cell (Answer.figures), means
+    distance_percent: float | None  # how much worse than the best cell, in % of the best's mean
+    verdict: str  # "best", or the paired verdict against it
+    p_value: float | None
+    adjusted_p: float | None
+    top_wait: str
+    hosts: list[str]  # the hosts that measured its runs, where one cell's runs were pooled from several
+
+
+class WaitRow(_Typed):
+    """A row of the seeds' wait table, per run; None where the source cannot fill a column honestly."""
+
+    wait_type: str
+    wait_s: float
+    signal_s: float | None
+    wait_count: float | None
+    percentage: float
+    avg_wait_s: float | None
+
+
+class Resource(_Typed):
+    resource: str  # as the engine names it ("— (not named)" when it does not; "N others" for the rest)
+    named: bool  # the engine named what the sessions waited on (or this row sums others that it named)
+    seconds: float  # sampled in the wait, per run
+    share: float  # % of the wait's sampled time
+
+
+class WaitResources(_Typed):
+    """Who waits on what: the resources one top wait's sessions were caught waiting on."""
+
+    wait_type: str
+    resources: list[Resource]  # empty: the sampler never caught a session in this wait
+
+
+class CellWaits(_Typed):
+    cell: str
+    label: str
+    factors: dict[str, Any]
+    source: str
+    waits: list[WaitRow]  # top 95 %
+    extras: dict[str, float]  # counters beside the table (MariaDB's redo log, the sessions' CPU), per run
+    resources: list[WaitResources]  # None recorded: the waiting-task sampler saw no session (or did not run)
+
+
+class ExplanationLine(_Typed):
+    wait_type: str
+    baseline: float
+    candidate: float
+    difference: float
+    share: float | None  # of the elapsed difference; None when that is too small to divide by
+
+
+class Explanation(_Typed):
+    """What explains a difference: the waits per unit of work, side by side (storlab.answer.explain)."""
+
+    what: str  # "log_on=ram against log_on=disk, over 2 pairs of cells alike in the other factors"
+    baseline: str
+    candidate: str
+    per: str  # "session-ms per 1,000 rows"
+    scale: float  # 1 for seconds, 1000 for milliseconds
+    lines: list[ExplanationLine]
+    notes: list[str]
+
+
+class Compared(_Typed):
+    cell: str
+    label: str
+    mean: str  # the headline's mean ± its interval, as the ranking writes it
+    change_percent: float | None  # None for the baseline itself
+    p_value: float | None
+    adjusted_p: float | None
+    verdict: str
+
+
+class Comparison(_Typed):
+    """`storlab compare`: every measured cell against one, paired by round, with what explains each difference."""
+
+    headline: Headline
+    baseline: str
+    baseline_label: str
+    cells: list[Compared]
+    correction: str
+    explanations: list[Explanation]
+
+
+class Failure(_Typed):
+    cell: str
+    repetition: int
+    message: str
+
+
+class Answer(_Typed):
+    schema_version: int = SCHEMA_VERSION
+    experiment: Experiment
+    headline: Headline
+    figures: list[Figure]  # the workload's other figures, shown per cell
+    rounds: int
+    settled: bool
+    status: str | None  # settled or not, and why the runs stopped; None without a factor
+    stopped: str | None
+    until_settled: UntilSettled | None
+    factor_effects: FactorEffects | None
+    noise: Noise
+    ranking: list[Ranked]
+    ranking_correction: str | None
+    best: list[str]  # the best cell, how much better than the worst, what is not told apart from it
+    not_run: list[str]  # cells without a finished run
+    labels: dict[str, str]  # every cell's label by its id
+    race: list[str]
+    failures: list[Failure]
+    warnings: list[str]  # runs set aside (other machine facts)
+    notes: list[str]  # what every run started from, how the workload runs, the machines, the traces
+    cells: list[CellWaits]
+    explanations: list[Explanation]
+
+
+# -- the ranking's columns, declared once for every table that shows it ---------------------------
+
+
+def figure(value: float | None, unit: str) -> str:
+    """A figure as a table shows it: seconds to the millisecond (tenths past 10 s), ms to a tenth, rates
+    and counts with separators."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if unit == "s":
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    if unit == "ms":
+        return f"{value:.1f}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    title: Callable[[Answer], str]
+    text: Callable[[Ranked, Answer], str]
+    left: bool = False
+    shown: Callable[[Answer], bool] = lambda answer: True
+
+
+def _mean(row: Ranked, answer: Answer) -> str:
+    unit = answer.headline.unit
+    if row.runs < 2 or row.ci_half_width is None:
+        return f"{figure(row.mean, unit)} (1 run)" if row.runs == 1 else figure(row.mean, unit)
+    return f"{figure(row.mean, unit)} ± {figure(row.ci_half_width, unit)}"
+
+
+def _versus(row: Ranked, answer: Answer) -> str:
+    if row.verdict == "best" or row.distance_percent is None:
+        return row.verdict
+    return f"{row.distance_percent:+.1f} % ({row.verdict})"
+
+
+def _figure_column(name: str) -> Column:
+    def title(answer: Answer) -> str:
+        return next(f.label for f in answer.figures if f.name == name)
+
+    def text(row: Ranked, answer: Answer) -> str:
+        return figure(row.figures.get(name), next(f.unit for f in answer.figures if f.name == name))
+
+    return Column(title, text)
+
+
+def columns(answer: Answer) -> list[Column]:
+    """The ranking's columns for this answer: the fixed ones, the workload's figures after the headline."""
+    fixed = [
+        Column(lambda a: "#", lambda r, a: str(r.place)),
+        Column(lambda a: "cell", lambda r, a: r.cell, left=True),
+        Column(lambda a: "factors", lambda r, a: r.label, left=True),
+        Column(lambda a: a.headline.label, _mean),
+        Column(lambda a: "CV", lambda r, a: "—" if r.cv is None else f"{100 * r.cv:.1f} %" + (" !" if r.noisy else "")),
+    ]
+    after = [
+        Column(lambda a: "runs", lambda r, a: str(r.runs)),
+        Column(lambda a: "vs best", _versus),
+        Column(lambda a: "top wait", lambda r, a: r.top_wait, left=True),
+        Column(lambda a: "hosts", lambda r, a: ", ".join(r.hosts), left=True, shown=lambda a: any(r.hosts for r in a.ranking)),
+    ]
+    return [c for c in fixed + [_figure_column(f.name) for f in answer.figures] + after if c.shown(answer)]

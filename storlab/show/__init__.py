@@ -1,0 +1,1 @@
+"""Renderers of the answer: the terminal, `show --json`; they read storlab.answer.model and compute nothing."""
