@@ -222,6 +222,10 @@ def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_
     assert all(r[5] != "—" and float(r[5]) > 0 for r in table if float(r[3].replace(",", "")) > 0)  # AvgRead_ms
     if engine == "postgres":
         assert all(r[6] != "—" for r in table if float(r[3].replace(",", "")) > 0)  # a histogram where traced
+    # The table built is the size declared, on both engines (InnoDB's rows are measured as it fills).
+    with sqlite3.connect(out / "storlab.sqlite") as db:
+        (built,) = db.execute("SELECT value FROM figures WHERE name = 'table_mb'").fetchone()
+    assert 16 * 0.95 <= built <= 16 * 1.05, built
 
 
 def test_reads_are_traced_only_when_asked_for():
