@@ -123,7 +123,7 @@ def test_preload_libraries_are_added_to_storlabs_and_values_stay_one_line(lab_di
                 "application_name": value}
     spec = spec_for(CellLayout(data_on="disk"), settings, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=2) as inst:
-        with inst.connect() as conn:
+        with inst.admin() as conn:
             assert conn.execute("SHOW shared_preload_libraries").fetchone()[0] == "pg_wait_sampling,auto_explain"
             assert conn.execute("SHOW auto_explain.log_min_duration").fetchone()[0] == "0"
             assert conn.execute("SHOW application_name").fetchone()[0] == value
