@@ -121,7 +121,7 @@ def main() -> None:
     place.chmod(0o755)
     spec = spec_for(CellLayout(data_on="store"), {}, {"store": place})
     with provision("postgres", spec, False, max(counts) + 10) as instance:
-        with instance.connect() as conn:
+        with instance.admin() as conn:
             conn.execute("CREATE DATABASE fleetbench")
         dsn = f"host={instance.socket_dir} port={postgres.PORT} user={postgres.SUPERUSER} dbname=fleetbench"
         print(f"store: PostgreSQL {instance.version}, {args.seconds:g} s per worker count, {args.queued:,} runs queued each")

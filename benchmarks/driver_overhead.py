@@ -50,7 +50,7 @@ def pgbench_rows_per_s(instance, connections: int, rows: int, batch: int) -> flo
         out = subprocess.run(
             [str(postgres.bin_dir() / "pgbench"), "-n", "-M", "prepared", "-f", script.name, "-c", str(connections),
              "-j", str(connections), "-t", str(rows // batch), "-h", str(instance.socket_dir), "-p", str(postgres.PORT),
-             "-U", postgres.SUPERUSER, postgres.DATABASE],
+             "-U", postgres.WORKLOAD_ROLE, postgres.DATABASE],  # as storlab's own sessions connect
             capture_output=True, text=True, check=True,
         ).stdout
     tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))

@@ -154,10 +154,10 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
 # -- experiment commands ---------------------------------------------------------------------
 
 
-def _load(path: str, race: bool = False, until_settled: bool = False):
+def _load(path: str, race: bool = False, until_settled: bool = False, allow_server_programs: bool = False):
     from storlab.experiment import file as experiment
 
-    return experiment.load(path, race, until_settled=until_settled)
+    return experiment.load(path, race, until_settled=until_settled, allow_server_programs=allow_server_programs)
 
 
 def _dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -167,6 +167,16 @@ def _dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
     from storlab.results.shared_store import check_dsn
 
     return check_dsn(value)
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """A number of seconds in the digits 0 to 9 (Python's float() reads "５" as 5 and "1_0" as 10)."""
+    try:
+        if value.isascii() and "_" not in value:
+            return float(value)
+    except ValueError:
+        pass
+    raise UserError(f"{param.opts[0]} {value[:64]!r}: expected a number of seconds, such as 60")
 
 
 def _store_options(command):
@@ -237,7 +247,8 @@ def _tracing(no_trace: bool, trace_reads: bool):
 
 
 def _say(console: Console):
-    return lambda line: console.print(line, markup=False)
+    """One line each, however long (a refusal a script greps for is never wrapped)."""
+    return lambda line: console.print(line, markup=False, soft_wrap=True)
 
 
 @main.command()
@@ -257,8 +268,14 @@ def _say(console: Console):
                    "repetitions = N becomes at most N rounds.")
 @click.option("--no-trace", is_flag=True, help=_NO_TRACE)
 @click.option("--trace-reads", is_flag=True, help=_TRACE_READS)
+@click.option("--allow-server-programs", is_flag=True,
+              help="Take engine_settings that run a program or load a library on the server (archive_command, "
+                   "restore_command, shared_preload_libraries, dynamic_library_path, plugin_load, ...; refused "
+                   "otherwise). WARNING: whoever wrote the experiment then runs code as the servers' OS user on "
+                   "this machine, which may outlive the run: give it only to an experiment you trust. Not with "
+                   "--store (a fleet's workers never take such settings); include files are refused even so.")
 def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
-        race: bool, until_settled: bool, no_trace: bool, trace_reads: bool) -> None:
+        race: bool, until_settled: bool, no_trace: bool, trace_reads: bool, allow_server_programs: bool) -> None:
     """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
@@ -269,7 +286,10 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     from storlab.show import terminal
 
     tracing = _tracing(no_trace, trace_reads)
-    exp = _load(experiment_file, race, until_settled)
+    if allow_server_programs and dsn is not None:
+        raise UserError("--allow-server-programs: only into a results folder; a shared store's experiments are run "
+                        "by its workers too, and a worker never takes settings that run programs or load libraries")
+    exp = _load(experiment_file, race, until_settled, allow_server_programs)
     console = _console()
     if dsn is not None:
         if out is not None:
@@ -390,7 +410,7 @@ def submit(experiment_file: str, dsn: str) -> None:
               help="The shared PostgreSQL store (postgresql://USER@HOST/DB; the password from ~/.pgpass, PGPASSWORD or a service file).")
 @click.option("--host", help="The host this worker runs for (default this machine's name).")
 @click.option("--experiment", help="Take only this experiment's runs.")
-@click.option("--lease", "lease_s", type=float, default=60.0, show_default=True,
+@click.option("--lease", "lease_s", callback=_seconds, default="60", show_default=True, metavar="SECONDS",
               help="Seconds a claim lasts unless renewed (3 to 86400): a dead worker's run goes back to the queue after it.")
 @click.option("--until-done", is_flag=True,
               help="Stop once every run this worker may take is recorded; with --experiment, fail if it refuses that one.")

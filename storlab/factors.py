@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any, Callable, Iterable
 
-from storlab.sizes import parse_size
+from storlab.sizes import digits_note, parse_size
 
 Check = Callable[[Any, str], Any]
 
@@ -89,7 +89,7 @@ def size_text(v: Any, what: str) -> str:
     try:
         parse_size(v)
     except ValueError:
-        raise _wrong(v, what) from None
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}{digits_note(v)}") from None
     return v
 
 

@@ -1,22 +1,29 @@
 """Sizes as users write them, one grammar for the experiment file and the command line: a whole
 number with an optional binary unit K, M, G or T, optionally followed by B or iB ("256MB", "1GiB",
-"64k", "4096"). Every unit is a power of 1024, as PostgreSQL, MariaDB and fio read them."""
+"64k", "4096"). Every unit is a power of 1024, as PostgreSQL, MariaDB and fio read them. Digits are
+ASCII: Python reads "５" (a full-width digit) as 5, which no engine and no user means."""
 
 from __future__ import annotations
 
 import json
 import re
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"\s*([0-9]+)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE | re.ASCII)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def parse_size(text: object) -> int:
     """Bytes; ValueError naming the accepted forms."""
-    match = _SIZE.match(text) if isinstance(text, str) else None
+    match = _SIZE.fullmatch(text) if isinstance(text, str) else None
     if not match:
-        raise ValueError(f'expected a size such as "256MB" or "1GB", got {json.dumps(text, default=str)}')
+        raise ValueError(f'expected a size such as "256MB" or "1GB", got '
+                         f'{json.dumps(text, default=str, ensure_ascii=False)}{digits_note(text)}')
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def digits_note(text: object) -> str:
+    """What to add to a refusal of a number written with other digits than 0 to 9 (full-width, Arabic-Indic)."""
+    return " (digits are 0 to 9)" if isinstance(text, str) and any(c.isdigit() and not c.isascii() for c in text) else ""
 
 
 def format_size(n: int) -> str:

@@ -86,6 +86,22 @@ CASES = [
      'fz.toml:11: layout.data_on: {"ram": 2, "disk": 1} is listed twice; each value of a factor makes one cell'),
     ("a duplicate setting value", "batch = 100", 'batch = 100\n\n[engine_settings]\nwork_mem = ["4MB", "4MB"]',
      'fz.toml:21: engine_settings.work_mem: "4MB" is listed twice; each value of a factor makes one cell'),
+    ("one size in two spellings", "batch = 100", 'batch = 100\n\n[engine_settings]\nwork_mem = ["4MB", "4096kB"]',
+     'fz.toml:21: engine_settings.work_mem: "4096kB" and "4MB" are one value to PostgreSQL (4MB); each value of a '
+     'factor makes one cell'),
+    ("a size and its bare number in a version's table", "batch = 100",
+     'batch = 100\n\n[engine_settings.15]\nwork_mem = ["1GB", "1024 MB"]',
+     'fz.toml:21: engine_settings.15.work_mem: "1024 MB" and "1GB" are one value to PostgreSQL (1GB); each value of a '
+     'factor makes one cell'),
+    ("a full-width digit in a percentage", "repetitions = 2", 'repetitions = 2\nequivalent_within = "５%"',
+     'fz.toml:4: equivalent_within: expected a percentage above 0 and at most 50, such as "2%", got "５%" '
+     '(digits are 0 to 9)'),
+    ("a full-width digit in a size", 'log_on = "ram"', 'log_on = "ram"\nlog_size = "６４MB"',
+     'fz.toml:13: layout.log_size: expected a size such as "1GB" or a list of them, got "６４MB" (digits are 0 to 9)'),
+    ("an Arabic-Indic digit in a budget", "repetitions = 2", 'repetitions = { max = 3, until = "settled", budget = "٥m" }',
+     'fz.toml:3: repetitions: budget: expected a duration such as "90s", "10m" or "2h", got "٥m" (digits are 0 to 9)'),
+    ("a version in full-width digits", 'engine = "postgres"', 'engine = "postgres"\nengine_version = "１８"',
+     'fz.toml:3: engine_version: "１８": storlab runs PostgreSQL 15, 18'),
     ("two factors named alike", "batch = 100", "batch = [100, 200]\n\n[engine_settings]\nbatch = [1, 2]",
      "fz.toml:21: engine_settings.batch: a factor named batch already comes from workload.batch; rename one"),
     ("a name of 300 characters", 'name = "fz"', f'name = "{"a" * 300}"',
@@ -209,6 +225,34 @@ def test_mariadb_settings_storlab_owns_are_refused(lab_root, case, setting, name
     assert result.exit_code == 2
     assert result.stderr.startswith(f"storlab: fz.toml:21: engine_settings.{name}: storlab sets it: ")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("values, said", [
+    ('["128M", 134217728]', '134217728 and "128M" are one value to MariaDB (128MB)'),
+    ('["1g", "1024M"]', '"1024M" and "1g" are one value to MariaDB (1GB)'),
+    ('[1000, "1000"]', '"1000" and 1000 are one value to MariaDB (1,000)'),
+])
+def test_mariadb_reads_one_number_written_two_ways_as_one_value(lab_root, values, said):
+    path = lab_root / "fz.toml"
+    path.write_text(_body("batch = 100", f"batch = 100\n\n[engine_settings]\ninnodb_buffer_pool_size = {values}",
+                          lab_root / "disk", MARIADB))
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr == (f"storlab: fz.toml:21: engine_settings.innodb_buffer_pool_size: {said}; each value of a "
+                             "factor makes one cell\n")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["worker", "--store", "host=/nonexistent dbname=x", "--lease=６０"], "--lease '６０': expected a number of seconds, such as 60"),
+    (["worker", "--store", "host=/nonexistent dbname=x", "--lease=1_0"], "--lease '1_0': expected a number of seconds, such as 60"),
+    (["io", "/var/tmp", "--size=２５６M"], "--size: '２５６M' is not a size (a number with K, M, G or T, as 256M) (digits are 0 to 9)"),
+    (["io", "/var/tmp", "--duration=１０s"],
+     "--duration: '１０s' is not a duration (seconds, or a number with s, m or h, as 10s) (digits are 0 to 9)"),
+])
+def test_numbers_on_the_command_line_are_written_in_digits_0_to_9(args, said):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stderr == f"storlab: {said}\n"
 
 
 def test_mariadb_layout_owned_settings_name_the_layout_key(lab_root):

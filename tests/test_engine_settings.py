@@ -64,8 +64,6 @@ def experiment_with(write_experiment, lab_dir):
      '"work_mem": "lots"'),
     ("postgres", "fsync = 7",
      'settings.toml:19: engine_settings.fsync: PostgreSQL refuses 7: parameter "fsync" requires a Boolean value'),
-    ("postgres", 'shared_preload_libraries = "auto_explain,nope"',
-     "settings.toml:19: engine_settings.shared_preload_libraries: no library nope in /usr/lib/postgresql/15/lib"),
     ("postgres", '"auto_explain.log_min_duration" = 0',
      "settings.toml:19: engine_settings.auto_explain.log_min_duration: unknown setting: PostgreSQL knows an "
      "extension's settings only with the extension in shared_preload_libraries (now: pg_wait_sampling)"),
@@ -86,6 +84,14 @@ def test_names_and_values_the_engine_refuses(experiment_with, tmp_path, engine, 
         assert result.stderr == f"storlab: {expected}\n"
         assert not (tmp_path / "r").exists()
     assert storlab_processes() == []
+
+
+def test_a_preload_library_that_is_not_installed_is_named(experiment_with, tmp_path):
+    path = experiment_with('shared_preload_libraries = "auto_explain,nope"')
+    result = storlab("run", str(path), "--dry-run", "--allow-server-programs", "--out", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert result.stderr == ("storlab: settings.toml:19: engine_settings.shared_preload_libraries: no library nope in "
+                             "/usr/lib/postgresql/15/lib\n")
 
 
 def test_a_value_the_engine_adjusts_is_a_warning(experiment_with, tmp_path):
@@ -123,7 +129,7 @@ def test_preload_libraries_are_added_to_storlabs_and_values_stay_one_line(lab_di
                 "application_name": value}
     spec = spec_for(CellLayout(data_on="disk"), settings, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=2) as inst:
-        with inst.connect() as conn:
+        with inst.admin() as conn:
             assert conn.execute("SHOW shared_preload_libraries").fetchone()[0] == "pg_wait_sampling,auto_explain"
             assert conn.execute("SHOW auto_explain.log_min_duration").fetchone()[0] == "0"
             assert conn.execute("SHOW application_name").fetchone()[0] == value

@@ -31,7 +31,7 @@ from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
 from storlab.results.store import MIGRATIONS, RunResult, Store
 from storlab.running import runner
-from tests.commands import storlab
+from tests.commands import CHECKOUT, storlab
 from tests.conftest import stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
 
@@ -179,7 +179,7 @@ def store_server(lab_root, monkeypatch):
     passfile.write_text(f"*:*:*:fleet:{password}\n")
     passfile.chmod(0o600)
     with provision("postgres", spec_for(CellLayout(data_on="store"), {}, {"store": place}), False, 40) as instance:
-        with instance.connect() as conn:
+        with instance.admin() as conn:
             conn.execute(f"CREATE ROLE fleet LOGIN PASSWORD '{password}'")
             conn.execute("CREATE DATABASE fleet OWNER fleet")
             hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
@@ -256,7 +256,7 @@ def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subpr
     cwd.mkdir(exist_ok=True)
     cwd.chmod(0o755)
     return subprocess.Popen([sys.executable, "-m", "storlab", "worker", "--store", server.dsn, "--host", host,
-                             "--until-done", "--no-trace", *more], cwd=cwd, env=server.env(),
+                             "--until-done", "--no-trace", *more], cwd=cwd, env=server.env(PYTHONPATH=str(CHECKOUT)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

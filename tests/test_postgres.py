@@ -28,7 +28,7 @@ def test_layout_puts_files_where_declared(two_placements):
     spec = spec_for(CellLayout(data_on={"disk": 1, "fast": 1}, data_files=4, log_on="fast"), {}, two_placements)
     with provision("postgres", spec, keep=False, connections=4) as inst:
         prepared(inst, "random-insert", batch=100)
-        with inst.connect() as conn:
+        with inst.admin() as conn:
             rows = conn.execute(
                 "SELECT c.relname, t.spcname, pg_relation_filepath(c.oid) FROM pg_class c "
                 "JOIN pg_tablespace t ON t.oid = c.reltablespace WHERE c.relname LIKE 'lab_insert_%'"
@@ -127,7 +127,7 @@ def test_no_configuration_file_can_open_it_to_the_network(lab_dir):
         with open(conf, "a") as f:
             f.write("listen_addresses = '127.0.0.1'\nport = 55499\nunix_socket_directories = '/tmp'\n")
         inst.restart()
-        with inst.connect() as conn:
+        with inst.admin() as conn:
             assert conn.execute("SHOW listen_addresses").fetchone()[0] == ""
             assert conn.execute("SHOW port").fetchone()[0] == str(postgres.PORT)
             assert conn.execute("SHOW unix_socket_directories").fetchone()[0] == str(inst.socket_dir)
@@ -143,7 +143,7 @@ def test_a_placement_path_with_a_quote_is_quoted_or_refused_in_one_line(lab_root
     spec = spec_for(CellLayout(data_on="disk", data_files=2, log_on="log"), {}, placements)
     with provision("postgres", spec, keep=False, connections=2) as inst:
         run_load(inst, "random-insert", connections=2, rows_per_connection=500, batch=100)
-        with inst.connect() as conn:
+        with inst.admin() as conn:
             assert conn.execute("SELECT count(*) FROM lab_insert").fetchone()[0] == 1000
             wal = Path(conn.execute("SHOW data_directory").fetchone()[0], "pg_wal").resolve()
     assert wal.is_relative_to(placements["log"])

@@ -358,6 +358,8 @@ def test_two_runs_into_one_folder_at_once(tiny, tmp_path, lab_dir):
     ("postgres", "ERROR: cannot execute CREATE TABLE in a read-only transaction",
      {"default_transaction_read_only": "on"}, "default_transaction_read_only"),
     ("postgres", "canceling statement due to statement timeout", {"lock_timeout": "1ms"}, None),
+    ("postgres", 'psycopg.errors.InvalidSchemaName: no schema has been selected to create in\nLINE 1: CREATE TABLE',
+     {"search_path": "nosuchschema"}, "search_path"),
     ("postgres", "server closed the connection unexpectedly", {"statement_timeout": "1ms"}, None),
     ("postgres", "canceling statement due to statement timeout", {"statement_timeout": 0}, None),
     ("postgres", "FATAL: could not map anonymous shared memory: Cannot allocate memory",
@@ -385,6 +387,7 @@ def _huge_pages_available() -> bool:
     ("postgres", 'statement_timeout = "1ms"', "statement timeout"),
     ("postgres", 'default_transaction_read_only = "on"', "read-only transaction"),
     ("postgres", 'idle_session_timeout = "1ms"', "idle-session timeout"),
+    ("postgres", 'search_path = "nosuchschema"', "no schema has been selected to create in"),
     pytest.param("postgres", 'huge_pages = "on"', "could not map anonymous shared memory", marks=pytest.mark.skipif(
         _huge_pages_available(), reason="this machine has huge pages: the server starts")),
     ("mariadb", "max_statement_time = 0.001", "max_statement_time exceeded"),

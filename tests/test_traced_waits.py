@@ -407,7 +407,7 @@ def test_ctrl_c_leaves_no_trace_running(tmp_path_factory, moment, stop):
 @TRACED
 def test_checkpoints_and_wal_switches_are_the_runs_timeline_events(lab_dir):
     spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
-    with provision("postgres", spec, keep=False, connections=1) as inst, inst.connect() as conn:
+    with provision("postgres", spec, keep=False, connections=1) as inst, inst.admin() as conn:  # pg_switch_wal and CHECKPOINT are storlab's to run
         probe = inst.wait_probe()
         t0 = time.monotonic()
         probe.start([conn.execute("SELECT pg_backend_pid()").fetchone()[0]])

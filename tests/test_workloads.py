@@ -220,7 +220,7 @@ def test_log_growth_is_the_wal_segment_size(lab_dir):
             assert conn.execute("SHOW wal_segment_size").fetchone()[0] == "1MB"
             assert conn.execute("SHOW min_wal_size").fetchone()[0] == "4MB"
         run_load(inst, "sequential-insert", connections=2, rows_per_connection=20_000, batch=5000)
-        with inst.connect() as conn:
+        with inst.admin() as conn:
             segments = conn.execute("SELECT count(*) FROM pg_ls_waldir()").fetchone()[0]
         assert segments >= 4  # 40,000 rows of the seeds' table need more than a few 1 MB segments
     assert kind("sequential-insert").figures[0].name == "elapsed_s"

@@ -41,7 +41,12 @@ class Instance(Protocol):
     roots: dict[str, Path]  # placement name -> the instance's own directory on it
 
     def connect(self) -> Any:
-        """A workload session in autocommit."""
+        """A workload session in autocommit, as a user that cannot run programs, load libraries or
+        read the server's files: the custom kind's SQL runs in it too."""
+
+    def admin(self) -> Any:
+        """storlab's own session in autocommit (a superuser): set-up beyond the workload's reach,
+        probes, checkpoints, cancels, the stall watchdog. The wait probes never count it."""
 
     def session_id(self, conn: Any) -> int: ...
 

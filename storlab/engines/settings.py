@@ -3,11 +3,14 @@ gives its grammar (settings.py there: names, the settings storlab owns, how a va
 the installed server is asked).
 
 Checked in two steps. When the experiment file loads (no engine needed): each name is a plain setting
-name (so it cannot add a line to a configuration file), is not one storlab sets itself, and each value
-is a string, number or boolean without control characters. Before `storlab run` (and `--dry-run`)
-starts anything: each name is one the installed engine knows (its own list), and each value is one
-the engine accepts (the engine reads a throwaway configuration file), so a mistake costs one line
-instead of a failed run per cell.
+name (so it cannot add a line to a configuration file), is not one storlab sets itself, does not bring
+in another file's settings (an include: refused always), does not run a program or load a library on
+the server unless the experiment is run here with `storlab run --allow-server-programs` (a fleet worker
+never takes one), and each value is a string, number or boolean without control characters. Before
+`storlab run` (and `--dry-run`) starts anything: each name is one the installed engine knows (its own
+list), and each value is one the engine accepts (the engine, as the servers' OS user, reads a
+throwaway configuration file; what it says about any other file is never repeated), so a mistake
+costs one line instead of a failed run per cell.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ PROBE = "storlab sets it: the wait statistics depend on it"
 AUTH = "storlab sets it: the instance's authentication is storlab's"
 COLD = "storlab sets it: each cell starts with a cold buffer pool"
 USER = "storlab sets it: the servers run as the OS user storlab"
+
+PROGRAM = "runs a program on the server"
+LIBRARY = "loads a library into the server"
+ALLOWED_WITH = "storlab run --allow-server-programs"
+INCLUDE = ("brings in another file's settings, which would go around every check here (and the settings storlab "
+           "sets); write them in [engine_settings]")
 
 
 def value_problem(value: Any) -> str | None:
@@ -90,11 +99,22 @@ class Settings(ABC):
     owned: dict[str, str]  # settings storlab sets -> why a user's value is refused
     owned_prefixes: tuple[tuple[str, str], ...] = ()
     layout_owned: dict[str, str] = {}  # settings a layout key sets when the experiment gives that key
+    # Settings that run a program or load a library on the server -> what they do: taken only from an
+    # experiment run here by whoever runs it (storlab run --allow-server-programs), never from a fleet's store.
+    server_programs: dict[str, str] = {}
+    server_program_prefixes: tuple[tuple[str, str], ...] = ()
+    # Settings refused always, the switch or not -> why: an included file could set anything.
+    never: dict[str, str] = {}
     prefixes: tuple[str, ...] = ()  # forms of a name that reach the same setting (MariaDB's loose-x)
 
     def canonical(self, name: str) -> str:
         """The engine's own spelling of a name."""
         return name.lower()
+
+    def size_bytes(self, value: Any) -> int | None:
+        """The bytes a value names when the engine reads it as a size whatever the setting ("4MB" and
+        "4096kB" are one value); None for any other value."""
+        return None
 
     def spellings(self, form: str) -> set[str]:
         """How a server message may spell a setting."""
@@ -130,8 +150,20 @@ class Settings(ABC):
                 return f"layout.{key} sets it in this experiment"
         return None
 
-    def load_problem(self, settings: dict[str, Any], layout_keys: set[str]) -> tuple[str, str] | None:
-        """The first (name, what is wrong) a file alone shows: name syntax, duplicates, owned settings."""
+    def server_program(self, name: str) -> str | None:
+        """What a setting runs or loads on the server, if it does."""
+        for form in self.forms(name):
+            if form in self.server_programs:
+                return self.server_programs[form]
+            for prefix, what in self.server_program_prefixes:
+                if form.startswith(prefix):
+                    return what
+        return None
+
+    def load_problem(self, settings: dict[str, Any], layout_keys: set[str],
+                     allow_server_programs: bool = False) -> tuple[str, str] | None:
+        """The first (name, what is wrong) a file alone shows: name syntax, duplicates, owned settings,
+        includes, and settings that run programs or load libraries unless `allow_server_programs`."""
         seen: dict[str, str] = {}
         for name in settings:
             if len(name) > MAX_NAME or not self.name_pattern.fullmatch(name):
@@ -140,9 +172,13 @@ class Settings(ABC):
             if key in seen:
                 return name, f"the same setting as {seen[key]}"
             seen[key] = name
-            reason = self.owned_reason(name, layout_keys)
+            reason = self.owned_reason(name, layout_keys) or next(
+                (self.never[form] for form in self.forms(name) if form in self.never), None)
             if reason:
                 return name, reason
+            what = self.server_program(name)
+            if what and not allow_server_programs:
+                return name, f"{what}; taken only with {ALLOWED_WITH} (a fleet worker never takes it)"
         return None
 
     def name_problem(self, name: str, known: set[str], settings: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from storlab import engines, factors
 from storlab.engines.settings import value_problem
@@ -51,6 +51,9 @@ HOST_FACTOR = "fleet.host"
 VERSION_FACTOR = "engine.engine_version"
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_HOSTS = 64
+# The validation's context key: settings that run programs or load libraries on the server are taken
+# (storlab run --allow-server-programs); never set when an experiment is read back from a store.
+ALLOW_SERVER_PROGRAMS = "allow_server_programs"
 
 def _placement_ref(v: Any, what: str) -> str | dict[str, int]:
     """A placement name, or a ratio across placements such as {disk = 7, ram = 1}."""
@@ -241,7 +244,7 @@ class ExperimentModel(RacingKeys, _Strict):
         return checked
 
     @model_validator(mode="after")
-    def _cross_checks(self):
+    def _cross_checks(self, info: ValidationInfo):
         declared = set(self.placements)
         for key in ("data_on", "log_on"):
             for ref in factors.values(getattr(self.layout, key)):
@@ -268,13 +271,14 @@ class ExperimentModel(RacingKeys, _Strict):
             raise KeyProblem(("race",), f"a {self.workload.kind}'s repetitions share what its cell prepared and run one "
                              "after another on one instance; a race needs rounds of every cell")
         given = {key for key in self.layout.model_fields_set if getattr(self.layout, key) is not None}
-        problem = engine.settings.load_problem(self.common_settings(), given)
+        allowed = bool((info.context or {}).get(ALLOW_SERVER_PROGRAMS))
+        problem = engine.settings.load_problem(self.common_settings(), given, allowed)
         if problem:
             raise KeyProblem(("engine_settings", problem[0]), problem[1])
-        self._check_versions(engine, given)
+        self._check_versions(engine, given, allowed)
         return self
 
-    def _check_versions(self, engine: engines.Engine, given: set[str]) -> None:
+    def _check_versions(self, engine: engines.Engine, given: set[str], allow_server_programs: bool) -> None:
         """Each version is one the engine runs, and each version's table is for a version the
         experiment runs, its settings not set for every version as well."""
         if self.engine_version is not None and not engine.versions:
@@ -293,7 +297,7 @@ class ExperimentModel(RacingKeys, _Strict):
                 if engine.settings.canonical(name) in common:
                     raise KeyProblem(("engine_settings", version, name), f"also set for every version as "
                                      f"engine_settings.{common[engine.settings.canonical(name)]}; set it in one place")
-            problem = engine.settings.load_problem(table, given)
+            problem = engine.settings.load_problem(table, given, allow_server_programs)
             if problem:
                 raise KeyProblem(("engine_settings", version, problem[0]), problem[1])
 
@@ -318,8 +322,8 @@ class ExperimentModel(RacingKeys, _Strict):
 
 
 def is_version(key: str) -> bool:
-    """A key of [engine_settings] that names a version (no setting's name is all digits)."""
-    return key.isdigit()
+    """A key of [engine_settings] that names a version (no setting's name is all digits, ASCII ones)."""
+    return key.isascii() and key.isdigit()
 
 
 def nested_in(dotted: str) -> str | None:
@@ -561,18 +565,21 @@ def _control_character(raw: Any, loc: tuple = ()) -> tuple[tuple, str] | None:
     return None
 
 
-def load(path: str | Path, race: bool = False, check_placements: bool = True, until_settled: bool = False) -> Experiment:
+def load(path: str | Path, race: bool = False, check_placements: bool = True, until_settled: bool = False,
+         allow_server_programs: bool = False) -> Experiment:
     """Read and validate an experiment file; any mistake raises UserError naming file, line and key.
     Nothing is created: placements are checked by looking only (`check_placements`: on this
     machine; `storlab submit` leaves them to the workers, whose placements they are). `race`: as if
     the file said `race = true` (storlab run --race); `until_settled`: as if its repetitions said
-    until = "settled" (storlab run --until-settled)."""
+    until = "settled" (storlab run --until-settled); `allow_server_programs`: engine settings that run
+    a program or load a library on the server are taken (storlab run --allow-server-programs)."""
     path = Path(path)
-    return parse(path, _read(path), check_placements=check_placements, race=race, until_settled=until_settled)
+    return parse(path, _read(path), check_placements=check_placements, race=race, until_settled=until_settled,
+                 allow_server_programs=allow_server_programs)
 
 
 def parse(path: Path, text: str, files: dict[str, str] | None = None, check_placements: bool = True,
-          race: bool = False, until_settled: bool = False) -> Experiment:
+          race: bool = False, until_settled: bool = False, allow_server_programs: bool = False) -> Experiment:
     """An experiment from its text, as if read from `path` (relative placements are relative to its
     folder). `files`: the text of the SQL files it names, as a store keeps them (otherwise read)."""
     try:
@@ -598,7 +605,7 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     if bad:
         raise fail(*bad)
     try:
-        model = ExperimentModel.model_validate(raw)
+        model = ExperimentModel.model_validate(raw, context={ALLOW_SERVER_PROGRAMS: allow_server_programs})
     except ValidationError as exc:
         raise fail(*_first_error(exc)) from None
     if model.layout.data_on is None:
@@ -674,16 +681,24 @@ def canonical(value: Any) -> str:
 
 
 def _check_factors(model: ExperimentModel, swept: dict[str, list[Any]]) -> tuple[tuple, str] | None:
-    """No value twice in a factor (two cells with one id), no two factors sharing a short name (exclude
-    rules and labels use it), and a matrix small enough to plan."""
+    """No value twice in a factor (two cells of one value; a setting's size in two spellings is one
+    value, as the engine's grammar reads it), no two factors sharing a short name (exclude rules and
+    labels use it), and a matrix small enough to plan."""
+    grammar = engines.engine(model.engine).settings
     by_short: dict[str, str] = {}
     for dotted, values in swept.items():
         loc = factor_loc(dotted)
-        seen = set()
+        seen: dict[Any, Any] = {}  # what tells values apart -> the first value so told
         for value in values:
-            if canonical(value) in seen:
+            size = grammar.size_bytes(value) if loc[0] == "engine_settings" else None
+            key = canonical(value) if size is None else ("bytes", size)
+            if key in seen and canonical(seen[key]) == canonical(value):
                 return loc, f"{show(value)} is listed twice; each value of a factor makes one cell"
-            seen.add(canonical(value))
+            if key in seen:
+                amount = format_size(size) if size and size % 1024 == 0 else f"{size:,}"
+                return loc, (f"{show(value)} and {show(seen[key])} are one value to {grammar.title} ({amount}); "
+                             "each value of a factor makes one cell")
+            seen[key] = value
         short = short_name(dotted)
         if short in by_short:
             return loc, f"a factor named {short} already comes from {by_short[short]}; rename one"

@@ -5,7 +5,6 @@ answer's statistics read these settings (storlab.answer)."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,12 +20,14 @@ from pydantic import (
 )
 
 from storlab.factors import show
+from storlab.sizes import digits_note
 
 ALPHA = 0.05  # every verdict's error rate: a race's drops and the answer's tests alike (storlab.answer.stats)
 DEFAULT_MIN_ROUNDS = 3
 MAX_ROUNDS = 100  # the experiment file's limit on repetitions (README, "Limits")
 DEFAULT_MIN_SETTLING = 2  # until settled: the first look is after round 2
 DEFAULT_MARGIN = 0.05  # equivalent_within's default for the answer (storlab.effects.DEFAULT_MARGIN)
+NUMBER = r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"  # a decimal number as written in a duration or a percentage
 
 class RaceSettings(BaseModel):
     """What one race needs. `equivalent_within` is a fraction (0.02 for "2%"); lower_is_better is True for
@@ -206,23 +207,21 @@ def until_settled(raw_repetitions: Any) -> Any:
 
 
 def parse_duration(text: object) -> float:
-    """'90s', '10m', '2h' -> seconds. A bare number is refused: seconds and minutes would both be plausible."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)\s*", text) if isinstance(text, str) else None
+    """'90s', '10m', '2h' -> seconds, in ASCII digits. A bare number is refused: seconds and minutes
+    would both be plausible."""
+    match = re.fullmatch(NUMBER + r"\s*(s|m|h)\s*", text, re.ASCII) if isinstance(text, str) else None
     if match and float(match[1]) > 0:
         return float(match[1]) * {"s": 1, "m": 60, "h": 3600}[match[2]]
-    raise ValueError(f'expected a duration such as "90s", "10m" or "2h", got {show(text)}')
+    raise ValueError(f'expected a duration such as "90s", "10m" or "2h", got {show(text)}{digits_note(text)}')
 
 
 def parse_percent(text: object) -> float:
-    """'2%' -> 0.02. A bare number is refused: 2 and 0.02 would both be plausible readings."""
-    if isinstance(text, str) and text.strip().endswith("%"):
-        try:
-            value = float(text.strip()[:-1])
-        except ValueError:
-            value = math.nan
-        if 0 < value <= 50:
-            return value / 100
-    raise ValueError(f'expected a percentage above 0 and at most 50, such as "2%", got {show(text)}')
+    """'2%' -> 0.02, in ASCII digits (float() reads "５" as 5). A bare number is refused: 2 and 0.02
+    would both be plausible readings."""
+    match = re.fullmatch(NUMBER + r"\s*%\s*", text, re.ASCII) if isinstance(text, str) else None
+    if match and 0 < float(match[1]) <= 50:
+        return float(match[1]) / 100
+    raise ValueError(f'expected a percentage above 0 and at most 50, such as "2%", got {show(text)}{digits_note(text)}')
 
 
 

@@ -62,15 +62,16 @@ def parse_size(text: str) -> int:
     except ValueError:
         size = 0
     if size == 0:
-        raise UserError(f"--size: {text!r} is not a size (a number with K, M, G or T, as 256M)")
+        raise UserError(f"--size: {text!r} is not a size (a number with K, M, G or T, as 256M){sizes.digits_note(text)}")
     return size
 
 
 def parse_duration(text: str) -> int:
     """'10s', '2m', '1h' or plain seconds -> whole seconds (fio's runtime granularity here)."""
-    match = re.fullmatch(r"\s*(\d+)\s*(s|m|h)?\s*", text, re.IGNORECASE)
+    match = re.fullmatch(r"\s*([0-9]+)\s*(s|m|h)?\s*", text, re.IGNORECASE | re.ASCII)
     if not match or int(match[1]) == 0:
-        raise UserError(f"--duration: {text!r} is not a duration (seconds, or a number with s, m or h, as 10s)")
+        raise UserError(f"--duration: {text!r} is not a duration (seconds, or a number with s, m or h, as 10s)"
+                        f"{sizes.digits_note(text)}")
     return int(match[1]) * {"s": 1, "m": 60, "h": 3600}[(match[2] or "s").lower()]
 
 

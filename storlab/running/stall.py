@@ -105,8 +105,8 @@ class Watchdog:
         while not self._done.is_set():
             try:
                 if self._conn is None:
-                    # An engine's administrative session where it has one: the wait probes leave it out.
-                    self._conn = getattr(self.instance, "admin", self.instance.connect)()
+                    # storlab's own session, which the wait probes leave out.
+                    self._conn = self.instance.admin()
                 self._conn.execute(PING).fetchone()
                 self._answered = time.monotonic()
             except Exception:  # refused or cut off: no answer; a restart of the server is brief

@@ -1,6 +1,10 @@
 """MariaDB's settings: their names (and the forms that reach one: loose-x, skip-x, ...), those storlab
-sets itself, how my.cnf reads a value, and the installed server's word on a user's settings
-(`mariadbd --verbose --help`, without and with a throwaway option file)."""
+sets itself, those that run a program or load a library, how my.cnf reads a value, and the installed
+server's word on a user's settings (`mariadbd --verbose --help`, without and with a throwaway option
+file; with one, as the servers' OS user: `--help` loads the plugins the file names).
+
+An option file's `!include` and `!includedir` lines cannot be written: a name is letters, digits, `_`
+and `-`, and a value stays on its line."""
 
 from __future__ import annotations
 
@@ -11,10 +15,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from storlab import processes
 from storlab.engines import settings as common
 from storlab.engines.mariadb import log
 from storlab.engines.mariadb.binaries import binaries
 from storlab.errors import RunFailed
+from storlab.lab import instances
+
+CHECK_S = 60
+# MariaDB reads a number with a suffix the same in every numeric setting; a bare number is itself.
+SIZE = re.compile(r"([0-9]+)([KMGTPE]?)", re.ASCII | re.IGNORECASE)
+SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
 
 
 def conf_value(value: Any) -> str:
@@ -54,6 +65,15 @@ class MariadbSettings(common.Settings):
         "performance_schema_instrument": common.PROBE,
     }
     owned_prefixes = (("performance_schema_consumer_", common.PROBE),)
+    server_programs = {
+        "plugin_load": common.LIBRARY,
+        "plugin_load_add": common.LIBRARY,
+        "plugin_dir": f"{common.LIBRARY} from where it names",
+    }
+    # Galera's: its provider is a library, its state transfers and notifications run scripts.
+    server_program_prefixes = (("wsrep_", f"{common.LIBRARY} and runs programs (Galera replication)"),)
+    never = {"init_file": ("runs a file's SQL as the server's superuser when it starts, which could change the "
+                           "settings storlab sets; put your SQL in a custom workload's setup file")}
     layout_owned = {"innodb_log_file_size": "log_size", "innodb_page_size": "page_size"}
     # MariaDB reads `loose-x`, `skip-x`, `enable-x`, `disable-x` and `maximum-x` as forms of x.
     prefixes = ("loose_", "skip_", "enable_", "disable_", "maximum_")
@@ -68,24 +88,32 @@ class MariadbSettings(common.Settings):
     def value(self, value: Any) -> str:
         return conf_value(value)
 
+    def size_bytes(self, value: Any) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        match = SIZE.fullmatch(value) if isinstance(value, str) else None
+        return int(match[1]) * SUFFIXES[match[2].upper()] if match else None
+
     def known_names(self) -> set[str]:
+        """The variables' table, and the options listed before it that have no variable (plugin_load)."""
         out = common.output([str(binaries()[0]), "--no-defaults", "--verbose", "--help"])
         table = out.split("\n-------", 1)[-1].split("\n", 1)[-1].split("\n\n", 1)[0]  # to the blank line after it
-        return {self.canonical(line.split()[0]) for line in table.splitlines() if line.strip()}
+        options = re.findall(r"^  --([A-Za-z0-9_-]+)", out, re.MULTILINE)
+        return {self.canonical(line.split()[0]) for line in table.splitlines() if line.strip()} | \
+            {self.canonical(name) for name in options}
 
     def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
+        user = instances.server_user()
         folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
         try:
             conf = folder / "my.cnf"
             conf.write_text("[mysqld]\n" + "".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
             conf.chmod(0o644)  # mariadbd ignores a world-writable option file
-            done = subprocess.run([str(binaries()[0]), f"--defaults-file={conf}", "--verbose", "--help"],
-                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RunFailed(f"mariadbd: cannot check the engine settings: {exc}") from None
+            instances.give_to(folder, user)
+            said = _messages(user, [str(binaries()[0]), f"--defaults-file={conf}", "--verbose", "--help"], folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        for line in map(log.message, done.stderr.splitlines()):
+        for line in map(log.message, said.splitlines()):
             name = self.blamed(line, settings)
             if name is None:
                 continue
@@ -94,3 +122,20 @@ class MariadbSettings(common.Settings):
             if line.startswith("[Warning]"):
                 warnings.append(f"engine_settings.{name}: MariaDB: {line.removeprefix('[Warning]').strip()}")
         return None
+
+
+def _messages(user: instances.ServerUser, argv: list[str], cwd: Path) -> str:
+    """What mariadbd says on its standard error (its help, on standard output, is not wanted), run as
+    the servers' OS user."""
+    try:
+        child = processes.start(argv, uid=user.uid, gid=user.gid, env=instances.server_env(user), cwd=cwd, text=True,
+                                errors="replace", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise RunFailed(f"mariadbd: cannot check the engine settings: {exc}") from None
+    try:
+        return child.communicate(timeout=CHECK_S)[1]
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"mariadbd: checking the engine settings took more than {CHECK_S} s") from None
+    finally:
+        processes.stop(child)

@@ -7,6 +7,11 @@ tablespace per data placement; a workload's table over N data files is N hash pa
 What keeps the instance private (its socket directory, its port, no TCP address) is on the server's
 command line, which outranks every configuration file: a line added to postgresql.auto.conf cannot
 open it to the network.
+
+The workload's sessions (`connect`) are the role `lab`, which owns what the workload makes and cannot
+run a program, load a library or read a file of the server's; storlab's own work (`admin`: set-up,
+the probes, checkpoints, cancels, the stall watchdog) is the superuser's, in the same database, and
+the probes count the workload's sessions only.
 """
 
 from __future__ import annotations
@@ -35,7 +40,11 @@ from storlab.probes.recorders import Sampler, sched_delta, sched_time
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 PORT = 55432  # the socket file's name only: the instance listens on no TCP address at all
-SUPERUSER = "storlab"
+SUPERUSER = "storlab"  # storlab's own work: set-up, probes, checkpoints, cancels, the stall watchdog
+# The workload's sessions, the custom kind's SQL among them: a role that owns what the workload makes
+# and nothing more (no superuser, no member of pg_execute_server_program or pg_read_server_files), so
+# what an experiment submits cannot run a program or read a file of the server's.
+WORKLOAD_ROLE = "lab"
 DATABASE = "postgres"
 SAMPLING_PERIOD_MS = 10
 ACTIVITY_PERIOD_S = 0.05
@@ -98,6 +107,13 @@ EXPLAIN = "EXPLAIN (FORMAT JSON) "
 TRIM_TEMPLATE = """UPDATE pg_database SET datistemplate = false WHERE datname = 'template0';
 DROP DATABASE template0;
 """
+# The workload's role, made once in the template: it may create schemas, trusted extensions and
+# tables in the database, and tables in the public schema (PostgreSQL 15 no longer lets every role).
+WORKLOAD_ROLE_SQL = f"""CREATE ROLE {WORKLOAD_ROLE} LOGIN;
+GRANT CREATE ON DATABASE {DATABASE} TO {WORKLOAD_ROLE};
+GRANT CREATE ON SCHEMA public TO {WORKLOAD_ROLE};
+"""
+GRANT_TABLESPACE = "GRANT CREATE ON TABLESPACE {name} TO " + WORKLOAD_ROLE
 TABLE_BYTES = """
     SELECT CASE WHEN c.relkind = 'p'
                 THEN (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(c.oid))
@@ -115,8 +131,8 @@ def _tablespace(placement_name: str) -> str:
     return f"ts_{placement_name}".lower().replace("-", "_")
 
 
-def _connect(socket_dir: Path) -> psycopg.Connection:
-    conn = psycopg.connect(host=str(socket_dir), port=PORT, user=SUPERUSER, dbname=DATABASE, autocommit=True,
+def _connect(socket_dir: Path, user: str = SUPERUSER) -> psycopg.Connection:
+    conn = psycopg.connect(host=str(socket_dir), port=PORT, user=user, dbname=DATABASE, autocommit=True,
                            connect_timeout=instances.CONNECT_TIMEOUT_S)
     conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
     return conn
@@ -145,6 +161,12 @@ class PostgresInstance:
         self.wait_sampling = wait_sampling  # pg_wait_sampling's collector runs
 
     def connect(self) -> psycopg.Connection:
+        """A workload session: the unprivileged role `lab`."""
+        return _connect(self.socket_dir, WORKLOAD_ROLE)
+
+    def admin(self) -> psycopg.Connection:
+        """storlab's own session (probes, checkpoints, cancels): the superuser, in the workload's
+        database (the probes name its relations); the probes count the workload's sessions only."""
         return _connect(self.socket_dir)
 
     def restart(self) -> None:
@@ -185,14 +207,14 @@ class PostgresInstance:
         return int(conn.execute(TABLE_BYTES, (name,)).fetchone()[0])
 
     def checkpoint(self) -> None:
-        with self.connect() as conn:
+        with self.admin() as conn:
             conn.execute(CHECKPOINT)
 
     def committed(self, conn: psycopg.Connection) -> int:
         return conn.execute(NEXT_XID).fetchone()[0]
 
     def cancel(self, sessions: list[int]) -> None:
-        with self.connect() as conn:
+        with self.admin() as conn:
             conn.execute(CANCEL, (sessions,))
 
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> TracedWaitProbe:
@@ -224,7 +246,7 @@ class WaitingSessions:
 
     def open(self, sessions: list[int]) -> None:
         self.sessions = sessions
-        self.conn = self.instance.connect()
+        self.conn = self.instance.admin()
 
     def read(self) -> list[tuple[str, str]]:
         return [(name, resource or ("WAL" if "WAL" in name else ""))
@@ -251,7 +273,7 @@ class WaitSamplingProbe:
 
     def start(self, sessions: list[int]) -> None:
         self.sessions = sessions
-        self.conn = self.instance.connect()
+        self.conn = self.instance.admin()
         self.before = self._profile()
         self.sched_before = sched_time(sessions)
 
@@ -304,7 +326,7 @@ class ActivityProbe:
 
     def start(self, sessions: list[int]) -> None:
         self.sessions = sessions
-        self.conn = self.instance.connect()
+        self.conn = self.instance.admin()
         self.sched_before = sched_time(sessions)
         self.sampler = Sampler(ACTIVITY_PERIOD_S, self._record)
         self.sampler.start()
@@ -357,7 +379,7 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
     """An initialized cluster for this server and WAL segment size (the only choices initdb fixes),
     made once: each run copies it instead of running initdb. Its pg_wal is a separate directory."""
     options = {"server": server_version(bins), "bin": str(bins), "wal_segsize_mb": (spec.log_growth_bytes or 16 * 2**20) // 2**20,
-               "databases": "postgres, template1"}
+               "databases": "postgres, template1", "workload_role": WORKLOAD_ROLE}
 
     def build(into: Path) -> None:
         user = instances.server_user()
@@ -369,7 +391,7 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
         )
         instances.run_as(
             user, [str(bins / "postgres"), "--single", "-D", str(into / "pgdata"), "-c", "exit_on_error=true", DATABASE],
-            "postgres --single", cwd=into, input=TRIM_TEMPLATE,
+            "postgres --single", cwd=into, input=TRIM_TEMPLATE + WORKLOAD_ROLE_SQL,
         )
 
     return templates.template("postgres", options, build)
@@ -404,8 +426,9 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
             version = conn.execute(SERVER_VERSION).fetchone()[0]
             for placement in spec.data_placements:
                 location = instances.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)
-                conn.execute(sql.SQL(CREATE_TABLESPACE).format(name=sql.SQL(_tablespace(placement.name)),
-                                                               path=sql.Literal(str(location))))
+                name = sql.SQL(_tablespace(placement.name))
+                conn.execute(sql.SQL(CREATE_TABLESPACE).format(name=name, path=sql.Literal(str(location))))
+                conn.execute(sql.SQL(GRANT_TABLESPACE).format(name=name))
             # Only with the collector running: its reset and views have crashed backends without it.
             if preload and conn.execute(WAIT_COLLECTOR_RUNNING).fetchone()[0] > 0:
                 conn.execute(CREATE_WAIT_SAMPLING)

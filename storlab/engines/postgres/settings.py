@@ -17,6 +17,12 @@ from storlab.lab import instances
 
 # Preload libraries storlab needs, joined with the user's instead of replaced by them.
 STORLAB_PRELOAD = "pg_wait_sampling"
+# A file a message names: PostgreSQL quotes the token it could not read, so a message about any file
+# but the throwaway one could repeat what that file holds.
+FILE_NAMED = re.compile(r'\bfile "([^"]*)"')
+# A number with one of PostgreSQL's memory units (case matters, as the server reads them).
+SIZE = re.compile(r"\s*([0-9]+)\s*(B|kB|MB|GB|TB)\s*", re.ASCII)
+MEMORY_UNITS = {"B": 1, "kB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 
 
 def preload_libraries(user_value: Any) -> str:
@@ -64,6 +70,24 @@ class PostgresSettings(common.Settings):
         "pg_wait_sampling.profile_queries": common.PROBE,
     }
     layout_owned = {"min_wal_size": "log_size"}
+    server_programs = {
+        "archive_command": common.PROGRAM,
+        "restore_command": common.PROGRAM,
+        "archive_cleanup_command": common.PROGRAM,
+        "recovery_end_command": common.PROGRAM,
+        "ssl_passphrase_command": common.PROGRAM,
+        "archive_library": common.LIBRARY,
+        "shared_preload_libraries": common.LIBRARY,
+        "session_preload_libraries": common.LIBRARY,
+        "local_preload_libraries": common.LIBRARY,
+        "jit_provider": common.LIBRARY,
+        "oauth_validator_libraries": common.LIBRARY,  # 18
+        "output_plugin_libraries": common.LIBRARY,
+        "dynamic_library_path": f"{common.LIBRARY} from where it names",
+        "extension_destdir": f"{common.LIBRARY} from where it names (Debian's setting)",
+        "extension_control_path": f"{common.LIBRARY} and runs the extension scripts found where it names",  # 18
+    }
+    never = {"include": common.INCLUDE, "include_dir": common.INCLUDE, "include_if_exists": common.INCLUDE}
 
     def __init__(self, version: str = DEFAULT_VERSION):
         self.version = version  # whose server has the last word: a setting one version lacks is refused for it
@@ -75,6 +99,12 @@ class PostgresSettings(common.Settings):
 
     def value(self, value: Any) -> str:
         return conf_value(value)
+
+    def size_bytes(self, value: Any) -> int | None:
+        """A memory unit makes a value a size; a bare number counts in its setting's own unit, which
+        the file does not say."""
+        match = SIZE.fullmatch(value) if isinstance(value, str) else None
+        return int(match[1]) * MEMORY_UNITS[match[2]] if match else None
 
     def known_names(self) -> set[str]:
         out = common.output([str(bin_dir(self.version) / "postgres"), "--describe-config"])
@@ -122,7 +152,8 @@ class PostgresSettings(common.Settings):
             shutil.rmtree(folder, ignore_errors=True)
         if code == 0:
             return None
-        lines = [log.message(line) for line in out.splitlines()]
+        lines = [log.message(line) for line in out.splitlines()
+                 if all(named == str(conf) for named in FILE_NAMED.findall(line))]
         for i, line in enumerate(lines):
             name = self.blamed(line, settings) if line.startswith(("LOG:", "FATAL:", "ERROR:")) else None
             if name and "unrecognized configuration parameter" in line:
@@ -131,4 +162,4 @@ class PostgresSettings(common.Settings):
                 hint = lines[i + 1] if i + 1 < len(lines) and lines[i + 1].startswith("HINT:") else ""
                 message = line.split(":", 1)[1].strip() + (f" ({hint})" if hint else "")
                 return name, f"PostgreSQL refuses {common.show(settings[name])}: {message}"
-        return next(iter(settings)), f"PostgreSQL refuses these settings: {' | '.join(lines[-2:])}"
+        return next(iter(settings)), f"PostgreSQL refuses these settings: {' | '.join(lines[-2:]) or 'it does not say why'}"

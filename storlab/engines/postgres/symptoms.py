@@ -13,4 +13,7 @@ SYMPTOMS: tuple[tuple[str, str], ...] = (
     ("huge_pages", r"could not map anonymous shared memory|huge pages"),
     ("temp_file_limit", r"temporary file size exceeds temp_file_limit"),
     ("max_connections", r"too many clients already|remaining connection slots are reserved"),
+    # No schema on the path exists (a custom setup may make one, so it cannot be told before): the
+    # workload's first CREATE has nowhere to go.
+    ("search_path", r"no schema has been selected to create in"),
 )

@@ -214,7 +214,7 @@ class TracedWaitProbe:
             capture = self.sampled.stop()
         if maps is None:
             return traced_waits.without_counts(capture, self.note or "not traced")
-        with self.instance.connect() as conn:
+        with self.instance.admin() as conn:
             names = _Names(conn, self.instance)
             waited = lock_waits(maps, names) + lwlock_waits(maps)
             files = instance_files(maps, names, self.reads)
