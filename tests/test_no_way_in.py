@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from storlab.engines import provision
-from storlab.engines.postgres import instance as postgres
 from storlab.lab import cgroups, instances
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
@@ -173,14 +172,15 @@ def test_a_folder_of_an_instance_that_is_no_longer_storlabs_is_said_once(lab_roo
 @pytest.mark.engine
 @pytest.mark.skipif(cgroups.unavailable() is not None, reason="this host cannot make control groups")
 def test_a_program_the_server_started_ends_with_its_instance(lab_dir):
-    """A program run from SQL (COPY ... TO PROGRAM, as a superuser can), put in a session of its own so
-    that no process group holds it: killed when the instance ends, and its control group removed."""
+    """A program run from SQL (COPY ... TO PROGRAM, as only storlab's own superuser session can: a
+    workload's role cannot), put in a session of its own so that no process group holds it: killed when
+    the instance ends, and its control group removed."""
     marker = f"sleep {900 + os.getpid() % 97}"
     spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=2) as inst:
         group = inst.workspace.group
         assert group is not None and inst.workspace.server.pid in group.pids()
-        with postgres._connect(inst.socket_dir) as conn:
+        with inst.admin() as conn:
             conn.execute(f"COPY (SELECT 1) TO PROGRAM 'setsid {marker} >/dev/null 2>&1 </dev/null &'")
         deadline = time.monotonic() + 10
         while not running(marker) and time.monotonic() < deadline:
