@@ -112,7 +112,7 @@ def test_never_removes_a_directory_it_did_not_make(lab_dir):
     assert (foreign / "precious").exists()
     manifest = instances.Manifest("po00000000", "postgres", owner_pid=1, dirs=[str(foreign)])
     manifest.save()
-    assert cleanup.clean(live=True)[0].refused == [str(foreign)]
+    assert cleanup.clean(live=True)[0].refused == [f"{foreign} (not storlab's folder now; nothing there was touched)"]
     assert (foreign / "precious").exists()
     with pytest.raises(RunFailed, match="will not reuse"):
         instances.make_owned_dir(foreign, manifest, instances.server_user())

@@ -17,8 +17,7 @@ from storlab.engines.settings import Settings
 from storlab.errors import RunFailed
 from storlab.lab.diagnosis import ServerLog
 from storlab.lab.layout import InstanceSpec
-from storlab.probes.bpftrace import Tracing
-from storlab.probes.waits import WaitProbe
+from storlab.probes.target import Probed
 
 
 @dataclass(frozen=True)
@@ -33,25 +32,11 @@ class Table:
     index_key: bool = True  # PostgreSQL: a btree on the key (InnoDB clusters on the key by itself)
 
 
-class Instance(Protocol):
-    """A running throwaway server with one cell's layout."""
-
-    engine: str
-    version: str
-    roots: dict[str, Path]  # placement name -> the instance's own directory on it
-
-    def connect(self) -> Any:
-        """A workload session in autocommit, as a user that cannot run programs, load libraries or
-        read the server's files: the custom kind's SQL runs in it too."""
-
-    def admin(self) -> Any:
-        """storlab's own session in autocommit (a superuser): set-up beyond the workload's reach,
-        probes, checkpoints, cancels, the stall watchdog. The wait probes never count it."""
+class Instance(Probed, Protocol):
+    """A running throwaway server with one cell's layout: what its probes ask (probes.target.Probed:
+    its sessions, the superuser's, its waits, its placements) and what the workloads ask."""
 
     def session_id(self, conn: Any) -> int: ...
-
-    def session_os_pids(self, sessions: list[int]) -> list[int]:
-        """The OS process or thread serving each session (for /proc schedstat)."""
 
     def create_table(self, conn: Any, table: Table) -> None:
         """Create `table` spread over the cell's data files."""
@@ -66,9 +51,6 @@ class Instance(Protocol):
     def restart(self) -> None:
         """Stop the server cleanly and start it again: its buffers empty, its files as they were."""
 
-    def cpu_s(self) -> float:
-        """The server's CPU seconds so far, its finished worker processes included (to be differenced)."""
-
     def checkpoint(self) -> None:
         """Write every dirty page of the instance to its files (before a measured run)."""
 
@@ -77,12 +59,6 @@ class Instance(Protocol):
 
     def cancel(self, sessions: list[int]) -> None:
         """Stop whatever the sessions are running (a failed or interrupted load)."""
-
-    def wait_probe(self, tracing: Tracing = Tracing.ON) -> WaitProbe:
-        """The workload's waits, with what `tracing` asks bpftrace to trace (Tracing.OFF: storlab run --no-trace)."""
-
-    def waiting_tasks_probe(self) -> Any:
-        """A reader of the workload's waiting sessions and what each waits on (waiting_tasks.WaitingSessions)."""
 
     def parallel_workers(self, conn: Any, workers: int) -> None:
         """Let the session's queries use up to `workers` parallel workers (an engine that runs a query

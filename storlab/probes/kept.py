@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+
+if TYPE_CHECKING:  # the instance's protocol names types of the probes that import this module
+    from storlab.probes.target import Probed
 
 
 class Db(Protocol):
@@ -41,10 +44,10 @@ class Adapted:
 
 @dataclass(frozen=True)
 class RunScope:
-    """What a probe is told of the run it records: the instance (an engines.base.Instance), and
-    whether every IO's size is traced (bpftrace), where that is the question (cell_runs.traces_io)."""
+    """What a probe is told of the run it records: the instance, and whether every IO's size is
+    traced (bpftrace), where that is the question (cell_runs.traces_io)."""
 
-    instance: Any
+    instance: Probed
     traced: bool
 
 

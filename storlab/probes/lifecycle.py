@@ -23,6 +23,7 @@ from storlab.probes.kept import RunScope
 from storlab.probes.recorders import DeviceTimeline
 from storlab.probes.registry import PROBES
 from storlab.probes.wait_timeline import WaitTimeline
+from storlab.probes.target import Probed
 
 CAPTURE, TIMELINE = "capture", "timeline"
 
@@ -46,7 +47,7 @@ class Recorder:
     stop: Callable[[], Any]
 
 
-def around_run(instance: Any, traced: bool, tracing: Tracing = Tracing.ON) -> list[Recorder]:
+def around_run(instance: Probed, traced: bool, tracing: Tracing = Tracing.ON) -> list[Recorder]:
     """Every recorder of a run on `instance`, in the order they start. `traced`: every IO's size
     is traced (bpftrace), not only each interval's average; `tracing` what the engine's wait probe
     traces (OFF: no bpftrace at all, it keeps its sampled figures and says so)."""

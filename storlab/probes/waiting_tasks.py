@@ -9,11 +9,12 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 from storlab.errors import RunFailed
 from storlab.probes.kept import Adapted, Db, Probe
 from storlab.probes.recorders import Sampler
+from storlab.probes.target import WaitingSessions
 from storlab.probes.waits import WaitingTask, WaitRow
 
 # A reading on PostgreSQL reads pg_locks, which takes every lock-manager partition's lock: at 10 a
@@ -23,18 +24,6 @@ from storlab.probes.waits import WaitingTask, WaitRow
 PERIOD_S = 0.5
 # Resources listed under one wait, the rest summed in one row: partitions can be many.
 MAX_RESOURCES = 8
-
-
-class WaitingSessions(Protocol):
-    """An engine's reader of its waiting sessions (`instance.waiting_tasks_probe()`)."""
-
-    def open(self, sessions: list[int]) -> None: ...
-
-    def read(self) -> list[tuple[str, str]]:
-        """One (wait type, resource) per session of the workload waiting now; "" for a resource the
-        engine does not name. Sessions on CPU or idle are left out."""
-
-    def close(self) -> None: ...
 
 
 class WaitingTasksSampler:

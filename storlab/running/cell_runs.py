@@ -27,6 +27,7 @@ from storlab.results.store import RunResult
 from storlab.running import stall
 from storlab.running.queue import LeaseLost
 from storlab.workloads.kind import Warmup
+from storlab.engines.base import Instance
 
 
 @dataclass
@@ -117,7 +118,7 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
 
 
 @contextmanager
-def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Any]:
+def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Instance]:
     """A fresh instance with the cell's layout; stopped and removed on every way out."""
     experiment = lab.experiment
     spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version)
@@ -126,7 +127,7 @@ def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Any]:
         yield instance
 
 
-def measure(experiment: Experiment, cell: matrix.Cell, instance: Any, on_progress=None,
+def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_progress=None,
             watch: stall.Watchdog | None = None, tracing: Tracing = Tracing.ON) -> RunResult:
     """One measured run on a prepared instance: settled first (restarted too, for a kind that reads
     cold, the watchdog paused meanwhile), with the recorders around the load (run_probes)."""
@@ -161,7 +162,7 @@ def traces_io(experiment: Experiment) -> bool:
     return bool(experiment.device_sizes) or experiment.workload.cold
 
 
-def _device_conditions(cell: matrix.Cell, instance: Any) -> dict[str, Any]:
+def _device_conditions(cell: matrix.Cell, instance: Instance) -> dict[str, Any]:
     """What each device placement really was for this run, read back from sysfs and the mount table."""
     if not cell.devices:
         return {}

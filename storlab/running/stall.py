@@ -19,6 +19,7 @@ from storlab import processes
 from storlab.errors import RunFailed
 from storlab.lab import cgroups, instances
 from storlab.workloads.kind import WorkloadParams
+from storlab.engines.base import Instance
 
 DEFAULT_STALL_S = 60.0
 PING_PERIOD_S = 1.0
@@ -54,7 +55,7 @@ class Watchdog:
     """Pings `instance` while the `with` block runs; after `after_s` without an answer it calls
     `on_stall` (a fleet worker stops renewing its lease) and kills the instance."""
 
-    def __init__(self, instance: Any, after_s: float, on_stall: Callable[[], None] | None = None,
+    def __init__(self, instance: Instance, after_s: float, on_stall: Callable[[], None] | None = None,
                  kill: Callable[[], None] | None = None):
         self.instance = instance
         self.after_s = after_s

@@ -13,6 +13,7 @@ from typing import Any
 
 from storlab.probes.file_io import FileIO
 from storlab.probes.waits import WaitCapture, WaitProbe
+from storlab.probes.target import Probed
 
 SOURCE = "performance_schema"
 FILE_SUMMARY = """
@@ -54,7 +55,7 @@ def _where(path: Path, roots: dict[str, Path]) -> tuple[str, str]:
 class FileSummaryProbe:
     """The instance's wait probe, with its files' IO read around the same load."""
 
-    def __init__(self, waits: WaitProbe, instance: Any):
+    def __init__(self, waits: WaitProbe, instance: Probed):
         self.waits = waits
         self.instance = instance
         self.source = waits.source

@@ -44,6 +44,7 @@ from storlab import timeline
 from storlab.probes import bpftrace, file_io, traced_waits
 from storlab.probes.file_io import FileIO
 from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
+from storlab.probes.target import Probed
 
 SOURCE = "bpftrace"
 BLOCK = 8192  # every smgr read is one block (bpftrace 0.17 reads no 7th USDT argument, the bytes read)
@@ -170,7 +171,7 @@ class TracedWaitProbe:
     waits and per-file IO into the capture. `command`: the bpftrace to run, None when traces are
     turned off (the sampled figures only)."""
 
-    def __init__(self, sampled: WaitProbe, instance: Any, command: str | None = "bpftrace", reads: bool = False):
+    def __init__(self, sampled: WaitProbe, instance: Probed, command: str | None = "bpftrace", reads: bool = False):
         self.sampled = sampled
         self.instance = instance
         self.command = command
@@ -227,7 +228,7 @@ class TracedWaitProbe:
 class _Names:
     """OIDs and file nodes named through the instance, each asked once."""
 
-    def __init__(self, conn: Any, instance: Any):
+    def __init__(self, conn: Any, instance: Probed):
         self.conn = conn
         self.database = conn.execute(DATABASE_OID).fetchone()[0]
         spaces = dict(conn.execute(TABLESPACES).fetchall())

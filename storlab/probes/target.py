@@ -1,0 +1,49 @@
+"""What a probe asks of the running instance it records (engines.base.Instance is this and what the
+workloads ask): probes sit below the engines, so they name the instance by this protocol alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from storlab.lab.layout import InstanceSpec
+from storlab.probes.bpftrace import Tracing
+from storlab.probes.waits import WaitProbe
+
+
+class WaitingSessions(Protocol):
+    """An engine's reader of its waiting sessions (`instance.waiting_tasks_probe()`)."""
+
+    def open(self, sessions: list[int]) -> None: ...
+
+    def read(self) -> list[tuple[str, str]]:
+        """(wait, what it waits on) for each session waiting now; "" where the engine names nothing."""
+
+    def close(self) -> None: ...
+
+
+class Probed(Protocol):
+    """A running throwaway server with one cell's layout, as its probes see it."""
+
+    engine: str
+    version: str
+    spec: InstanceSpec  # the cell's layout: its placements, data files, log, settings
+    roots: dict[str, Path]  # placement name -> the instance's own directory on it
+
+    def connect(self) -> Any:
+        """A workload session in autocommit (the workload's unprivileged role)."""
+
+    def admin(self) -> Any:
+        """storlab's own session (the superuser): its probes, checkpoints and cancels, never counted as the workload's."""
+
+    def session_os_pids(self, sessions: list[int]) -> list[int]:
+        """The OS process or thread serving each session (for /proc schedstat)."""
+
+    def cpu_s(self) -> float:
+        """The server's CPU seconds so far, its finished worker processes included (to be differenced)."""
+
+    def wait_probe(self, tracing: Tracing = Tracing.ON) -> WaitProbe:
+        """The workload's waits, with what `tracing` asks bpftrace to trace (Tracing.OFF: storlab run --no-trace)."""
+
+    def waiting_tasks_probe(self) -> WaitingSessions:
+        """A reader of the workload's waiting sessions and what each waits on."""
