@@ -29,7 +29,9 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
-from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 from storlab.running import runner
 from tests.commands import storlab
 from tests.conftest import stop_instance, stopped_processes, storlab_processes

@@ -15,8 +15,9 @@ from storlab.errors import UserError
 from storlab.probes import kept, lifecycle, pressure, registry, waiting_tasks
 from storlab.probes.waits import Wait, WaitCapture, WaitingTask
 from storlab.report import page
-from storlab.results import store as store_module
-from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 
 DATA = Path(__file__).parent / "data"
 
@@ -47,7 +48,7 @@ def with_probe(monkeypatch):
 
     def add(probe: kept.Probe) -> None:
         probes = known + (probe,)
-        for module in (registry, store_module, lifecycle, page):
+        for module in (registry, lifecycle, page):  # the store reads the registry's
             monkeypatch.setattr(module, "PROBES", probes)
     return add
 
@@ -95,7 +96,7 @@ def test_a_store_whose_probe_a_newer_storlab_changed_is_refused(tmp_path, with_p
         bind(store)
     with_probe(queue_probe(CREATE))
     for create in (True, False):
-        with pytest.raises(UserError, match=r"newer storlab \(probe queue_depth at 2\)"):
+        with pytest.raises(UserError, match=r"probe queue_depth at version 2, where this storlab knows its tables up to version 1: written by a newer storlab"):
             with Store.open(tmp_path, create=create):
                 pass
 

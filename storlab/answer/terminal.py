@@ -32,15 +32,18 @@ def _ci(result: CellResult, unit: str = "s") -> str:
     return f"{fmt_figure(s.mean, unit)} ± {fmt_figure(s.half_width, unit)}"
 
 
-def _versus(ranked: Ranked) -> str:
+def versus(ranked: Ranked) -> str:
+    """A ranked cell against the best: its distance in % and the verdict."""
     if ranked.versus_best is None:
         return "best"
+    if not math.isfinite(ranked.distance_percent):
+        return ranked.versus_best.verdict
     return f"{ranked.distance_percent:+.1f} % ({ranked.versus_best.verdict})"
 
 
 def _cv(result: CellResult) -> str:
     s = result.headline
-    if s.n < 2:
+    if s.n < 2 or not math.isfinite(s.cv):
         return "—"
     return f"{100 * s.cv:.1f} %" + (" !" if s.cv > NOISY_CV else "")
 
@@ -51,8 +54,11 @@ def show(results: Results, console: Console) -> None:
     if results.answer is not None:
         factor_answer(results, console)
         console.print()
-    console.print(Text.assemble((str(exp.get("name", "?")), "bold"),
-                                f" on {exp.get('engine', '?')}: {head.label}, mean ± 95 % CI"))
+    elif results.no_ratios is not None:
+        console.print(Text(unavailable_line(results)))
+        console.print()
+    console.print(Text.assemble((exp.name if exp else "?", "bold"),
+                                f" on {exp.engine if exp else '?'}: {head.label}, mean ± 95 % CI"))
     others = [f for f in results.figures[1:] if f.shown]
     table = Table(show_edge=False)
     columns = [("#", "right"), ("cell", "left"), ("factors", "left"), (head.label, "right"), ("CV", "right")]
@@ -69,7 +75,7 @@ def show(results: Results, console: Console) -> None:
         table.add_row(*_plain(
             place, c.cell.id, c.cell.label, _ci(c, head.unit), _cv(c),
             *[fmt_figure(c.figures[f.name].mean if f.name in c.figures else None, f.unit) for f in others],
-            len(c.runs), _versus(ranked), c.top_wait, *([", ".join(c.hosts)] if pooled else []),
+            len(c.runs), versus(ranked), c.top_wait, *([", ".join(c.hosts)] if pooled else []),
         ))
     for c in results.cells:
         if c.headline is None:
@@ -81,7 +87,9 @@ def show(results: Results, console: Console) -> None:
         console.print(Text.assemble("best: ", (best.cell.label, "bold"),
                                     f" ({best.cell.id}), {_ci(best, head.unit)} {head.unit}"))
         rest = [r for r in ranking[1:] if r.versus_best is not None]
-        if rest:
+        if rest and results.no_ratios is not None:
+            console.print(Text(f"  verdicts: {results.verdicts().correction}"))
+        elif rest:
             worst = rest[-1]
             factor = worst.result.headline.mean / best.headline.mean
             factor = factor if results.lower_is_better else 1 / factor
@@ -154,8 +162,8 @@ def factor_answer(results: Results, console: Console) -> None:
     """What each factor does to the headline: each level against its factor's reference level."""
     answer = results.answer
     exp, head = results.experiment, results.headline
-    order = ", each in a random order" if exp.get("order_seed") is not None else ""
-    console.print(Text.assemble((str(exp.get("name", "?")), "bold"),
+    order = ", each in a random order" if exp is not None and exp.order_seed is not None else ""
+    console.print(Text.assemble((exp.name if exp else "?", "bold"),
                                 f": what each factor does to {head.label}, {answer.runs} runs in {answer.rounds} "
                                 f"rounds{order} (ratio: level / reference, geometric means)"))
     if answer.effects:
@@ -202,6 +210,11 @@ def hidden_effects(answer: FactorAnswer) -> dict[str, float]:
         if e.verdict == effects.UNDECIDED and math.isfinite(e.hidden):
             hidden[e.factor] = max(hidden.get(e.factor, 0.0), e.hidden)
     return hidden
+
+
+def unavailable_line(results: Results) -> str:
+    """What each factor does, when the runs cannot be read as ratios."""
+    return f"{results.name or '?'}: what each factor does: unavailable: {results.no_ratios}"
 
 
 def status_line(results: Results) -> str:
@@ -352,10 +365,11 @@ def compare_cells(results: Results, console: Console, baseline: str | None = Non
             table.add_row(*_plain(c.cell.id, c.cell.label, _ci(c, head.unit), "baseline", "", "", ""))
             continue
         v = verdicts.cells[c.cell.id]
-        table.add_row(*_plain(c.cell.id, c.cell.label, _ci(c, head.unit), f"{v.change_percent:+.1f} %",
+        change = f"{v.change_percent:+.1f} %" if math.isfinite(v.change_percent) else "—"
+        table.add_row(*_plain(c.cell.id, c.cell.label, _ci(c, head.unit), change,
                               _fmt(v.p_value, 3), _fmt(v.adjusted_p, 3), v.verdict))
     console.print(table)
-    console.print(Text(f"verdicts: {verdicts.correction}, at 5 %"))
+    console.print(Text(f"verdicts: {verdicts.correction}" + (", at 5 %" if results.no_ratios is None else "")))
     for c in measured:
         if c is not base:
             explained = explain.cells(results, base, c)
@@ -412,14 +426,15 @@ def as_json(results: Results) -> dict:
         })
     return {
         "schema_version": SCHEMA_VERSION,
-        "experiment": {"name": exp.get("name"), "engine": exp.get("engine"),
-                       "factors": {k.split(".", 1)[1]: v for k, v in exp.get("factors", {}).items()},
-                       "order_seed": exp.get("order_seed")},
+        "experiment": {"name": results.name, "engine": exp.engine if exp else None,
+                       "factors": {k.split(".", 1)[1]: v for k, v in results.factors.items()},
+                       "order_seed": exp.order_seed if exp else None},
         "headline": {"name": head.name, "unit": head.unit, "label": head.label,
                      "better": "lower" if results.lower_is_better else "higher"},
         "rounds": results.rounds,
         "settled": results.settled,
-        "status": status_line(results) if answer is not None else None,
+        "status": status_line(results) if answer is not None else
+        unavailable_line(results) if results.no_ratios is not None else None,
         "stopped": results.stopped,
         "until_settled": None if settling is None else
         {"min_rounds": settling.min_rounds, "max_rounds": settling.max_rounds, "budget_s": settling.budget_s},

@@ -76,7 +76,7 @@ def headline_chart(results: Results, png: Path) -> str:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{results.experiment.get('name', '')}: {results.headline.label}")
+    ax.set_title(f"{results.name or ''}: {results.headline.label}")
     return _svg(fig, png)
 
 
@@ -114,7 +114,7 @@ def forest_chart(results: Results, png: Path) -> str:
     ax.set_xlabel(f"{results.headline.label}: level / reference (geometric means, {confidence(answer)})")
     ax.grid(alpha=0.3, axis="x")
     ax.legend(fontsize=8, loc="best")
-    ax.set_title(f"{results.experiment.get('name', '')}: what each factor does")
+    ax.set_title(f"{results.name or ''}: what each factor does")
     return _svg(fig, png)
 
 
@@ -150,10 +150,9 @@ def _ranking_html(results: Results) -> str:
     for place, r in enumerate(results.ranking(), 1):
         c = r.result
         ci = "—" if c.headline.n < 2 else f"± {fmt_figure(c.headline.half_width, head.unit)}"
-        versus = "best" if r.versus_best is None else f"{r.distance_percent:+.1f} % ({r.versus_best.verdict})"
         rows.append([f"{place}. {c.cell.label}", c.cell.id, fmt_figure(c.headline.mean, head.unit), ci,
                      *[fmt_figure(c.figures[f.name].mean if f.name in c.figures else None, f.unit) for f in others],
-                     len(c.runs), versus, c.top_wait, *([", ".join(c.hosts)] if pooled else [])])
+                     len(c.runs), answer_text.versus(r), c.top_wait, *([", ".join(c.hosts)] if pooled else [])])
     return _table(["cell", "id", head.label, "95 % CI", *[f.label for f in others], "runs", "vs best", "top wait",
                    *(["hosts"] if pooled else [])], rows)
 
@@ -253,10 +252,10 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     folder = store.folder
     outputs.claim(folder, FILES)
     capabilities = capability.gather(store, results, list(io or []))
-    name = results.experiment.get("name", folder.name)
+    name = results.name or folder.name
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
-    if results.experiment:
-        sections.append(f"<p>engine {html.escape(results.experiment['engine'])}, "
+    if results.experiment is not None:
+        sections.append(f"<p>engine {html.escape(results.experiment.engine)}, "
                         f"{len(results.cells)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
     for note in results.facts_notes:
         sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
@@ -268,6 +267,8 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                                   "each level's ratio to its factor's reference level, with its interval; "
                                   "the shaded band is the margin of equivalence")
                         + factors_html(results))
+    elif results.no_ratios is not None:
+        sections.append(f"<h2>What each factor does</h2><p>{html.escape(answer_text.unavailable_line(results))}</p>")
     if results.measured:
         sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
                         + _figure(headline_chart(results, folder / "elapsed.png")))
