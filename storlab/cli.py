@@ -229,7 +229,8 @@ def _tracing(no_trace: bool, trace_reads: bool):
 
 
 def _say(console: Console):
-    return lambda line: console.print(line, markup=False)
+    """A line of a run's or a worker's log, as it is: never markup, never wrapped."""
+    return lambda line: console.print(line, markup=False, soft_wrap=True)
 
 
 @main.command()

@@ -33,8 +33,7 @@ from tests.commands import invoke, start, storlab
 from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
 from tests.test_bad_input import BASE
-from tests.test_fleet import body as fleet_body  # noqa: F401 (a fixture)
-from tests.test_fleet import store_server
+from tests.test_fleet import body as fleet_body
 
 TINY = """
 name = "tiny"

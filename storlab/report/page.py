@@ -270,8 +270,11 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     elif results.no_ratios is not None:
         sections.append(f"<h2>What each factor does</h2><p>{html.escape(answer_text.unavailable_line(results))}</p>")
     if results.measured:
+        # A figure below 0 is no time or rate a run can take (only a damaged store holds one): not drawn.
+        drawn = all(c.headline.mean >= 0 for c in results.measured)
         sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
-                        + _figure(headline_chart(results, folder / "elapsed.png")))
+                        + (_figure(headline_chart(results, folder / "elapsed.png")) if drawn
+                           else f"<p>not drawn: {html.escape(str(results.no_ratios))}</p>"))
         sections.append("<h2>Ranking</h2>" + _ranking_html(results))
         if results.note:
             sections.append(f"<p>{html.escape(results.note)}</p>")

@@ -7,12 +7,13 @@ damaged store (storlab.results.damage), never a traceback further on."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from storlab.errors import UserError
 from storlab.results.damage import parsed, validated
@@ -20,9 +21,18 @@ from storlab.results.dialects import Connection
 from storlab.rounds import RaceSettings, Settling
 
 _STORED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-# An experiment's name and a host's, as the experiment file allows them: a default results folder is
-# results/<name>, so a stored name must not be a path.
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _name(text: str) -> str:
+    """An experiment's name or a host's, as the experiment file allows them: a default results folder
+    is results/<name>, so a stored name must not be a path."""
+    if not _NAME.fullmatch(text):
+        raise ValueError("expected 1 to 64 letters, digits, '-', '_' or '.'")
+    return text
+
+
+Name = Annotated[str, AfterValidator(_name)]
 _OPEN = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)  # declared keys storlab compares, not reads
 
 
