@@ -436,7 +436,7 @@ def clean(everything: bool) -> None:
 @main.command()
 @_store_options
 @click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet"]), default="csv", show_default=True)
-@click.option("--out", callback=_out, help="With --store: the folder for the file (default results/<experiment>).")
+@click.option("--out", callback=_out, help="With --store: the folder for the files (default results/<experiment>).")
 def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str, out: Path | None) -> None:
     """Write every table of every run into FOLDER: the runs (one row each, factors and figures as
     columns) and each table the store keeps per run (waits, timeline and every probe's). csv: one file a

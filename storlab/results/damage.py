@@ -128,7 +128,7 @@ def parsed(text: Any, kind: Any, where: str, at: str) -> Any:
     """A column's JSON text as `kind`, or Damaged: `at` names the table, its row and the column."""
     try:
         value = json.loads(text) if isinstance(text, str) else text
-    except ValueError:
+    except (ValueError, RecursionError):
         raise Damaged(where, f"{at}: not JSON: {shown(text)}") from None
     try:
         return adapter(kind).validate_python(value)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from storlab.errors import UserError
-from storlab.results.damage import parsed, validated
+from storlab.results.damage import parsed, shown, validated
 from storlab.results.dialects import Connection
 from storlab.rounds import RaceSettings, Settling
 
@@ -33,6 +33,16 @@ def _name(text: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(_name)]
+
+
+def _dotted(text: str) -> str:
+    """A factor's key as the file writes it, its table and its key: layout.data_files."""
+    if "." not in text.strip("."):
+        raise ValueError("expected a factor's dotted key, such as layout.data_files")
+    return text
+
+
+Dotted = Annotated[str, AfterValidator(_dotted)]
 _OPEN = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)  # declared keys storlab compares, not reads
 
 
@@ -58,9 +68,9 @@ class Identity(BaseModel):
 
 class AnswerSettings(BaseModel):
     """How the answer reads the runs: each factor's reference level by its short name, the margin of
-    equivalence (None: the answer's default), until settled."""
+    equivalence (None: the answer's default), until settled. A key a later storlab adds is left unread."""
 
-    model_config = _STORED
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     reference: dict[str, Any] = {}
     equivalent_within: Annotated[float, Field(gt=0, le=0.5)] | None = None
@@ -75,7 +85,7 @@ class StoredExperiment(BaseModel):
     source: str  # the experiment file's text
     identity: Identity
     repetitions: Annotated[int, Field(ge=1)]
-    factors: dict[str, Annotated[list[Any], Field(min_length=1)]]  # dotted key -> its values, in file order
+    factors: dict[Dotted, Annotated[list[Any], Field(min_length=1)]]  # dotted key -> its values, in file order
     race: RaceSettings | None = None
     files: dict[str, str] = {}  # the SQL files the experiment names: their text
     order_seed: Annotated[int, Field(ge=0)] | None = None
@@ -180,7 +190,8 @@ class ExperimentRecord:
 
     def cells(self) -> list[CellRecord]:
         return [
-            CellRecord(cid, label, parsed(factors, dict[str, Any], self.where, f"table cells (id {cid!r}): column factors"))
+            CellRecord(cid, label, parsed(factors, dict[Dotted, Any], self.where,
+                                          f"table cells (id {shown(cid)}): column factors"))
             for cid, label, factors in self.db.execute("SELECT id, label, factors FROM cells ORDER BY position")
         ]
 
