@@ -1,8 +1,8 @@
 """What a probe keeps of each run: its own tables in the results store, made and changed by its own
 migrations (versioned under the probe's name, apart from the store's), how a run's record is written
-there and read back, and its part of the report. The store, the runner and the report find every
-probe in the registry (probes/registry.py) and never name a probe's table, so a new probe is one
-module and one line there."""
+there and read back, and its part of the report. The store (which checks its tables before any read),
+the runner, the report and the export find every probe in the registry (probes/registry.py) and never
+name a probe's table, so a new probe is one module and one line there."""
 
 from __future__ import annotations
 
