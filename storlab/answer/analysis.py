@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+
 from storlab.answer import effects, racing
 from storlab.answer.effects import FactorAnswer, Observation
 from storlab.answer.stats import (
