@@ -28,7 +28,7 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, Connection
-from storlab.results.store import RunResult
+from storlab.results.runs import RunResult
 from storlab.running import queue
 
 CELLS = 100

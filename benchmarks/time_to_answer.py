@@ -97,7 +97,7 @@ def main() -> None:
     runs = sum(len(c.runs) for c in results.cells)
     elapsed = sum(r.figures.get("elapsed_s", 0.0) for c in results.cells for r in c.runs)
     took = f"{wall:.0f} s wall time, " if wall is not None else ""
-    print(f"{results.experiment.get('name')}: {took}{runs} runs in {results.rounds} rounds "
+    print(f"{results.name}: {took}{runs} runs in {results.rounds} rounds "
           f"({elapsed:.0f} s of them inside the workload)")
     print(f"  {status_line(results)}")
     for line in looks(results):

@@ -69,7 +69,7 @@ def _out(ctx: click.Context, param: click.Parameter, value: str | None) -> Path 
     if value is None:
         return None
     from storlab.lab.placements import results_folder_problem
-    from storlab.results.store import check_folder
+    from storlab.results.folder_store import check_folder
 
     if not value.strip():
         raise UserError("--out: an empty folder name; give a folder, or leave --out out")
@@ -132,7 +132,8 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
-    from storlab.results.store import Store, check_folder
+    from storlab.results.folder_store import check_folder
+    from storlab.results.store import Store
 
     jobs = iobench.preset(preset, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
@@ -207,10 +208,11 @@ def _opened(folder: str | None, dsn: str | None, experiment: str | None, out: Pa
 
 def _beside(store, out: Path | None) -> None:
     """Where a shared store's report and export go: --out, or results/<experiment name>."""
-    from storlab.results.store import check_folder
+    from storlab.results.folder_store import check_folder
 
     if store.folder is None:
-        store.folder = out or Path("results") / (store.experiment() or {}).get("name", "store")
+        held = store.experiment()
+        store.folder = out or Path("results") / (held.name if held is not None else "store")
         check_folder(store.folder)
         try:
             store.folder.mkdir(parents=True, exist_ok=True)
@@ -247,7 +249,8 @@ def _tracing(no_trace: bool, trace_reads: bool):
 
 
 def _say(console: Console):
-    """One line each, however long (a refusal a script greps for is never wrapped)."""
+    """A line of a run's or a worker's log, as it is: never markup, never wrapped (a refusal a script
+    greps for stays one line)."""
     return lambda line: console.print(line, markup=False, soft_wrap=True)
 
 
@@ -281,7 +284,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     engine_settings against the installed engine, and each placement's free space. A results folder
     takes one run at a time: a second one into it is refused (run in parallel with --store)."""
     from storlab.results import folder_lock
-    from storlab.results.store import check_folder
+    from storlab.results.folder_store import check_folder
     from storlab.running import fleet, runner
     from storlab.show import terminal
 
@@ -459,15 +462,19 @@ def clean(everything: bool) -> None:
 @main.command()
 @_store_options
 @click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet"]), default="csv", show_default=True)
-@click.option("--out", callback=_out, help="With --store: the folder for the file (default results/<experiment>).")
+@click.option("--out", callback=_out, help="With --store: the folder for the files (default results/<experiment>).")
 def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str, out: Path | None) -> None:
-    """Write FOLDER/runs.csv, runs.json or runs.parquet: one row per run, factors as columns (typed in
-    parquet; it needs pyarrow: pip install 'storlab[parquet]')."""
+    """Write every table of every run into FOLDER: the runs (one row each, factors and figures as
+    columns) and each table the store keeps per run (waits, timeline and every probe's). csv: one file a
+    table (runs.csv, waits.csv, timeline.csv, <table>.csv), each row with its run_id; json and parquet:
+    runs.json or runs.parquet, each run with its tables' rows. Parquet's columns are typed from the
+    store's schema; it needs pyarrow (pip install 'storlab[parquet]')."""
     from storlab.answer import export as exporter
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
-        click.echo(f"wrote {exporter.write(store, fmt)}")
+        for path in exporter.write(store, fmt):
+            click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -1,20 +1,26 @@
-"""Shared fixtures: experiment files written into a temporary directory, and a private state dir so
-tests never see (or clean) instances of a real storlab run on the same machine."""
+"""Shared fixtures: experiment files written into a temporary directory, a private state dir so tests
+never see (or clean) instances of a real storlab run on the same machine, and a shared store's server."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
+from storlab.engines import provision
+from storlab.engines.postgres import instance as postgres
 from storlab.lab import instances
+from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.devicetools import mounted
 
@@ -80,6 +86,52 @@ def image_dir():
     cleanup.clean(live=True)
     if not mounted(path):
         shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class StoreServer:
+    """A shared store's server (the `store_server` fixture)."""
+
+    socket_dir: Path
+    password: str
+    passfile: Path
+    server_pid: int
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://fleet@/fleet?host={self.socket_dir}&port={postgres.PORT}"
+
+    def env(self, **more: str) -> dict[str, str]:
+        """The workers' environment: the password only in the password file."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        return {**env, "PGPASSFILE": str(self.passfile), **more}
+
+    def admin(self) -> psycopg.Connection:
+        """storlab's superuser on the store server (trust over the socket), to look at what is stored."""
+        return psycopg.connect(host=str(self.socket_dir), port=postgres.PORT, user=postgres.SUPERUSER,
+                               dbname="fleet", autocommit=True)
+
+
+@pytest.fixture
+def store_server(lab_root, monkeypatch):
+    """A throwaway PostgreSQL as a fleet's shared store: a role `fleet` that owns the database `fleet`
+    and must give its password (scram), written only in a password file."""
+    place = lab_root / "store"
+    place.mkdir()
+    password = f"pw-{secrets.token_hex(12)}"
+    passfile = lab_root / "pgpass"
+    passfile.write_text(f"*:*:*:fleet:{password}\n")
+    passfile.chmod(0o600)
+    with provision("postgres", spec_for(CellLayout(data_on="store"), {}, {"store": place}), False, 40) as instance:
+        with instance.admin() as conn:
+            conn.execute(f"CREATE ROLE fleet LOGIN PASSWORD '{password}'")
+            conn.execute("CREATE DATABASE fleet OWNER fleet")
+            hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
+            hba.write_text("local all fleet scram-sha-256\n" + hba.read_text())
+            conn.execute("SELECT pg_reload_conf()")
+        mine = [m for m in instances.Manifest.all() if m.owner_pid == os.getpid()]
+        monkeypatch.setenv("PGPASSFILE", str(passfile))
+        yield StoreServer(instance.socket_dir, password, passfile, mine[0].server_pid)
 
 
 def prepared(instance, kind_name: str, files: dict | None = None, **params):

@@ -9,6 +9,7 @@ import pytest
 from storlab.answer import explain
 from storlab.answer.explain import Profile
 from storlab.probes.waits import Wait
+from storlab.results.experiment_record import StoredExperiment
 
 
 def _cell(factors: dict, elapsed: float, rows: float, waits: dict[str, float], runs: int = 2):
@@ -59,7 +60,9 @@ def test_a_level_is_matched_on_the_other_factors_and_averaged_over_its_pairs():
              _cell({"layout.log_on": "ram", "layout.data_files": 1}, 1.0, 1000, {"IO:WALSync": 0.0}),
              _cell({"layout.log_on": "disk", "layout.data_files": 4}, 4.0, 1000, {"IO:WALSync": 5.0}),
              _cell({"layout.log_on": "ram", "layout.data_files": 4}, 3.0, 1000, {"IO:WALSync": 1.0})]
-    results = SimpleNamespace(measured=cells, experiment={"identity": {"workload": {"kind": "random-insert", "connections": 2}}})
+    experiment = StoredExperiment.model_validate({"name": "e", "engine": "postgres", "source": "", "repetitions": 1, "factors": {},
+                                                  "identity": {"workload": {"kind": "random-insert", "connections": 2}}})
+    results = SimpleNamespace(measured=cells, experiment=experiment)
     expl, pairs = explain.level(results, "log_on", "ram", "disk")
     assert pairs == 2
     assert expl.baseline.session_s == 6.0 and expl.candidate.session_s == 4.0  # (2 + 4) / 2 × 2 sessions

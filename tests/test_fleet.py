@@ -6,12 +6,10 @@ one of them is killed with SIGKILL in the middle of a run."""
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -19,20 +17,20 @@ import pytest
 from click.testing import CliRunner
 
 from storlab.cli import main
-from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import instances
-from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
-from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 from storlab.running import runner
 from tests.commands import CHECKOUT, storlab
-from tests.conftest import stop_instance, stopped_processes, storlab_processes
+from tests.conftest import StoreServer, stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
 
 EXPERIMENT = """
@@ -144,50 +142,6 @@ def test_run_into_a_store_checks_everything_before_anything_is_queued(write_expe
 
 
 # -- the store server ------------------------------------------------------------------------
-
-
-@dataclass
-class StoreServer:
-    socket_dir: Path
-    password: str
-    passfile: Path
-    server_pid: int
-
-    @property
-    def dsn(self) -> str:
-        return f"postgresql://fleet@/fleet?host={self.socket_dir}&port={postgres.PORT}"
-
-    def env(self, **more: str) -> dict[str, str]:
-        """The workers' environment: the password only in the password file."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        return {**env, "PGPASSFILE": str(self.passfile), **more}
-
-    def admin(self) -> psycopg.Connection:
-        """storlab's superuser on the store server (trust over the socket), to look at what is stored."""
-        return psycopg.connect(host=str(self.socket_dir), port=postgres.PORT, user=postgres.SUPERUSER,
-                               dbname="fleet", autocommit=True)
-
-
-@pytest.fixture
-def store_server(lab_root, monkeypatch):
-    """A throwaway PostgreSQL as the fleet's store: a role `fleet` that owns the database `fleet` and
-    must give its password (scram), written only in a password file."""
-    place = lab_root / "store"
-    place.mkdir()
-    password = f"pw-{secrets.token_hex(12)}"
-    passfile = lab_root / "pgpass"
-    passfile.write_text(f"*:*:*:fleet:{password}\n")
-    passfile.chmod(0o600)
-    with provision("postgres", spec_for(CellLayout(data_on="store"), {}, {"store": place}), False, 40) as instance:
-        with instance.admin() as conn:
-            conn.execute(f"CREATE ROLE fleet LOGIN PASSWORD '{password}'")
-            conn.execute("CREATE DATABASE fleet OWNER fleet")
-            hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
-            hba.write_text("local all fleet scram-sha-256\n" + hba.read_text())
-            conn.execute("SELECT pg_reload_conf()")
-        mine = [m for m in instances.Manifest.all() if m.owner_pid == os.getpid()]
-        monkeypatch.setenv("PGPASSFILE", str(passfile))
-        yield StoreServer(instance.socket_dir, password, passfile, mine[0].server_pid)
 
 
 def stored_text(server: StoreServer) -> str:
@@ -395,6 +349,52 @@ def test_a_stopped_worker_hands_its_claim_back(store_server, write_experiment, l
                             (cell_id, rep)).fetchone() == (None, None)
     assert set(storlab_processes()) == {store_server.server_pid} and instances.Manifest.all() == [
         m for m in instances.Manifest.all() if m.owner_pid == os.getpid()]
+
+
+# Ways a submitter (anyone who can write the store) could leave an experiment's rows, and the line each is.
+TAMPERED = {
+    "files": ("UPDATE {s}.experiment SET files = '[1,2]'",
+              "the results store is damaged: table experiment: files: expected an object, got [1, 2]"),
+    "version": ("UPDATE {s}.probe_versions SET version = 999 WHERE probe = 'io_sizes'",
+                "table probe_versions: probe io_sizes at version 999, where this storlab knows its tables up to "
+                "version 1: written by a newer storlab (upgrade storlab to read it), or damaged"),
+    "dropped": ("DROP TABLE {s}.timeline", "the results store is damaged: table timeline is missing"),
+    "retyped": ("ALTER TABLE {s}.figures ALTER COLUMN value TYPE text",
+                "the results store is damaged: table figures: column value is text, not double precision"),
+    "endless": ("UPDATE {s}.experiment SET created_at = 'NaN'",
+                "the results store is damaged: table experiment (id 1): column created_at holds nan, not a finite number"),
+}
+
+
+@pytest.mark.engine
+def test_a_worker_skips_an_experiment_it_cannot_read_and_serves_the_others(store_server, write_experiment, lab_root):
+    env = store_server.env()
+    for name in ("good", *TAMPERED):
+        source = write_experiment(body(name=name, reps=1).replace("data_files = [1, 2]", "data_files = 1"), f"{name}.toml")
+        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
+    with store_server.admin() as conn:  # as a hostile submitter could leave them
+        for name, (sql, _) in TAMPERED.items():
+            schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = %s", (name,)).fetchone()[0]
+            conn.execute(sql.format(s=schema))
+    here = lab_root / "db1"
+    here.mkdir()
+    here.chmod(0o755)
+    served = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env,
+                     cwd=here)
+    assert served.returncode == 0, served.stderr
+    assert "Traceback" not in served.stdout + served.stderr
+    for name, (_, what) in TAMPERED.items():
+        assert f"{name}: not taken by db1: --store experiment {name}: {what}\n" in served.stdout, served.stdout
+    assert "good: (single cell) #1: recorded" in served.stdout
+    assert served.stdout.endswith("db1: 1 runs recorded, 0 failed, 0 given up\n")
+    for name, (_, what) in TAMPERED.items():
+        shown = storlab("show", "--store", store_server.dsn, "--experiment", name, env=env)
+        assert shown.returncode == 2 and shown.stderr == f"storlab: --store experiment {name}: {what}\n", shown.stderr
+    asked = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--experiment", "files", "--until-done",
+                    env=env, cwd=here)
+    assert asked.returncode == 2
+    assert asked.stderr == f"storlab: files: not taken by db1: --store experiment files: {TAMPERED['files'][1]}\n"
+    assert set(storlab_processes()) == {store_server.server_pid}
 
 
 # -- the fleet runs a cell as `storlab run` does ---------------------------------------------

@@ -5,6 +5,7 @@ from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab.devices import DeviceFormat, DeviceSpec
 from storlab.lab.layout import CellLayout, assign_files
+from storlab.results.experiment_record import StoredExperiment
 from storlab.running import stall
 from storlab.workloads.random_insert import RandomInsertParams
 
@@ -55,11 +56,17 @@ def test_cells_carry_typed_values_one_each(write_experiment):
     assert cell.id == matrix.cell_id(cell.factors) and len({c.id for c in cells}) == len(cells) == 32
 
 
+def stored(workload: dict) -> StoredExperiment:
+    return StoredExperiment.model_validate({"name": "e", "engine": "postgres", "source": "", "repetitions": 1,
+                                            "factors": {}, "identity": {"workload": workload}})
+
+
 def test_explain_counts_a_cells_sessions_from_its_stored_parameters():
-    stored = {"identity": {"workload": {"kind": "random-insert", "connections": [4, 8], "batch": 10}}}
-    assert explain.sessions(stored, {"workload.connections": 8}) == 8
-    assert explain.sessions({"identity": {"workload": {"kind": "bulk-insert", "rows": 10}}}, {}) == 1
-    assert explain.sessions({"identity": {"workload": {"kind": "a-kind-of-later"}}}, {}) == 1
+    declared = stored({"kind": "random-insert", "connections": [4, 8], "batch": 10})
+    assert explain.sessions(declared, {"workload.connections": 8}) == 8
+    assert explain.sessions(stored({"kind": "bulk-insert", "rows": 10}), {}) == 1
+    assert explain.sessions(stored({"kind": "a-kind-of-later"}), {}) == 1
+    assert explain.sessions(None, {}) == 1
 
 
 

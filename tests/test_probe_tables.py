@@ -1,22 +1,26 @@
 """Each probe owns its tables: the store makes and migrates them under the probe's name, writes what
 the probe recorded with the run, in the same transaction, and reads it back through the probe; the
-report shows its section. A probe added to the registry needs nothing else (the store, the runner
-and the report never name it)."""
+report shows its section, every export format carries its tables. A probe added to the registry needs
+nothing else (the store, the runner, the report and the export never name it)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from storlab.errors import UserError
 from storlab.probes import kept, lifecycle, pressure, registry, waiting_tasks
 from storlab.probes.waits import Wait, WaitCapture, WaitingTask
 from storlab.report import page
-from storlab.results import store as store_module
-from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
+from tests.commands import invoke
 
 DATA = Path(__file__).parent / "data"
 
@@ -47,7 +51,7 @@ def with_probe(monkeypatch):
 
     def add(probe: kept.Probe) -> None:
         probes = known + (probe,)
-        for module in (registry, store_module, lifecycle, page):
+        for module in (registry, lifecycle, page):  # the store reads the registry's
             monkeypatch.setattr(module, "PROBES", probes)
     return add
 
@@ -76,6 +80,27 @@ def test_a_new_probe_gets_its_table_its_rows_and_its_report_section(tmp_path, wi
     assert "<h2>Queue depth</h2>" in written and "<td class=''>7</td>" in written
 
 
+def test_a_new_probe_is_in_every_export_format_and_its_rows_are_checked(tmp_path, with_probe):
+    with_probe(queue_probe(CREATE))
+    with Store.open(tmp_path) as store:
+        facts = bind(store)
+        first = store.record_run("a", 1, run_result(queue_depth=[3, 1]), facts)
+    for fmt in ("csv", "json", "parquet"):
+        done = invoke("export", tmp_path, "--format", fmt)
+        assert done.exit_code == 0, done.output
+    assert (tmp_path / "queue_depth.csv").read_text() == f"run_id,depth\n{first},1\n{first},3\n"
+    assert json.loads((tmp_path / "runs.json").read_text())[0]["queue_depth"] == [{"depth": 1}, {"depth": 3}]
+    table = pq.read_table(tmp_path / "runs.parquet")
+    assert str(table.schema.field("queue_depth").type) == "list<element: struct<depth: int64 not null>>"
+    assert table.to_pylist()[0]["queue_depth"] == [{"depth": 1}, {"depth": 3}]
+    with sqlite3.connect(tmp_path / "storlab.sqlite") as db:
+        db.execute("UPDATE queue_depth SET depth = 'deep' WHERE depth = 3")
+    refused = invoke("export", tmp_path, "--format", "json")
+    assert refused.exit_code == 2
+    assert refused.stderr == (f"storlab: {tmp_path}: the results store is damaged: table queue_depth (run_id {first}): "
+                              'column depth holds "deep", not an integer\n')
+
+
 def test_a_probes_next_migration_runs_once_on_a_store_it_made_before(tmp_path, with_probe):
     with_probe(queue_probe(CREATE))
     with Store.open(tmp_path) as store:
@@ -95,7 +120,7 @@ def test_a_store_whose_probe_a_newer_storlab_changed_is_refused(tmp_path, with_p
         bind(store)
     with_probe(queue_probe(CREATE))
     for create in (True, False):
-        with pytest.raises(UserError, match=r"newer storlab \(probe queue_depth at 2\)"):
+        with pytest.raises(UserError, match=r"probe queue_depth at version 2, where this storlab knows its tables up to version 1: written by a newer storlab"):
             with Store.open(tmp_path, create=create):
                 pass
 

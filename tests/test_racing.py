@@ -8,7 +8,8 @@ from pydantic import ConfigDict, ValidationError
 from scipy import stats as sps
 
 from storlab.answer.racing import blocked_test, conover_difference, decide_round, friedman, race, within
-from storlab.experiment.repetitions import RaceSettings, RacingKeys, RepetitionRange
+from storlab.experiment.repetitions import RacingKeys, RepetitionRange
+from storlab.rounds import RaceSettings
 
 # Elapsed seconds of 5 cells as a race records them: A is the best, B close behind (it wins round 2),
 # C and D in the middle, E far behind. C, D and E stop after round 3, so they have no round 4.

@@ -25,13 +25,15 @@ from storlab.errors import UserError
 from storlab.lab import instances, setting_failures
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import folder_lock, shared_store
-from storlab.results.store import FILENAME, MIGRATIONS, RunResult, Store
+from storlab.results.folder_store import FILENAME
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 from tests.commands import invoke, start, storlab
 from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
 from tests.test_bad_input import BASE
-from tests.test_fleet import body as fleet_body  # noqa: F401 (a fixture)
-from tests.test_fleet import store_server
+from tests.test_fleet import body as fleet_body
 
 TINY = """
 name = "tiny"
@@ -198,7 +200,7 @@ def test_an_older_store_in_a_read_only_folder_is_read_brought_up_to_date_in_memo
             db.execute("PRAGMA user_version = 1")
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         with Store.open(folder, create=False) as store:
-            assert store.experiment()["name"] == "old" and store.runs() == []
+            assert store.experiment().name == "old" and store.runs() == []
         with contextlib.closing(sqlite3.connect(f"file:{folder / FILENAME}?mode=ro", uri=True)) as db:
             assert db.execute("PRAGMA user_version").fetchone()[0] == 1  # the folder is left as it was
 

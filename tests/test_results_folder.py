@@ -12,7 +12,9 @@ import pytest
 
 from storlab.experiment import matrix
 from storlab.probes.waits import Wait, WaitCapture
-from storlab.results.store import FILENAME, RunResult, Store
+from storlab.results.folder_store import FILENAME
+from storlab.results.runs import RunResult
+from storlab.results.store import Store
 from tests.commands import invoke
 
 READ_COMMANDS = [["show"], ["waits"], ["compare"]]
@@ -131,7 +133,9 @@ def test_a_damaged_store_is_one_line_from_every_command(tmp_path, write_experime
 
 
 @pytest.mark.parametrize("command, name", [(["report"], "report.html"), (["export", "--format", "csv"], "runs.csv"),
-                                           (["export", "--format", "json"], "runs.json")])
+                                           (["export", "--format", "csv"], "pressure.csv"),
+                                           (["export", "--format", "json"], "runs.json"),
+                                           (["export", "--format", "parquet"], "runs.parquet")])
 def test_report_and_export_never_replace_a_file_storlab_did_not_write(tmp_path, command, name):
     folder = make_store(tmp_path / "r")
     mine = folder / name
@@ -144,8 +148,8 @@ def test_report_and_export_never_replace_a_file_storlab_did_not_write(tmp_path, 
     mine.unlink()
     assert invoke(*command, folder).exit_code == 0
     assert invoke(*command, folder).exit_code == 0  # its own file, unchanged: replaced
-    mine.write_text(mine.read_text() + "edited")
-    assert invoke(*command, folder).exit_code == 2 and mine.read_text().endswith("edited")
+    mine.write_bytes(mine.read_bytes() + b"edited")
+    assert invoke(*command, folder).exit_code == 2 and mine.read_bytes().endswith(b"edited")
 
 
 def test_out_folders_that_cannot_be(tmp_path, write_experiment, lab_dir):

@@ -85,7 +85,8 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     exported = invoke("export", str(out), "--format", "csv")
     assert exported.exit_code == 0
     lines = (out / "runs.csv").read_text().splitlines()
-    assert len(lines) == 5 and lines[0].startswith("cell,data_files,repetition,elapsed_s,rows_per_s,latency_p99_ms")
+    assert len(lines) == 5 and lines[0].startswith("run_id,cell,data_files,repetition,elapsed_s,rows_per_s,latency_p99_ms")
+    assert len((out / "pressure.csv").read_text().splitlines()) > 4  # a probe's table, a file of its own
 
     # Raising repetitions runs only the new ones.
     again = storlab("run", str(tiny(reps=3, name="tiny3.toml")), "--no-trace", "--out", str(out))

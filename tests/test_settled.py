@@ -20,7 +20,10 @@ from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.probes.waits import Wait, WaitCapture
-from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.results.experiment_record import AnswerSettings
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 from storlab.running import fleet
 from tests.commands import invoke
 
@@ -163,7 +166,7 @@ def test_a_folder_from_before_the_seed_opens_and_migrates(tmp_path, old):
         assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     with Store.open(tmp_path / "old", create=False) as store:
         held = store.experiment()
-        assert held is None or (held["order_seed"] is None and held["answer"] == {} and held["stopped"] is None)
+        assert held is None or (held.order_seed is None and held.answer == AnswerSettings() and held.stopped is None)
 
 
 # -- the order of each round ----------------------------------------------------------------------------

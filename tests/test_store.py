@@ -9,7 +9,9 @@ import pytest
 from storlab.answer import analysis
 from storlab.errors import UserError
 from storlab.probes.waits import Wait, WaitCapture
-from storlab.results.store import MIGRATIONS, RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 
 V1_STORE = Path(__file__).parent / "data" / "store-v1"
 

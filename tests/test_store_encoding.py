@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from storlab.engines.postgres import instance as postgres
-from tests.test_fleet import body, store_server, storlab  # noqa: F401 (store_server: a fixture)
+from tests.commands import storlab
+from tests.test_fleet import body
 
 pytestmark = pytest.mark.engine
 

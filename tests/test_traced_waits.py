@@ -26,7 +26,8 @@ from storlab.engines.postgres.traced_waits import program, why_not_traced
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, traced_waits
 from storlab.probes.waits import Wait, WaitCapture
-from storlab.results.store import RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.store import Store
 from tests import commands
 from tests.commands import invoke
 from tests.conftest import stop_storlab

@@ -18,7 +18,8 @@ from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.probes.waits import Wait, WaitCapture
-from storlab.results.store import RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.store import Store
 from tests.conftest import storlab_processes
 
 DATA = Path(__file__).parent / "data"
@@ -145,9 +146,9 @@ def test_results_from_before_versions_read_as_15(tmp_path):
         held = store.experiment()
         ids = {c.id for c in store.cells()}
         versions = {r.engine_version for r in store.runs()}
-    again = experiment.parse(tmp_path / "old" / "quickstart.toml", held["source"], held["files"], check_placements=False)
+    again = experiment.parse(tmp_path / "old" / "quickstart.toml", held.source, held.files, check_placements=False)
     assert "engine_version" not in again.identity()
-    assert again.identity() == held["identity"]
+    assert again.identity() == held.identity.as_dict()
     assert {c.id for c in matrix.cells(again)} == ids
     assert {c.engine_version for c in matrix.cells(again)} == {"15"}
     assert versions and all(v.startswith("15.") for v in versions)

@@ -7,7 +7,8 @@ from storlab.probes import waiting_tasks
 from storlab.probes.wait_timeline import WaitTimeline, points
 from storlab.probes.waiting_tasks import WaitingTasksSampler, mean_per_run, resource_label, resources_of
 from storlab.probes.waits import Wait, WaitCapture, WaitingTask, top_share
-from storlab.results.store import RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.store import Store
 
 
 class Script:

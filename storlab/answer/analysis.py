@@ -4,21 +4,31 @@ facts (kept apart, never averaged in silently)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from storlab.answer import effects, racing
 from storlab.answer.effects import FactorAnswer, Observation
-from storlab.answer.stats import CellVerdict, Summary, Verdicts, against_baseline_paired, against_best_paired, summarize
-from storlab.experiment import repetitions
+from storlab.answer.stats import (
+    CellVerdict,
+    Summary,
+    Verdicts,
+    against_baseline_paired,
+    against_best_paired,
+    summarize,
+    without_verdicts,
+)
 from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
 from storlab.experiment.matrix import format_value
 from storlab.lab import settle
 from storlab.machine import system
 from storlab.probes import waiting_tasks
 from storlab.probes.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
-from storlab.results.store import CellRecord, RunRecord, Store
+from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
+from storlab.results.runs import RunRecord
+from storlab.results.store import Store
+from storlab.rounds import Settling
 from storlab.workloads import KINDS, Figure
 from storlab.workloads.kind import ELAPSED
 
@@ -67,7 +77,7 @@ class Ranked:
 
 @dataclass
 class Results:
-    experiment: dict[str, Any]
+    experiment: StoredExperiment | None  # None: the store holds no experiment (a `storlab io` folder)
     cells: list[CellResult]
     figures: tuple[Figure, ...]  # the workload's, the headline first
     note: str | None = None  # how the workload runs, where a reader could assume otherwise
@@ -84,10 +94,22 @@ class Results:
     stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
 
     @property
-    def settling(self) -> repetitions.Settling | None:
+    def name(self) -> str | None:
+        return None if self.experiment is None else self.experiment.name
+
+    @property
+    def factors(self) -> dict[str, list]:
+        """Each factor's values by its dotted key, as the experiment declared them."""
+        return {} if self.experiment is None else self.experiment.factors
+
+    @property
+    def answer_settings(self) -> AnswerSettings:
+        return AnswerSettings() if self.experiment is None else self.experiment.answer
+
+    @property
+    def settling(self) -> Settling | None:
         """`until = "settled"`, as the store keeps it."""
-        held = (self.experiment.get("answer") or {}).get("settling")
-        return repetitions.Settling(**held) if held else None
+        return self.answer_settings.settling
 
     @property
     def rounds(self) -> int:
@@ -109,7 +131,7 @@ class Results:
     @property
     def pooled_hosts(self) -> bool:
         """Runs of one cell measured on several hosts (no `hosts` in the experiment, identical facts)."""
-        return HOST_FACTOR not in self.experiment.get("factors", {}) and \
+        return HOST_FACTOR not in self.factors and \
             len({h for c in self.cells for h in c.hosts}) > 1
 
     @property
@@ -129,13 +151,30 @@ class Results:
         matches = [c for c in self.cells if c.cell.id.startswith(ident)]
         return matches[0] if len(matches) == 1 else None
 
+    @property
+    def no_ratios(self) -> str | None:
+        """Why the runs cannot be read as ratios (the factor effects, the paired verdicts), or None:
+        both take the log of the headline figure, and a figure of 0 or below has none."""
+        values = [v for c in self.measured for v in c.values()]
+        low = sum(1 for v in values if v <= 0)
+        if not low:
+            return None
+        return (f"{self.headline.label} is 0 or below in {low} of {len(values)} runs, and a ratio of geometric "
+                "means needs every figure above 0")
+
     def verdicts(self) -> Verdicts:
         """Every measured cell against the best, paired by round as the factor effects are, corrected
         for the number of comparisons."""
+        if self.no_ratios is not None:
+            sign = 1 if self.lower_is_better else -1
+            best = min(self.measured, key=lambda c: sign * c.headline.mean)
+            return without_verdicts([c.cell.id for c in self.measured], best.cell.id, self.no_ratios)
         return against_best_paired(self.paired_values(), self.lower_is_better)
 
     def against(self, baseline: str) -> Verdicts:
         """Every measured cell against `baseline`, paired by round."""
+        if self.no_ratios is not None:
+            return without_verdicts([c.cell.id for c in self.measured], baseline, self.no_ratios)
         return against_baseline_paired(self.paired_values(), baseline, self.lower_is_better)
 
     def ranking(self) -> list[Ranked]:
@@ -145,9 +184,9 @@ class Results:
         sign = 1 if self.lower_is_better else -1
         # The cell the verdicts hold the others against comes first, whichever mean is lowest.
         cells = sorted(self.measured, key=lambda c: (c.cell.id != verdicts.reference, sign * c.headline.mean))
-        best = cells[0]
+        best = cells[0].headline.mean
         return [
-            Ranked(c, sign * 100.0 * (c.headline.mean - best.headline.mean) / best.headline.mean,
+            Ranked(c, sign * 100.0 * (c.headline.mean - best) / best if best > 0 else math.nan,
                    verdicts.cells.get(c.cell.id))
             for c in cells
         ]
@@ -158,9 +197,9 @@ def _mean_extras(runs: list[RunRecord]) -> dict[str, float]:
     return {k: sum(r.wait_extras.get(k, 0.0) for r in runs) / len(runs) for k in sorted(keys)}
 
 
-def _figures_of(experiment: dict[str, Any], units: dict[str, str]) -> tuple[tuple[Figure, ...], str | None]:
+def _figures_of(experiment: StoredExperiment | None, units: dict[str, str]) -> tuple[tuple[Figure, ...], str | None]:
     """The workload kind's figures; for a kind this storlab does not know, elapsed first and the rest as recorded."""
-    kind = KINDS.get(experiment.get("identity", {}).get("workload", {}).get("kind", ""))
+    kind = KINDS.get(experiment.kind or "") if experiment is not None else None
     if kind is not None:
         return kind.figures, kind.note
     others = tuple(Figure(name, unit, name) for name, unit in sorted(units.items()) if name != ELAPSED.name)
@@ -187,7 +226,7 @@ def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tup
 
 
 def load(store: Store) -> Results:
-    experiment = store.experiment() or {}
+    experiment = store.experiment()
     figures, note = _figures_of(experiment, store.units())
     all_runs = store.runs()
     facts = store.facts()
@@ -224,14 +263,15 @@ def load(store: Store) -> Results:
         )
     failures = store.failures()
     race = None
-    if experiment.get("race") and cells:
+    if experiment is not None and experiment.race is not None and cells:
         values = racing.rounds_from([c.cell.id for c in cells], kept, failures, figures[0].name)
-        race = racing.race(values, repetitions.RaceSettings(**experiment["race"]))
+        race = racing.race(values, experiment.race)
     results = Results(
         experiment=experiment, cells=cells, figures=figures, note=note, set_aside=set_aside,
         facts_notes=notes, failures=failures,
         facts=machines[0][1] if machines else None, machines=sorted(machines, key=lambda m: m[0] or ""),
-        race=race, conditions=settle.describe([r.conditions for r in kept]), stopped=experiment.get("stopped"),
+        race=race, conditions=settle.describe([r.conditions for r in kept]),
+        stopped=None if experiment is None else experiment.stopped,
     )
     results.answer = factor_answer(results)
     return results
@@ -243,7 +283,9 @@ def factor_answer(results: Results) -> FactorAnswer | None:
     so `show` says what `storlab run` decided on. Factors by their short names, as labels name them.
     A factor nested in one engine version (a list in [engine_settings.18]) is not crossed with the
     version: it is left out of the model and said so in not_estimable (the ranking compares its cells)."""
-    swept = results.experiment.get("factors", {})
+    if results.no_ratios is not None:
+        return None
+    swept = results.factors
     nested = {d: nested_in(d) for d in swept if nested_in(d) and VERSION_FACTOR in swept}
     declared = {short_name(d): values for d, values in swept.items() if d not in nested}
     if not any(len(values) > 1 for values in declared.values()):
@@ -256,8 +298,8 @@ def factor_answer(results: Results) -> FactorAnswer | None:
     ]
     if not observations:
         return None
-    settings = results.experiment.get("answer") or {}
-    references = {k: v for k, v in (settings.get("reference") or {}).items() if k in declared}
+    settings = results.answer_settings
+    references = {k: v for k, v in settings.reference.items() if k in declared}
     look = max_looks = None
     settling = results.settling
     if settling is not None:
@@ -265,9 +307,9 @@ def factor_answer(results: Results) -> FactorAnswer | None:
         look = min(max(results.rounds - settling.min_rounds + 1, 1), max_looks)
     try:
         answer = effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
-                                 margin=settings.get("equivalent_within") or effects.DEFAULT_MARGIN, look=look,
+                                 margin=settings.equivalent_within or effects.DEFAULT_MARGIN, look=look,
                                  max_looks=max_looks, headline=head)
-    except ValueError:  # a figure no log can take (zero, say): the ranking still answers
+    except ValueError:  # a cell at a level its factor does not declare, or a reference it lacks: the ranking still answers
         return None
     answer.not_estimable += [f"{short_name(d)}: nested in {short_name(VERSION_FACTOR)}={version} (its cells alone have it), "
                              f"not crossed with the other factors; {short_name(VERSION_FACTOR)}={version}'s effect is over its "

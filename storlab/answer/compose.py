@@ -188,7 +188,8 @@ def _ranked(results: Results) -> tuple[list[model.Ranked], str | None]:
             place=place, cell=c.cell.id, label=c.cell.label,
             factors={short_name(k): value for k, value in c.cell.factors.items()}, runs=len(c.runs),
             mean=_number(c.headline.mean), ci_half_width=_number(c.headline.half_width) if several else None,
-            cv=_number(c.headline.cv) if several else None, noisy=several and c.headline.cv > NOISY_CV,
+            cv=_number(c.headline.cv) if several else None,
+            noisy=several and math.isfinite(c.headline.cv) and c.headline.cv > NOISY_CV,
             figures={f.name: _number(c.figures[f.name].mean) if f.name in c.figures else None for f in shown},
             distance_percent=_number(ranked.distance_percent), verdict="best" if v is None else v.verdict,
             p_value=None if v is None else _number(v.p_value), adjusted_p=None if v is None else _number(v.adjusted_p),
@@ -204,7 +205,9 @@ def _best_lines(results: Results) -> list[str]:
     spread = "" if best.headline.n < 2 else f" ± {model.figure(best.headline.half_width, head.unit)}"
     lines = [f"best: {best.cell.label} ({best.cell.id}), {model.figure(best.headline.mean, head.unit)}{spread} {head.unit}"]
     rest = [r for r in ranking[1:] if r.versus_best is not None]
-    if rest:
+    if rest and results.no_ratios is not None:
+        lines.append(f"  verdicts: {results.verdicts().correction}")
+    elif rest:
         worst = rest[-1]
         factor = worst.result.headline.mean / best.headline.mean
         factor = factor if results.lower_is_better else 1 / factor
@@ -270,6 +273,11 @@ def _headline(results: Results) -> model.Headline:
                           better="lower" if results.lower_is_better else "higher")
 
 
+def unavailable_line(results: Results) -> str:
+    """What each factor does, when the runs cannot be read as ratios."""
+    return f"{results.name or '?'}: what each factor does: unavailable: {results.no_ratios}"
+
+
 def compose(results: Results) -> model.Answer:
     exp, answer = results.experiment, results.answer
     settling = results.settling
@@ -279,13 +287,14 @@ def compose(results: Results) -> model.Answer:
     traced = traces_line(results)
     notes += [traced] if traced else []
     return model.Answer(
-        experiment=model.Experiment(name=str(exp.get("name", "?")), engine=str(exp.get("engine", "?")),
-                                    factors={short_name(k): v for k, v in exp.get("factors", {}).items()},
-                                    order_seed=exp.get("order_seed")),
+        experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
+                                    factors={short_name(k): v for k, v in results.factors.items()},
+                                    order_seed=exp.order_seed if exp else None),
         headline=_headline(results),
         figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in results.figures[1:] if f.shown],
         rounds=results.rounds, settled=results.settled,
-        status=status_line(results) if answer is not None else None, stopped=results.stopped,
+        status=status_line(results) if answer is not None else
+        unavailable_line(results) if results.no_ratios is not None else None, stopped=results.stopped,
         until_settled=None if settling is None else model.UntilSettled(
             min_rounds=settling.min_rounds, max_rounds=settling.max_rounds, budget_s=settling.budget_s),
         factor_effects=None if answer is None else factor_effects(answer),
@@ -332,4 +341,5 @@ def comparison(results: Results, baseline: str | None = None) -> model.Compariso
             explained.append(explanation(done, f"{c.cell.label} ({c.cell.id}) against {base.cell.label} ({base.cell.id})",
                                          base.cell.id, c.cell.id))
     return model.Comparison(headline=_headline(results), baseline=base.cell.id, baseline_label=base.cell.label, cells=compared,
-                            correction=f"{verdicts.correction}, at 5 %", explanations=explained)
+                            correction=verdicts.correction + (", at 5 %" if results.no_ratios is None else ""),
+                            explanations=explained)

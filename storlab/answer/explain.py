@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from storlab.experiment.file import short_name
 from storlab.experiment.matrix import format_value
+from storlab.results.experiment_record import StoredExperiment
 from storlab.workloads import KINDS
 
 TOP_PERCENT = 95.0
@@ -70,10 +71,10 @@ def unit_of(cells: Sequence) -> tuple[str, str, Callable[[float], float]] | None
     return None
 
 
-def sessions(experiment: dict, factors: dict) -> int:
+def sessions(experiment: StoredExperiment | None, factors: dict) -> int:
     """How many sessions a cell's load opened (the workload's kind tells, from its parameters: the
     stored experiment's, the cell's factor values in place of the lists, validated as the file was)."""
-    declared = dict((experiment.get("identity") or {}).get("workload") or {})
+    declared = experiment.workload if experiment is not None else {}
     declared.update({k.split(".", 1)[1]: v for k, v in factors.items() if k.startswith("workload.")})
     try:
         kind = KINDS[declared["kind"]]

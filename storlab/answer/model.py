@@ -236,6 +236,8 @@ def figure(value: float | None, unit: str) -> str:
     and counts with separators."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
+    if abs(value) >= 1e9:  # no honest run takes this long, nor counts this much: its digits would fill the table
+        return f"{value:.3g}"
     if unit == "s":
         return f"{value:.3f}" if value < 10 else f"{value:.1f}"
     if unit == "ms":

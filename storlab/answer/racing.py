@@ -35,7 +35,7 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from storlab.experiment.repetitions import ALPHA, RaceSettings
+from storlab.rounds import ALPHA, RaceSettings
 
 # cell id -> repetition number (1, 2, ...) -> the run's figure, or None when that run failed.
 # A repetition that has not run yet is absent.

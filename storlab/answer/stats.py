@@ -13,7 +13,7 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from storlab.experiment.repetitions import ALPHA
+from storlab.rounds import ALPHA
 
 CONFIDENCE = 1 - ALPHA
 NOISY_CV = 0.05  # above this, a cell's runs spread too much to tell small differences apart
@@ -23,6 +23,7 @@ NOT_SIGNIFICANT = "not significant"
 WORSE = "worse"
 BETTER = "better"
 TOO_FEW_RUNS = "not enough runs to tell"
+NO_VERDICT = "no verdict"  # a figure of 0 or below: no ratio, no log, so no paired test
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,19 @@ class Summary:
         return self.stdev / self.mean if self.mean else math.nan
 
 
+def _scaled(data: np.ndarray) -> tuple[np.ndarray, float]:
+    """The figures over the largest of their magnitudes, and that magnitude: sums of figures near the
+    largest float stay finite (the scale is put back in Python, whose floats overflow to inf quietly)."""
+    scale = float(np.max(np.abs(data))) if len(data) else 0.0
+    return (data / scale, scale) if scale > 0 else (data, 1.0)
+
+
 def _fences(data: np.ndarray) -> tuple[float, float]:
     """Tukey's fences: 1.5 IQR beyond the quartiles, the usual line between noise and an outlier."""
-    q1, q3 = np.percentile(data, [25, 75])
+    unit, scale = _scaled(data)
+    q1, q3 = (float(q) for q in np.percentile(unit, [25, 75]))
     reach = 1.5 * (q3 - q1)
-    return float(q1 - reach), float(q3 + reach)
+    return (q1 - reach) * scale, (q3 + reach) * scale
 
 
 def summarize(values: Sequence[float]) -> Summary:
@@ -58,14 +67,15 @@ def summarize(values: Sequence[float]) -> Summary:
     n = len(data)
     if n == 0:
         raise ValueError("no values to summarize")
-    mean = float(data.mean())
+    unit, scale = _scaled(data)
+    mean = float(unit.mean()) * scale
     if n == 1:
         return Summary(1, mean, mean, 0.0, math.nan, math.nan, ())
-    stdev = float(data.std(ddof=1))
+    stdev = float(unit.std(ddof=1)) * scale
     half = float(sps.t.ppf(1 - ALPHA / 2, n - 1) * stdev / math.sqrt(n))
     low, high = _fences(data)
     outliers = tuple(int(i) for i in np.flatnonzero((data < low) | (data > high)))
-    return Summary(n, mean, float(np.median(data)), stdev, mean - half, mean + half, outliers)
+    return Summary(n, mean, float(np.median(unit)) * scale, stdev, mean - half, mean + half, outliers)
 
 
 def describe_outliers(values: Sequence[float], repetitions: Sequence[int] | None = None, unit: str = "s") -> str | None:
@@ -205,6 +215,8 @@ def blocked_anova(logs: Mapping[str, Mapping[int, float]]) -> float:
     each round's own level is taken out? The F test of cell in log(figure) ~ cell + round against ~ round;
     with missing runs, the same F test by least squares."""
     cells = [c for c in logs if logs[c]]
+    if len(cells) < 2:  # no cells to tell apart (their figures at 0 or below have no log)
+        return math.nan
     rounds = sorted({r for c in cells for r in logs[c]})
     rows = [(i, rounds.index(r), v) for i, c in enumerate(cells) for r, v in logs[c].items()]
     y = np.array([v for *_, v in rows])
@@ -231,8 +243,12 @@ def blocked_anova(logs: Mapping[str, Mapping[int, float]]) -> float:
 
 def best_cell_paired(values: ByRound, lower_is_better: bool = True) -> str:
     """The cell with the best geometric mean once the rounds are taken out (the two-way model's cell level),
-    the same reading of the runs as the factor table's; ties go to the first cell given."""
-    levels = _blocked_levels({c: runs for c, runs in _logs(values).items() if runs})
+    the same reading of the runs as the factor table's; ties go to the first cell given. A geometric mean
+    needs figures above 0: without one, ValueError."""
+    logs = {c: runs for c, runs in _logs(values).items() if runs}
+    if not logs:
+        raise ValueError("no cell has a figure above 0: there is no geometric mean to rank by")
+    levels = _blocked_levels(logs)
     sign = 1.0 if lower_is_better else -1.0
     return min(levels, key=lambda cell: sign * levels[cell])
 
@@ -285,6 +301,13 @@ def _paired_step_down(values: ByRound, reference: str, lower_is_better: bool, ga
         )
         cells[cell] = CellVerdict(c.change_percent, c.p_value, p, verdict)
     return Verdicts(reference, cells, _paired_correction_text(len(tested), gated))
+
+
+def without_verdicts(cells: Sequence[str], reference: str, why: str) -> Verdicts:
+    """Every cell against `reference` with no verdict: `why` its figures cannot be read as ratios."""
+    nan = math.nan
+    return Verdicts(reference, {c: CellVerdict(nan, nan, nan, NO_VERDICT) for c in cells if c != reference},
+                    f"no verdicts: {why}")
 
 
 def _paired_correction_text(comparisons: int, gated: bool) -> str:

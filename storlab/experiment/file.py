@@ -24,9 +24,10 @@ from storlab import engines, factors
 from storlab.engines.settings import value_problem
 from storlab.errors import UserError
 from storlab.experiment import repetitions
-from storlab.experiment.repetitions import RaceSettings, RacingKeys, Settling
+from storlab.experiment.repetitions import RacingKeys
 from storlab.factors import KeyProblem, show
 from storlab.lab import devices, instances, placements
+from storlab.rounds import RaceSettings, Settling
 from storlab.sizes import format_size, parse_size
 from storlab.workloads import KINDS, Workload
 

@@ -6,13 +6,11 @@ answer's statistics read these settings (storlab.answer)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Field,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -20,32 +18,12 @@ from pydantic import (
 )
 
 from storlab.factors import show
+from storlab.rounds import DEFAULT_MIN_ROUNDS, MAX_ROUNDS, RaceSettings, Settling
 from storlab.sizes import digits_note
 
-ALPHA = 0.05  # every verdict's error rate: a race's drops and the answer's tests alike (storlab.answer.stats)
-DEFAULT_MIN_ROUNDS = 3
-MAX_ROUNDS = 100  # the experiment file's limit on repetitions (README, "Limits")
 DEFAULT_MIN_SETTLING = 2  # until settled: the first look is after round 2
 DEFAULT_MARGIN = 0.05  # equivalent_within's default for the answer (storlab.effects.DEFAULT_MARGIN)
 NUMBER = r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"  # a decimal number as written in a duration or a percentage
-
-class RaceSettings(BaseModel):
-    """What one race needs. `equivalent_within` is a fraction (0.02 for "2%"); lower_is_better is True for
-    elapsed seconds, False for a throughput."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min_rounds: int = Field(DEFAULT_MIN_ROUNDS, ge=2)
-    max_rounds: int = Field(10, ge=2, le=MAX_ROUNDS)
-    equivalent_within: float | None = Field(None, gt=0, le=0.5)
-    lower_is_better: bool = True
-    alpha: float = Field(ALPHA, gt=0, lt=0.5)
-
-    @model_validator(mode="after")
-    def _bounds(self):
-        if self.max_rounds < self.min_rounds:
-            raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
-        return self
 
 
 class RepetitionRange(BaseModel):
@@ -87,16 +65,6 @@ class RepetitionRange(BaseModel):
         if self.budget is not None and self.until is None:
             raise ValueError('budget: only with until = "settled"')
         return self
-
-
-@dataclass(frozen=True)
-class Settling:
-    """`until = "settled"`: after each round from `min_rounds`, the factor effects are fitted again and
-    the runs stop once they are settled, at `max_rounds`, or once `budget_s` of wall time is spent."""
-
-    min_rounds: int
-    max_rounds: int
-    budget_s: float | None = None
 
 
 class RacingKeys(BaseModel):

@@ -1,8 +1,8 @@
 """What a probe keeps of each run: its own tables in the results store, made and changed by its own
 migrations (versioned under the probe's name, apart from the store's), how a run's record is written
-there and read back, and its part of the report. The store, the runner and the report find every
-probe in the registry (probes/registry.py) and never name a probe's table, so a new probe is one
-module and one line there."""
+there and read back, and its part of the report. The store (which checks its tables before any read),
+the runner, the report and the export find every probe in the registry (probes/registry.py) and never
+name a probe's table, so a new probe is one module and one line there."""
 
 from __future__ import annotations
 
@@ -78,5 +78,10 @@ class Probe:
 
 
 def histogram(text: str) -> dict[int, int]:
-    """A histogram kept as JSON (power-of-two buckets) has its buckets as text."""
-    return {int(bucket): count for bucket, count in json.loads(text).items()}
+    """A histogram kept as JSON (power-of-two buckets) has its buckets as text; text that is not one
+    is ValueError (the store says its table is damaged)."""
+    held = json.loads(text)
+    if not isinstance(held, dict) or not all(bucket.isdigit() and isinstance(n, int) and not isinstance(n, bool)
+                                             for bucket, n in held.items()):
+        raise ValueError(f"expected a histogram (an object of bucket: count), got {text[:60]!r}")
+    return {int(bucket): count for bucket, count in held.items()}

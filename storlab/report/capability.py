@@ -17,7 +17,8 @@ from storlab.lab.placements import TMPFS, TMPFS_ROOT
 from storlab.machine import iobench
 from storlab.probes.recorders import DEVICE_PERIOD_S
 from storlab.report.charts import plt, svg
-from storlab.results.store import Store, exists
+from storlab.results.folder_store import exists
+from storlab.results.store import Store
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Capability:
 
 def placement_paths(results: Results) -> dict[str, str]:
     """Each placement's path as the runs recorded it (the facts' paths), from the names in the file."""
-    declared = results.experiment.get("identity", {}).get("placements", {})
+    declared = results.experiment.placements if results.experiment is not None else {}
     recorded = list((results.facts or {}).get("paths", {}))
     found = {}
     for name, raw in declared.items():

@@ -127,7 +127,7 @@ def sizes_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | 
 
 def dop_chart(results: Results, png: Path) -> str | None:
     """Elapsed and CPU time against the degree of parallelism, one line per value of the other factors."""
-    if DOP not in results.experiment.get("factors", {}):
+    if DOP not in results.factors:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     lines: dict[str, list] = defaultdict(list)

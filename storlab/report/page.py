@@ -75,7 +75,7 @@ def headline_chart(results: Results, png: Path) -> str:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{results.experiment.get('name', '')}: {results.headline.label}")
+    ax.set_title(f"{results.name or ''}: {results.headline.label}")
     return _svg(fig, png)
 
 
@@ -240,9 +240,9 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     folder = store.folder
     outputs.claim(folder, FILES)
     capabilities = capability.gather(store, results, list(io or []))
-    name = results.experiment.get("name", folder.name)
+    name = results.name or folder.name
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
-    if results.experiment:
+    if results.experiment is not None:
         sections.append(f"<p>engine {html.escape(answer.experiment.engine)}, "
                         f"{len(answer.labels)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
     for note in answer.warnings:

@@ -20,7 +20,7 @@ from storlab.results.store import Store
 
 def swept_factor(results: Results) -> str | None:
     """The x axis: data_files when it is a factor (the seeds' graph), else the first numeric factor."""
-    factors = results.experiment.get("factors", {})
+    factors = results.factors
     if "layout.data_files" in factors and len(factors["layout.data_files"]) > 1:
         return "layout.data_files"
     for name, values in factors.items():
@@ -32,7 +32,7 @@ def swept_factor(results: Results) -> str | None:
 def in_factor_order(results: Results) -> list[CellResult]:
     """The measured cells grouped by the other factors (in the file's order of their values), the swept
     factor rising within each group: "as files are added" reads from top to bottom."""
-    factors = results.experiment.get("factors", {})
+    factors = results.factors
     swept = swept_factor(results)
 
     def position(name: str, value) -> int:

@@ -1,4 +1,4 @@
-"""Files storlab writes beside a results store (report.html and its PNGs, runs.csv, runs.json), and
+"""Files storlab writes beside a results store (report.html and its PNGs, the export's files), and
 only those: each one written is listed with its checksum in the folder's .storlab-files, so a file
 storlab did not write, or one changed since, is never replaced. (report.html files from before the
 list carry storlab's own first line, and count as storlab's.)

@@ -1,6 +1,6 @@
 """A results store on a shared PostgreSQL, for a fleet of hosts. One store (one database) holds many
 experiments, chosen by name: each lives in its own schema (storlab_experiment_<id>) with exactly the
-tables and step-by-step migrations of a results folder's SQLite store (storlab.store), so a migration
+tables and step-by-step migrations of a results folder's SQLite store (storlab.results.store), so a migration
 written for the one is written for the other. The schema `storlab` is the catalogue: the store's mark
 and version, the experiments it holds (each with its schema's version), and the queue of runs the
 workers claim (storlab.queue).
@@ -20,8 +20,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from storlab.errors import RunFailed, UserError
+from storlab.results import damage, versions
 from storlab.results.dialects import POSTGRESQL, Connection
-from storlab.results.store import APPLICATION_ID, MIGRATIONS, Store
+from storlab.results.folder_store import APPLICATION_ID
+from storlab.results.schema import MIGRATIONS
+from storlab.results.store import Store
 
 CATALOGUE = "storlab"
 SCHEMA_PREFIX = "storlab_experiment_"
@@ -240,13 +243,22 @@ def use(store: Store) -> None:
 
 
 def bind(db: Connection, entry: ExperimentEntry, folder: Path | None, where: str) -> Store:
-    """The experiment's Store on this connection, its schema brought up to date."""
+    """The experiment's Store on this connection, its schema brought up to date and what it holds
+    checked (storlab.results.damage): anyone who can submit can write its rows."""
     store = Store(db, folder, where=f"{where} experiment {entry.name}", versioning=CatalogueVersion(entry.id))
     store.another = "give the experiment another name, or restore the file"
     store.experiment_id = entry.id
     use(store)
-    if CatalogueVersion(entry.id).get(db) != len(MIGRATIONS):
-        store._migrate()
+    try:
+        if CatalogueVersion(entry.id).get(db) == len(MIGRATIONS):
+            versions.check_probes(store)
+        if versions.behind(store):
+            store.migrate()
+        damage.check(store.db, store.where)
+    except psycopg.OperationalError:
+        raise
+    except psycopg.DatabaseError as exc:  # a table made or changed by hand, in the way of a migration
+        raise damage.Damaged(store.where, _first_line(exc)) from None
     return store
 
 

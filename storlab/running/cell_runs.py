@@ -23,7 +23,7 @@ from storlab.lab import devices, instances, settle
 from storlab.lab.layout import spec_for
 from storlab.probes import lifecycle as run_probes
 from storlab.probes.bpftrace import Tracing
-from storlab.results.store import RunResult
+from storlab.results.runs import RunResult
 from storlab.running import stall
 from storlab.running.queue import LeaseLost
 from storlab.workloads.kind import Warmup

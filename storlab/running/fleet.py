@@ -31,7 +31,8 @@ from storlab.probes import bpftrace
 from storlab.probes.bpftrace import Tracing
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, Connection
-from storlab.results.store import RunResult, Store
+from storlab.results.runs import RunResult
+from storlab.results.store import Store
 from storlab.running import cell_runs, cleanup, queue, runner, stall
 from storlab.running.queue import Claim, LeaseLost
 
@@ -243,22 +244,22 @@ class Worker:
             self.asked_refused = error(f"{entry.name}: not taken by {self.options.host}: {why}")
 
     def _prepare(self, entry: shared_store.ExperimentEntry) -> None:
-        store = shared_store.bind(self.db, entry, None, "--store")
-        try:
+        try:  # the store's rows are anyone's who can submit: what it holds is checked as it is read
+            store = shared_store.bind(self.db, entry, None, "--store")
             held = store.experiment()
-        except (ValueError, RecursionError):  # the store's rows are anyone's who can submit
-            self._refuse(entry, "its record in the store is not readable; submit it again")
+        except UserError as exc:
+            self._refuse(entry, str(exc))
             return
         if held is None:
             return  # being submitted right now: looked at again next time
-        hosts = held["identity"].get("hosts") if isinstance(held["identity"], dict) else None
-        if isinstance(hosts, list) and self.options.host not in hosts:
-            self._refuse(entry, f"it runs on hosts {', '.join(map(str, hosts))}", quiet=True)  # not ours: nothing to say
+        hosts = held.identity.hosts
+        if hosts is not None and self.options.host not in hosts:
+            self._refuse(entry, f"it runs on hosts {', '.join(hosts)}", quiet=True)  # not ours: nothing to say
             return
         try:
             exp = self.loaded.get(entry.name)
             if exp is None:  # (one read from its file here was checked before it was submitted)
-                exp = experiments.parse(Path.cwd() / f"{entry.name}.toml", held["source"], held["files"])
+                exp = experiments.parse(Path.cwd() / f"{entry.name}.toml", held.source, held.files)
                 check(exp, self.say)
             cells = matrix.cells(exp)
             paths = runner.prepare_placements(exp)

@@ -23,7 +23,9 @@ from storlab.lab.placements import TMPFS
 from storlab.machine import system
 from storlab.probes import bpftrace
 from storlab.probes.bpftrace import Tracing
-from storlab.results.store import RunResult, Store, exists
+from storlab.results.folder_store import exists
+from storlab.results.runs import RunResult
+from storlab.results.store import Store
 from storlab.running import capacity, cell_runs, cleanup
 
 
@@ -82,8 +84,9 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
     if exists(folder):
         with Store.open(folder, create=False) as store:
             done = store.done()
-            if seed is None:
-                seed = (store.experiment() or {}).get("order_seed")
+            held = store.experiment()
+            if seed is None and held is not None:
+                seed = held.order_seed
     todo = matrix.plan(cells, experiment.repetitions, done, seed)
     lines = [f"warning: {w}" for w in warnings]
     settings, settling = experiment.race(), experiment.settling()
@@ -149,7 +152,8 @@ def next_runs(experiment: Experiment, cells: list[matrix.Cell], store: Store, tr
     repeated in it (a failed run is retried by running the command again)."""
     settings, settling = experiment.race(), experiment.settling()
     done = store.done() | tried
-    seed = (store.experiment() or {}).get("order_seed")
+    held = store.experiment()
+    seed = None if held is None else held.order_seed
     if settling is not None and stop_reason(experiment, store, started) is not None:
         return []
     if settings is None:

@@ -80,6 +80,9 @@ def show(answer: model.Answer, console: Console) -> None:
     if answer.factor_effects is not None:
         factor_answer(answer, console)
         console.print()
+    elif answer.status is not None:  # no factor table: the runs cannot be read as ratios, and why
+        console.print(Text(answer.status))
+        console.print()
     console.print(Text.assemble((answer.experiment.name, "bold"),
                                 f" on {answer.experiment.engine}: {answer.headline.label}, mean ± 95 % CI"))
     console.print(ranking_table(answer))
