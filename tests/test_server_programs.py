@@ -24,7 +24,6 @@ from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke, storlab
 from tests.test_bad_input import BASE, MARIADB, _body
 from tests.test_fleet import body as fleet_body
-from tests.test_fleet import store_server  # noqa: F401 (a fixture)
 
 PASSWD = [line for line in Path("/etc/passwd").read_text().splitlines() if line.strip()]
 

@@ -251,6 +251,8 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         sections.append(f"<p class='fail'>failed run: cell {html.escape(failed.cell)} repetition {failed.repetition}: "
                         f"{html.escape(failed.message)}</p>")
     factors = answer.factor_effects
+    if factors is None and answer.status is not None:  # no factor table: the runs cannot be read as ratios
+        sections.append(f"<p class='warn'>{html.escape(answer.status)}</p>")
     if factors is not None and (factors.effects or factors.conditional):
         sections.append("<h2>What each factor does</h2>"
                         + _figure(forest_chart(answer, folder / "factor_effects.png"),
