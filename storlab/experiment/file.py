@@ -399,7 +399,8 @@ class Experiment:
         # How many runs, in what order and how the answer reads them, not what is measured.
         for key in ("repetitions", "race", "equivalent_within", "reference", "order_seed"):
             body.pop(key, None)
-        body.get("workload", {}).pop("stall_after_s", None)  # when a run is given up, not what it measures
+        for key in ("stall_after_s", "run_limit_s"):  # when a run is given up, not what it measures
+            body.get("workload", {}).pop(key, None)
         if self.sql:
             body["sql"] = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(self.sql.items())}
         return body

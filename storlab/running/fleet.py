@@ -177,8 +177,8 @@ class ClaimedRun:
         self.worker.outcome.finished += 1
         self.worker.say(f"{host}: {self.what}: recorded ({time.monotonic() - self.started:.1f} s)")
 
-    def stalled(self) -> None:
-        self.lease.give_up()  # a stalled run keeps no claim: it is failed or back in the queue shortly
+    def abandoned(self) -> None:
+        self.lease.give_up()  # a stalled or overlong run keeps no claim: it is failed or back in the queue shortly
 
 
 def queue_next_round(db: Connection, store: Store, exp: Experiment, cells: list[matrix.Cell]) -> None:
@@ -347,7 +347,8 @@ class Worker:
 
     def _failed(self, target: Runnable, failure: cell_runs.Failure) -> None:
         """A stalled run goes back to the queue (the next instance, here or on another host, may well
-        answer), up to MAX_STALLS attempts; any other failure is recorded."""
+        answer), up to MAX_STALLS attempts; any other failure is recorded (a run past its limit too:
+        what never ends here would never end elsewhere)."""
         run = failure.slot
         if isinstance(failure.error, stall.Stalled) and run.claim.attempts < MAX_STALLS:
             queue.release(self.db, run.claim)

@@ -162,7 +162,7 @@ class Lease:
             self._db.close()
 
     def give_up(self) -> None:
-        """Renew no more (its run stalled): the claim is released or lapses."""
+        """Renew no more (its run stalled, or passed its limit): the claim is released, failed or lapses."""
         self._stop.set()
 
     def check(self) -> None:
