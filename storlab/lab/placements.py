@@ -12,6 +12,8 @@ import re
 import stat
 from pathlib import Path
 
+from storlab.errors import RunFailed
+from storlab.lab import safe_files
 from storlab.lab.instances import ServerUser, unreachable_ancestor
 
 TMPFS = "tmpfs"
@@ -113,6 +115,21 @@ def results_folder_problem(folder: Path) -> str | None:
     if _inside(real, DEVICES) and not _inside(real, TMPFS_ROOT):
         return f"{real} is inside {DEVICES}: choose a folder on a real file system"
     return system_folder(real)
+
+
+def foreign_results_folder(folder: Path) -> str | None:
+    """As root, why another user could change the results folder `folder` or a folder above it (their
+    own folder, or one open to them; above it, a sticky one such as /var/tmp is fine): root's store
+    and files would be written through names they could swap for links. None if only root can, or
+    storlab does not run as root (it then writes only where its own user may)."""
+    if os.getuid() != 0:
+        return None
+    try:
+        safe_files.own_folder(folder, "storlab runs as root and writes its results there; choose a folder "
+                              "only root can change", make=False)
+    except RunFailed as exc:
+        return str(exc)
+    return None
 
 
 def make(path: Path) -> None:
