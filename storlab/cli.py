@@ -142,6 +142,7 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
     jobs = iobench.preset(preset, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
     path = _placement_path(target)
+    iobench.check_target(path)  # before its results folder is made
     console = _console()
     folder = out or _results_folder(iobench.default_folder(path), "the results folder")
     with folder_lock.writing(folder):  # one writer per results folder: a run beside it would distort both

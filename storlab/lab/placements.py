@@ -67,11 +67,9 @@ def path_problem(path: Path, user: ServerUser) -> str | None:
         if len(os.fsencode(part)) > NAME_MAX:
             return f"{part[:40]}…: a name in the path is longer than {NAME_MAX} bytes"
     real = Path(os.path.realpath(path))
-    problem = system_folder(real)
+    problem = not_a_place(real)
     if problem:
         return problem
-    if _inside(real, DEVICES) and not _inside(real, TMPFS_ROOT):
-        return f"{real} is inside {DEVICES}: choose a directory on a real file system (or \"tmpfs\")"
     existing = real
     while not os.path.lexists(existing):
         existing = existing.parent
@@ -92,6 +90,17 @@ def path_problem(path: Path, user: ServerUser) -> str | None:
             f"{real} is not reachable by the servers' OS user {user.name} "
             f"({blocked} is mode {stat.S_IMODE(blocked.stat().st_mode):04o}); choose a directory outside it"
         )
+    return None
+
+
+def not_a_place(real: Path) -> str | None:
+    """Why storlab never puts files of its own in the (resolved) folder `real`: a system folder, or a
+    device's (the RAM disk aside); None if it may."""
+    problem = system_folder(real)
+    if problem:
+        return problem
+    if _inside(real, DEVICES) and not _inside(real, TMPFS_ROOT):
+        return f"{real} is inside {DEVICES}: choose a directory on a real file system (or \"tmpfs\")"
     return None
 
 
