@@ -145,11 +145,12 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
     iobench.check_target(path)  # before its results folder is made
     console = _console()
     folder = out or _results_folder(iobench.default_folder(path), "the results folder")
-    with folder_lock.writing(folder):  # one writer per results folder: a run beside it would distort both
+    # One writer per results folder (a run beside it would distort both); the store opened before fio
+    # runs, so one it cannot write (damaged, immutable) is said before the minutes fio takes, not after.
+    with folder_lock.writing(folder), Store.open(folder) as store:
         facts = system.collect_facts([path])
         results = iobench.run(path, jobs, size_bytes, seconds, console)
-        with Store.open(folder) as store:
-            store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
+        store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
         console.print(line, markup=False)

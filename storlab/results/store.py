@@ -5,12 +5,14 @@ the SQL both dialects share (storlab.dialects)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import secrets
 import sqlite3
+import sys
 import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -237,6 +239,32 @@ def _identity(path: Path) -> tuple[Path, int, int] | None:
     return path, st.st_dev, st.st_ino
 
 
+_FS_IOC_GETFLAGS = 0x80086601  # the kernel's inode flags (lsattr): 'i' immutable, 'a' append-only
+_FLAGS = ((0x10, "immutable", "i"), (0x20, "append-only", "a"))
+
+
+def _locked_file(path: Path) -> str | None:
+    """What keeps even root from writing the store file in place, though it opens: an immutable or
+    append-only attribute. SQLite then opens the file read-only without a word, and the store's
+    writes fail, or land only in its write-ahead log, which can never be written back. None if nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None  # missing, or a link: what opens it next says so
+    try:
+        flags = int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)
+    except OSError:  # a file system without these attributes
+        return None
+    finally:
+        os.close(fd)
+    found = [(what, letter) for flag, what, letter in _FLAGS if flags & flag]
+    if not found:
+        return None
+    letters = "".join(letter for _, letter in found)
+    return (f"the file is {' and '.join(what for what, _ in found)} (chattr +{letters}): nothing can write it "
+            f"until chattr -{letters} clears that")
+
+
 def _unwritable(folder: Path, exc: sqlite3.Error) -> str | None:
     """Why a store cannot be written, when the cause is the place and not the file: a read-only
     folder is not a damaged store."""
@@ -337,6 +365,9 @@ class Store:
         fresh = not path.exists() or path.stat().st_size == 0
         if not fresh and _header(path) != _SQLITE_MAGIC:
             raise UserError(f"{path}: not a storlab results store (not an SQLite file)")
+        locked = _locked_file(path) if create else None
+        if locked:
+            raise UserError(f"{path}: cannot write the results store: {locked}")
         try:
             db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
                 sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
@@ -492,6 +523,10 @@ class Store:
         why: the file was deleted or replaced under the run (its writes would go nowhere), or cannot be
         written (read-only, full). `what` carries the run's figures, so they are not lost unsaid."""
         self._still_there(what)
+        locked = _locked_file(self.file[0]) if self.file is not None else None
+        if locked:
+            raise UserError(f"{self.file[0]}: could not record {what}: {locked}; stopped (the runs recorded "
+                            "before it are kept)")
         try:
             yield
         except sqlite3.OperationalError as exc:
