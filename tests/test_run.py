@@ -273,13 +273,13 @@ def test_a_run_past_its_limit_fails_and_the_next_goes_on(write_experiment, lab_d
     out = lab_root / "results"
     proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    up: dict[str, float] = {}  # each instance, when its server was first seen ready
+    seen: dict[str, list[float]] = {}  # each instance: when its server was first and last seen ready
     try:
         deadline = time.monotonic() + 600  # it never ended before
         while proc.poll() is None:
             assert time.monotonic() < deadline, "the run never ended"
             for manifest in instances_up():
-                up.setdefault(manifest.instance_id, time.time())
+                seen.setdefault(manifest.instance_id, [time.time()] * 2)[1] = time.time()
             time.sleep(0.05)
         output, errors = proc.communicate()
     finally:
@@ -296,8 +296,10 @@ def test_a_run_past_its_limit_fails_and_the_next_goes_on(write_experiment, lab_d
     assert failures == {cell: said for cell in napping}
     assert runs == [(cells["transaction=quick.sql"], 1)]
     assert all(f"failed: transaction={name} #1: {said}" in output for name in ("nap-in-prepare.sql", "nap-in-load.sql"))
-    started = dict(zip(planned, sorted(up.values())))  # one instance per run, in the plan's order
-    assert len(up) == 3 and all(at[cell] - started[cell] < 60 for cell in napping)
+    # One instance per run, in the plan's order; a napping one is up for its limit at least.
+    naps = sorted(first for first, last in seen.values() if last - first > 20)
+    started = dict(zip([cell for cell in planned if cell in napping], naps))
+    assert len(naps) == 2 and all(at[cell] - started[cell] < 60 for cell in napping)
     assert storlab_processes() == [] and instances.Manifest.all() == []
     assert not list(lab_dir.glob("storlab-*"))
 

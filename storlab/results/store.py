@@ -243,20 +243,23 @@ _FS_IOC_GETFLAGS = 0x80086601  # the kernel's inode flags (lsattr): 'i' immutabl
 _FLAGS = ((0x10, "immutable", "i"), (0x20, "append-only", "a"))
 
 
-def _locked_file(path: Path) -> str | None:
-    """What keeps even root from writing the store file in place, though it opens: an immutable or
-    append-only attribute. SQLite then opens the file read-only without a word, and the store's
-    writes fail, or land only in its write-ahead log, which can never be written back. None if nothing."""
+def _held(path: Path) -> int | None:
+    """A read-only descriptor of the store file, None when it is missing (or a link: what opens it
+    next says so)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
-        return None  # missing, or a link: what opens it next says so
+        return None
+
+
+def _locked(fd: int) -> str | None:
+    """What keeps even root from writing the store file `fd` in place, though it opens: an immutable
+    or append-only attribute. SQLite then opens the file read-only without a word, and the store's
+    writes fail, or land only in its write-ahead log, which can never be written back. None if nothing."""
     try:
         flags = int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)
     except OSError:  # a file system without these attributes
         return None
-    finally:
-        os.close(fd)
     found = [(what, letter) for flag, what, letter in _FLAGS if flags & flag]
     if not found:
         return None
@@ -344,6 +347,7 @@ class Store:
         self.another = "use another --out folder, or restore the file"  # where a different experiment goes
         self.experiment_id: int | None = None  # its id in a shared store's catalogue
         self.file: tuple[Path, int, int] | None = None  # a folder's store file, (path, device, inode)
+        self._held: int | None = None  # a descriptor of it while a writer has it open (Store.open)
         self._depth = 0
 
     @classmethod
@@ -365,47 +369,59 @@ class Store:
         fresh = not path.exists() or path.stat().st_size == 0
         if not fresh and _header(path) != _SQLITE_MAGIC:
             raise UserError(f"{path}: not a storlab results store (not an SQLite file)")
-        locked = _locked_file(path) if create else None
-        if locked:
-            raise UserError(f"{path}: cannot write the results store: {locked}")
+        # Held from before SQLite opens the file to after it closes it: closing any descriptor of a
+        # file drops every lock the process holds on it (POSIX), SQLite's too, so the file is never
+        # opened and closed by its name meanwhile (another process would then think itself the store's
+        # last user, and move the write-ahead log away under this one).
+        held = _held(path) if create else None
         try:
-            db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
-                sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
-        except sqlite3.Error as exc:
-            raise UserError(f"{path}: cannot open the results store: {_unwritable(folder, exc) or exc}") from None
-        store = None
-        try:
+            locked = _locked(held) if held is not None else None
+            if locked:
+                raise UserError(f"{path}: cannot write the results store: {locked}")
             try:
-                store = cls(Connection(db, SQLITE), folder)
-                store._recognise(path, create)
-                if create:
-                    db.execute("PRAGMA journal_mode=WAL")  # readers while a run writes
-                db.execute("PRAGMA foreign_keys=ON")
-                if create:
-                    store._migrate()
-                store.file = _identity(path)
-            except sqlite3.DatabaseError as exc:
-                unwritable = _unwritable(folder, exc)
-                raise UserError(f"{path}: cannot write the results store: {unwritable}" if unwritable
-                                else f"{path}: the results store is damaged: {exc}") from None
+                db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
+                    sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
+            except sqlite3.Error as exc:
+                raise UserError(f"{path}: cannot open the results store: {_unwritable(folder, exc) or exc}") from None
+            if create and held is None:
+                held = _held(path)  # made just now, by SQLite
+            store = None
             try:
-                yield store
-            except sqlite3.DatabaseError as exc:
-                if getattr(exc, "sqlite_errorname", None) in _DAMAGED:
-                    raise UserError(f"{path}: the results store is damaged: {exc}") from None
-                unwritable = _unwritable(folder, exc)
-                if unwritable:
-                    raise UserError(f"{path}: cannot write the results store: {unwritable}") from None
-                raise
-            if create:
-                try:  # at rest a store is one file, which read-only readers then leave alone
-                    db.execute("PRAGMA journal_mode=DELETE")
-                except sqlite3.OperationalError:
-                    pass  # a reader is on it: it stays in WAL mode until the next close
+                try:
+                    store = cls(Connection(db, SQLITE), folder)
+                    store._held = held
+                    store._recognise(path, create)
+                    if create:
+                        db.execute("PRAGMA journal_mode=WAL")  # readers while a run writes
+                    db.execute("PRAGMA foreign_keys=ON")
+                    if create:
+                        store._migrate()
+                    store.file = _identity(path)
+                except sqlite3.DatabaseError as exc:
+                    unwritable = _unwritable(folder, exc)
+                    raise UserError(f"{path}: cannot write the results store: {unwritable}" if unwritable
+                                    else f"{path}: the results store is damaged: {exc}") from None
+                try:
+                    yield store
+                except sqlite3.DatabaseError as exc:
+                    if getattr(exc, "sqlite_errorname", None) in _DAMAGED:
+                        raise UserError(f"{path}: the results store is damaged: {exc}") from None
+                    unwritable = _unwritable(folder, exc)
+                    if unwritable:
+                        raise UserError(f"{path}: cannot write the results store: {unwritable}") from None
+                    raise
+                if create:
+                    try:  # at rest a store is one file, which read-only readers then leave alone
+                        db.execute("PRAGMA journal_mode=DELETE")
+                    except sqlite3.OperationalError:
+                        pass  # a reader is on it: it stays in WAL mode until the next close
+            finally:
+                db.close()
+                if store is not None and store.db.raw is not db:  # an older store read in memory
+                    store.db.close()
         finally:
-            db.close()
-            if store is not None and store.db.raw is not db:  # an older store read in memory
-                store.db.close()
+            if held is not None:
+                os.close(held)
 
     def _recognise(self, path: Path, create: bool) -> None:
         """A storlab store, or (for `create`) an empty database to make one in; anything else is refused."""
@@ -523,7 +539,7 @@ class Store:
         why: the file was deleted or replaced under the run (its writes would go nowhere), or cannot be
         written (read-only, full). `what` carries the run's figures, so they are not lost unsaid."""
         self._still_there(what)
-        locked = _locked_file(self.file[0]) if self.file is not None else None
+        locked = _locked(self._held) if self._held is not None and self.file is not None else None
         if locked:
             raise UserError(f"{self.file[0]}: could not record {what}: {locked}; stopped (the runs recorded "
                             "before it are kept)")
