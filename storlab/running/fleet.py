@@ -84,8 +84,8 @@ def submit(exp: Experiment, store: Store) -> Submitted:
     """Bind the experiment in the store (refused if a different one holds its name) and queue every
     run not queued yet, each round in the order drawn from the experiment's seed (drawn at the first
     submit and kept); failed runs are queued again. Rows that are no run of the plan (written into the
-    queue by hand) are neither counted nor queued again, only said. An experiment run until settled is refused: the
-    queue holds a fixed plan, and no one would refit the answer between its rounds."""
+    queue by hand) are neither counted nor queued again, only said. An experiment run until settled is
+    refused: the queue holds a fixed plan, and no one would refit the answer between its rounds."""
     if exp.settling() is not None:
         raise UserError(f'{exp.where(("repetitions",))}: repetitions: until = "settled" decides after each round '
                         "whether to go on, which a fleet's fixed queue cannot; give repetitions = N to submit, or "
