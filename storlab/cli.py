@@ -64,20 +64,29 @@ def _console() -> Console:
 
 
 def _out(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
-    """--out: a folder name, never the empty one (which would mean the working folder), nor a system
-    or shared folder (storlab may run as root: a run once wrote /storlab.sqlite)."""
+    """--out: a folder name, never the empty one (which would mean the working folder)."""
     if value is None:
         return None
-    from storlab.lab.placements import results_folder_problem
-    from storlab.results.folder_store import check_folder
-
     if not value.strip():
         raise UserError("--out: an empty folder name; give a folder, or leave --out out")
-    problem = results_folder_problem(Path(value))
+    return _results_folder(Path(value), "--out")
+
+
+def _results_folder(folder: Path, named: str) -> Path:
+    """A folder storlab writes results into (--out, or a default under the working folder), checked
+    before anything is made: not a system or shared folder (storlab may run as root: a run once wrote
+    /storlab.sqlite), one that can be a folder, and as root one that only root can change."""
+    from storlab.lab.placements import foreign_results_folder, results_folder_problem
+    from storlab.results.folder_store import check_folder
+
+    problem = results_folder_problem(folder)
     if problem:
-        raise UserError(f"--out: {problem}")
-    check_folder(Path(value))
-    return Path(value)
+        raise UserError(f"{named}: {problem}")
+    check_folder(folder)
+    problem = foreign_results_folder(folder)
+    if problem:
+        raise UserError(f"{named}: {problem}")
+    return folder
 
 
 # -- device and machine commands (storlab check, storlab io) ---------------------------------
@@ -132,20 +141,20 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
-    from storlab.results.folder_store import check_folder
     from storlab.results.store import Store
 
     jobs = iobench.preset(preset, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
     path = _placement_path(target)
+    iobench.check_target(path)  # before its results folder is made
     console = _console()
-    folder = out or iobench.default_folder(path)
-    check_folder(folder)
-    with folder_lock.writing(folder):  # one writer per results folder: a run beside it would distort both
+    folder = out or _results_folder(iobench.default_folder(path), "the results folder")
+    # One writer per results folder (a run beside it would distort both); the store opened before fio
+    # runs, so one it cannot write (damaged, immutable) is said before the minutes fio takes, not after.
+    with folder_lock.writing(folder), Store.open(folder) as store:
         facts = system.collect_facts([path])
         results = iobench.run(path, jobs, size_bytes, seconds, console)
-        with Store.open(folder) as store:
-            store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
+        store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
         console.print(line, markup=False)
@@ -208,12 +217,10 @@ def _opened(folder: str | None, dsn: str | None, experiment: str | None, out: Pa
 
 def _beside(store, out: Path | None) -> None:
     """Where a shared store's report and export go: --out, or results/<experiment name>."""
-    from storlab.results.folder_store import check_folder
-
     if store.folder is None:
         held = store.experiment()
-        store.folder = out or Path("results") / (held.name if held is not None else "store")
-        check_folder(store.folder)
+        store.folder = out or _results_folder(Path("results") / (held.name if held is not None else "store"),
+                                              "the folder for its files")
         try:
             store.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -284,7 +291,6 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     engine_settings against the installed engine, and each placement's free space. A results folder
     takes one run at a time: a second one into it is refused (run in parallel with --store)."""
     from storlab.results import folder_lock
-    from storlab.results.folder_store import check_folder
     from storlab.running import fleet, runner
     from storlab.show import terminal
 
@@ -308,8 +314,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
         return
     if host is not None:
         raise UserError("--host: only with --store (a results folder is this machine's)")
-    folder = out or runner.default_folder(exp)
-    check_folder(folder)
+    folder = out or _results_folder(runner.default_folder(exp), "the results folder")
     if dry_run:
         for line in runner.describe_plan(exp, folder):
             console.print(line, markup=False)

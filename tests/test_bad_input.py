@@ -286,6 +286,42 @@ def test_nothing_is_made_when_a_later_placement_is_wrong(lab_root):
         assert not (lab_root / "new").exists() and not (lab_root / "results").exists()
 
 
+@pytest.mark.parametrize("changes, key, line", [
+    ([('disk = "{disk}"', 'disk = "{lab}/it\'s"')], "placements.disk", 6),
+    pytest.param([('ram = "tmpfs"', 'quoted = { loop = "64MB", image_dir = "{lab}/img\'s" }'),
+                  ('data_on = "disk"', 'data_on = ["disk", { disk = 1, quoted = 1 }]'), ('log_on = "ram"', 'log_on = "disk"')],
+                 "placements.quoted.image_dir", 7,
+                 marks=pytest.mark.skipif(os.getuid() != 0, reason="a device placement is checked as root only")),
+])
+def test_a_quote_in_a_placement_holding_data_is_refused_when_the_file_loads(lab_root, changes, key, line):
+    """PostgreSQL refuses a ' in a tablespace's location: said at once, naming the placement, before
+    any folder is made (it once came at the first run, after the placements were made)."""
+    disk = lab_root / "disk"
+    path = lab_root / "fz.toml"
+    body = BASE.format(disk=disk)
+    for old, new in changes:
+        old = old.replace("{disk}", str(disk))
+        assert old in body, old
+        body = body.replace(old, new.replace("{lab}", str(lab_root)), 1)
+    path.write_text(body)
+    folder = lab_root / ("it's" if key == "placements.disk" else "img's")
+    for args in (["--dry-run"], []):
+        result = invoke("run", str(path), *args, "--out", str(lab_root / "results"))
+        assert result.exit_code == 2, result.output
+        assert result.stderr == (f"storlab: fz.toml:{line}: {key}: {folder} cannot hold a tablespace (PostgreSQL "
+                                 "refuses a ' in a tablespace's location); choose another directory\n")
+        assert not folder.exists() and not disk.exists() and not (lab_root / "results").exists()
+
+
+def test_a_quote_in_a_placement_holding_only_the_log_is_fine(lab_root):
+    """The log's folder is no tablespace: initdb --waldir takes it as it is."""
+    path = lab_root / "fz.toml"
+    path.write_text(_body('log_on = "ram"', 'log_on = "logs"', lab_root / "disk").replace(
+        'ram = "tmpfs"', f'ram = "tmpfs"\nlogs = "{lab_root}/it\'s"'))
+    result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
+    assert result.exit_code == 0, result.output
+
+
 # -- the file itself -----------------------------------------------------------------------------
 
 

@@ -536,13 +536,17 @@ def test_a_stalled_run_goes_back_to_the_queue(store_server, write_experiment, la
 @pytest.mark.engine
 def test_a_queue_row_the_experiment_does_not_plan_is_failed_not_run(store_server, write_experiment, lab_root):
     """Anyone who can submit can write the queue: a row naming a cell the experiment does not have,
-    or a repetition beyond its plan, is marked failed with the reason, never run, never a traceback."""
+    or a repetition beyond its plan, is marked failed with the reason, never run, never a traceback;
+    submit neither counts such rows nor queues them again, and says how many it left out."""
     source = write_experiment(body(reps=1, rows=200))
     assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
     cell = matrix.cells(experiment.load(source))[0]
     with store_server.admin() as conn:
         conn.execute("INSERT INTO storlab.queue (experiment_id, cell_id, repetition, position) "
                      "VALUES (1, 'nosuchcell', 1, -2), (1, %s, 5000, -1)", (cell.id,))
+    again = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
+    left_out = "; 2 queue rows that are no run of the plan left out (a worker fails them, never runs them)\n"
+    assert again.stdout == "fleet: 2 cells x 1 repetitions on any host = 2 runs (2 queued)" + left_out
     proc = start_worker(store_server, "db1", lab_root / "db1")
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0 and "Traceback" not in err, err
@@ -557,4 +561,59 @@ def test_a_queue_row_the_experiment_does_not_plan_is_failed_not_run(store_server
         (cell.id, 5000, f"the queue names repetition 5000 of cell {cell.id}; experiment fleet has 1 to 1"),
     ]
     assert "fleet: nosuchcell #1: failed: the queue names cell 'nosuchcell'" in out
+    # Submitted again: the junk stays failed, never queued again nor counted (it once was, both).
+    again = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
+    assert again.stdout == "fleet: 2 cells x 1 repetitions on any host = 2 runs (2 done)" + left_out
+    states = {(c, r): s for c, r, _, s, *_ in queue_rows(store_server)}
+    assert states[("nosuchcell", 1)] == "failed" and states[(cell.id, 5000)] == "failed"
+    assert set(storlab_processes()) == {store_server.server_pid}
+
+
+@pytest.mark.engine
+def test_a_run_past_its_limit_is_failed_and_the_worker_goes_on(store_server, write_experiment, lab_root):
+    """A statement that sleeps (in the custom kind's prepare, where its transaction is tried once):
+    after the declared 30 s the worker gives the run up (its lease no longer renewed), kills the
+    instance and records the run failed with the reason, at once (it would never end elsewhere
+    either); the next run is recorded."""
+    (lab_root / "nap.sql").write_text("SELECT pg_sleep(3600);")
+    (lab_root / "quick.sql").write_text("SELECT 1;")
+    source = write_experiment("""
+        name = "naps"
+        engine = "postgres"
+        repetitions = 1
+        order_seed = 3
+
+        [placements]
+        disk = "disk"
+
+        [layout]
+        data_files = 1
+        data_on = "disk"
+        log_on = "disk"
+
+        [workload]
+        kind = "custom"
+        transaction = ["nap.sql", "quick.sql"]
+        connections = 1
+        transactions_per_connection = 2
+        run_limit_s = 30
+        """)
+    assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
+    proc = start_worker(store_server, "db1", lab_root / "db1")
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    said = "the run passed its limit of 30 s (workload.run_limit_s); its instance was stopped"
+    cells = {c.label: c.id for c in matrix.cells(experiment.load(source))}
+    assert f"naps: transaction=nap.sql #1: failed: {said}" in out and "1 runs recorded, 1 failed, 0 given up" in out
+    states = {(c, r): (s, attempts) for c, r, _, s, attempts, *_ in queue_rows(store_server)}
+    assert states == {(cells["transaction=nap.sql"], 1): ("failed", 1), (cells["transaction=quick.sql"], 1): ("done", 1)}
+    with store_server.admin() as conn:
+        failures = conn.execute("SELECT cell_id, repetition, message FROM storlab_experiment_1.failures").fetchall()
+    assert failures == [(cells["transaction=nap.sql"], 1, said)]
+    assert recorded(store_server) == [(cells["transaction=quick.sql"], 1, "db1")]
     assert set(storlab_processes()) == {store_server.server_pid}

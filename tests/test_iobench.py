@@ -113,6 +113,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("target, message", [
+    ("/etc", "/etc is a system folder: choose a directory of your own, outside /etc"),
+    ("/usr/lib", "/usr/lib is inside /usr, a system folder: choose a directory of your own, outside /usr"),
+    ("/", "/ is a system folder: choose a directory of your own below it"),
+    ("/dev", '/dev is inside /dev: choose a directory on a real file system (or "tmpfs")'),
+])
+def test_io_refuses_a_system_folder_as_placements_are_refused(tmp_path, target, message):
+    """fio would lay its test file out there (as root, anywhere): refused in one line before anything
+    is made, its results folder included, as a placement there is refused."""
+    for out in ([], ["--out", str(tmp_path / "r")]):
+        result = CliRunner().invoke(main, ["io", target, *out])
+        assert (result.exit_code, result.output) == (2, f"storlab: {message}\n")
+    assert list(tmp_path.iterdir()) == [] and not iobench.default_folder(Path(target)).exists()
+    linked = tmp_path / "etc-link"
+    linked.symlink_to(target)  # by its real path, as a placement is judged
+    result = CliRunner().invoke(main, ["io", str(linked), "--out", str(tmp_path / "r")])
+    assert (result.exit_code, result.output) == (2, f"storlab: {message}\n")
+
+
 # -- fio as a child process ----------------------------------------------------------------------
 
 

@@ -351,6 +351,46 @@ def test_report_and_export_never_write_through_a_planted_link(shared_results, la
     assert all(p.is_symlink() for p in shared_results.glob(".*storlab-tmp"))  # only the planted names are left
 
 
+def test_a_results_folder_another_user_could_change_is_refused_before_anything(lab_root, lab_dir, victim,
+                                                                              monkeypatch):
+    """Root writes the store and its files into the results folder: one the servers' user owns, one
+    under a folder of theirs, or one open to everyone is refused in one line (exit 2) by every command
+    that writes one, before anything is made in it; the default folder (results/NAME under the
+    working folder) too. Under a sticky folder (/var/tmp) a root-only folder is fine."""
+    user = instances.server_user()
+    theirs = lab_root / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, user.uid, user.gid)
+    open_to_all = lab_root / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    body = (f'name = "o"\nengine = "postgres"\n[placements]\ndisk = "{lab_dir}"\n[layout]\ndata_on = "disk"\n'
+            '[workload]\nkind = "random-insert"\n')
+    experiment_file = victim.path.parent / "o.toml"  # a folder of root's: the experiment is not the question here
+    experiment_file.write_text(body)
+    owned, remedy = f"owner uid {user.uid}, mode 0755", ("storlab runs as root and writes its results there; "
+                                                          "choose a folder only root can change")
+    cases = [(theirs, f"{theirs}: a folder another user could change ({owned})"),
+             (theirs / "results", f"{theirs}: a folder another user could change ({owned})"),
+             (open_to_all / "r", f"{open_to_all}: a folder another user could change (owner uid 0, mode 0777)")]
+    for out, said in cases:
+        for command in (["run", experiment_file, "--out", out], ["run", experiment_file, "--dry-run", "--out", out],
+                        ["io", lab_dir, "--out", out], ["report", "--store", "postgresql://u@nowhere.invalid/d",
+                                                        "--out", out]):
+            done = CliRunner().invoke(main, [str(a) for a in command])
+            assert (done.exit_code, done.stderr) == (2, f"storlab: --out: {said}: {remedy}\n"), command
+    assert list(theirs.iterdir()) == [] and list(open_to_all.iterdir()) == []
+
+    monkeypatch.chdir(theirs)  # the default folder, results/o, under the working folder
+    done = CliRunner().invoke(main, ["run", str(experiment_file), "--dry-run"])
+    assert (done.exit_code, done.stderr) == (2, f"storlab: the results folder: {theirs}: a folder another user could "
+                                                f"change ({owned}): {remedy}\n")
+    assert list(theirs.iterdir()) == []
+    monkeypatch.chdir(lab_root)  # root's own, in sticky /var/tmp
+    done = CliRunner().invoke(main, ["run", str(experiment_file), "--dry-run"])
+    assert done.exit_code == 0, done.output
+
+
 # -- SQL files -----------------------------------------------------------------------------------
 
 HEAD = """name = "w"
@@ -366,7 +406,10 @@ kind = "custom"
 
 def sql_refusal(write_experiment, workload: str) -> tuple[int, str, str]:
     path = write_experiment(HEAD + workload, "w.toml")
-    done = CliRunner().invoke(main, ["run", str(path), "--dry-run", "--out", str(path.parent / "results")])
+    # Beside the experiment's folder, not in it: that may be another user's, and root's results never go there
+    # (a dry run makes no folder).
+    out = path.parent.with_name(f"{path.parent.name}-results")
+    done = CliRunner().invoke(main, ["run", str(path), "--dry-run", "--out", str(out)])
     return done.exit_code, done.stderr, done.stdout
 
 

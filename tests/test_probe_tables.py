@@ -135,11 +135,13 @@ def test_a_store_from_before_the_probes_made_their_tables_keeps_its_rows(tmp_pat
     with sqlite3.connect(tmp_path / "storlab.sqlite") as db:  # as storlab left it before migration 10
         db.execute("DROP TABLE probe_versions")
         db.execute("DROP TABLE pressure")
+        db.execute("DROP TABLE pressure_unavailable")
         db.execute("PRAGMA user_version = 9")
     with Store.open(tmp_path, create=False) as store:
         assert store.kept(waiting_tasks.PROBE, run_id) == tasks
         versions = dict(store.db.execute("SELECT probe, version FROM probe_versions"))
-    assert versions == {probe.name: 1 for probe in registry.PROBES}
+    # Each at version 1 as migration 10 counted it, then its later migrations (the pressure table, dropped, made anew).
+    assert versions == {probe.name: len(probe.migrations) for probe in registry.PROBES}
     with sqlite3.connect(tmp_path / "storlab.sqlite") as db:
         assert db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
 
@@ -149,7 +151,7 @@ def test_a_schema_3_store_gets_the_probes_tables_it_never_had(tmp_path):
     with Store.open(tmp_path / "explain" / "quickstart", create=False) as store:
         first = store.runs()[0].id
         assert store.kept(waiting_tasks.PROBE, first)  # kept from schema 3
-        assert store.kept(pressure.PROBE, first) == {}  # made now, empty for runs before it
+        assert store.kept(pressure.PROBE, first) == pressure.Moved()  # made now, empty for runs before it
 
 
 def test_pressure_moves_are_the_kernels_counters_in_seconds_and_mib(tmp_path):
@@ -164,14 +166,54 @@ def test_pressure_moves_are_the_kernels_counters_in_seconds_and_mib(tmp_path):
                                           "full avg10=0.00 avg60=0.00 avg300=0.00 total=1500000\n")
     (proc / "vmstat").write_text(f"nr_dirtied {100 + 2**20 // pressure._PAGE * 3}\nnr_written 50\npgpgin 9\n")
     moved = recording.stop()
-    assert moved == pytest.approx({"io_some": 2.5, "io_full": 1.0, "nr_dirtied": 3.0, "nr_written": 0.0})
-    shown = pressure.section([("a", [moved, moved]), ("b", [moved, {}])])
+    assert moved.counters == pytest.approx({"io_some": 2.5, "io_full": 1.0, "nr_dirtied": 3.0, "nr_written": 0.0})
+    assert moved.unavailable == {}
+    shown = pressure.section([("a", [moved, moved]), ("b", [moved, pressure.Moved()])])
     assert shown.headers == ["cell", "IO some s", "IO full s", "dirtied MiB", "written back MiB"]
     assert shown.rows == [["a", "2.50", "1.00", "3.00", "0.00"], ["b", "—", "—", "—", "—"]]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("some avg10=0.00 avg60=0.00 avg300=0.00 total=12x\n", "line 1 is not as the kernel writes it: "
+                                                             "'some avg10=0.00 avg60=0.00 avg300=0.00 total=12x'"),
+    ("some avg10=0.00 total=5\nhalf total=7\n", "line 2 is not as the kernel writes it: 'half total=7'"),
+    ("some total=5\n\n", "line 2 is not as the kernel writes it: ''"),
+    ("some total=５\n", "line 1 is not as the kernel writes it: 'some total=５'"),
+    ("", "no line 'some … total=N' in it"),
+    ("x" * 100, f"line 1 is not as the kernel writes it: '{'x' * 60}…'"),
+])
+def test_a_malformed_pressure_file_makes_its_counters_unavailable_not_the_run_fail(tmp_path, text, why):
+    """A file the probe cannot read as the kernel writes it: its counters are unavailable for the run,
+    the reason kept with the run and shown in the report; the other files' counters are kept."""
+    proc = tmp_path / "proc"
+    (proc / "pressure").mkdir(parents=True)
+    (proc / "pressure" / "cpu").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n")
+    (proc / "vmstat").write_text("nr_dirtied 100\nnr_written 50\n")
+    recording = pressure._Recording(proc)
+    recording.start([], 0.0)
+    (proc / "pressure" / "io").write_text(text)  # there at the run's end only: unavailable for the run
+    moved = recording.stop()
+    io = str(proc / "pressure" / "io")
+    assert moved == pressure.Moved({"cpu_some": 0.0, "nr_dirtied": 0.0, "nr_written": 0.0}, {io: why})
+
+    with Store.open(tmp_path) as store:
+        facts = bind(store)
+        run_id = store.record_run("a", 1, run_result(pressure=moved), facts)
+        assert store.kept(pressure.PROBE, run_id) == moved
+    with Store.open(tmp_path, create=False) as store:
+        written = page.write(store).read_text()
+    assert f"Unavailable in some runs: {io}: {why}." in written.replace("&#x27;", "'")
+
+
+def test_a_malformed_vmstat_line_the_probe_keeps_is_unavailable(tmp_path):
+    (tmp_path / "vmstat").write_text("pgpgin 7 extra\nnr_dirtied -3\nnr_written 50\n")
+    found = pressure.read(tmp_path)
+    assert found == pressure.Reading({}, {str(tmp_path / "vmstat"): "line 2 is not as the kernel writes it: 'nr_dirtied -3'"})
 
 
 def test_the_machines_pressure_is_read_where_the_kernel_has_it():
     found = pressure.read()
     if not Path("/proc/pressure/io").exists():
         pytest.skip("this kernel keeps no pressure stall information")
-    assert {"io_some", "io_full", "cpu_some", "nr_dirtied", "nr_written"} <= set(found)
+    assert {"io_some", "io_full", "cpu_some", "nr_dirtied", "nr_written"} <= set(found.counters)
+    assert found.unavailable == {}

@@ -499,3 +499,41 @@ def test_a_worker_refuses_a_broken_experiment_in_one_line_goes_on_and_exits_non_
     assert asked.returncode == 2
     assert one_line(asked.stderr) == f"storlab: {refusal}\n"
     assert set(storlab_processes()) == {store_server.server_pid}
+
+
+@needs_root
+def test_an_immutable_store_is_one_line_and_keeps_its_runs(tiny, lab_root, lab_dir):
+    """`chattr +i` on the store: SQLite would open it read-only without a word (its writes failing,
+    or landing only in a write-ahead log that can never be written back). Every command that writes
+    the store says so in one line, exit 2, before it runs anything; readers read it; a store made
+    immutable under a run stops that run before its next record, the runs before it kept."""
+    folder = lab_root / "results"
+    a_store(folder)
+    store_file = folder / FILENAME
+    if subprocess.run(["chattr", "+i", str(store_file)], capture_output=True).returncode != 0:
+        pytest.skip("this file system keeps no file attributes")
+    said = (f"{store_file}: cannot write the results store: the file is immutable (chattr +i): nothing can write "
+            "it until chattr -i clears that")
+    try:
+        for args in (["run", tiny(), "--no-trace", "--out", folder], ["io", lab_dir, "--out", folder]):
+            result = invoke(*map(str, args))
+            assert (result.exit_code, one_line(result.stderr)) == (2, f"storlab: {said}\n"), args
+        assert list(lab_dir.iterdir()) == []  # fio never ran
+        for command in ("show", "waits", "compare", "report", "export"):
+            assert invoke(command, str(folder)).exit_code == 0, command
+    finally:
+        subprocess.run(["chattr", "-i", str(store_file)], check=True)
+    assert runs_in(folder) == [("c1", 1)]
+
+    with Store.open(folder) as store:
+        facts = store.record_facts({"cpu": {}}, {"cpu": {}})
+        subprocess.run(["chattr", "+i", str(store_file)], check=True)
+        try:
+            with pytest.raises(UserError) as caught:
+                store.record_run("c1", 2, a_result(), facts)
+        finally:
+            subprocess.run(["chattr", "-i", str(store_file)], check=True)
+    assert str(caught.value) == (f"{store_file}: could not record run 2 of cell c1 (elapsed_s 2 s, rows_per_s 500 "
+                                 "rows/s): the file is immutable (chattr +i): nothing can write it until chattr -i "
+                                 "clears that; stopped (the runs recorded before it are kept)")
+    assert runs_in(folder) == [("c1", 1)]

@@ -234,3 +234,89 @@ def test_the_stall_deadline_is_not_part_of_what_is_measured(write_experiment, la
     assert default.identity() == declared.identity()
     assert stall.stall_after(matrix.cells(default)[0].workload) == stall.DEFAULT_STALL_S
     assert stall.stall_after(matrix.cells(declared)[0].workload) == 5
+
+
+NAPS = """
+name = "naps"
+engine = "postgres"
+repetitions = 1
+order_seed = 7
+
+[placements]
+disk = "{disk}"
+
+[layout]
+data_files = 1
+data_on = "disk"
+log_on = "disk"
+
+[workload]
+kind = "custom"
+setup = "setup.sql"
+transaction = ["nap-in-prepare.sql", "nap-in-load.sql", "quick.sql"]
+connections = 1
+transactions_per_connection = 3
+run_limit_s = 30
+"""
+
+
+def test_a_run_past_its_limit_fails_and_the_next_goes_on(write_experiment, lab_dir, lab_root):
+    """A statement that sleeps holds a server that still answers `SELECT 1`: the run fails once it
+    has lasted its declared 30 s, whether it sleeps in the prepare (the custom kind tries its
+    transaction once, rolled back) or in the load (a sequence is not rolled back: the second call
+    sleeps), its instance is killed, and the next cell's run is recorded."""
+    (lab_root / "setup.sql").write_text("CREATE SEQUENCE naps;")
+    (lab_root / "nap-in-prepare.sql").write_text("SELECT pg_sleep(3600);")
+    (lab_root / "nap-in-load.sql").write_text("SELECT pg_sleep(CASE WHEN nextval('naps') > 1 THEN 3600 ELSE 0 END);")
+    (lab_root / "quick.sql").write_text("SELECT nextval('naps');")
+    path = write_experiment(NAPS.format(disk=lab_dir))
+    planned = [cell.id for cell, _ in matrix.plan(matrix.cells(experiment.load(path)), 1, set(), 7)]
+    out = lab_root / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[str, list[float]] = {}  # each instance: when its server was first and last seen ready
+    try:
+        deadline = time.monotonic() + 600  # it never ended before
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the run never ended"
+            for manifest in instances_up():
+                seen.setdefault(manifest.instance_id, [time.time()] * 2)[1] = time.time()
+            time.sleep(0.05)
+        output, errors = proc.communicate()
+    finally:
+        stop_storlab(proc)
+    assert proc.returncode == 1, output + errors
+    assert errors.strip() == "storlab: 2 runs failed; run the same command again to retry them"
+    said = "the run passed its limit of 30 s (workload.run_limit_s); its instance was stopped"
+    with sqlite3.connect(out / "storlab.sqlite") as db:
+        failures = dict(db.execute("SELECT cell_id, message FROM failures").fetchall())
+        at = dict(db.execute("SELECT cell_id, at FROM failures").fetchall())
+        runs = db.execute("SELECT cell_id, repetition FROM runs").fetchall()
+        cells = dict(db.execute("SELECT label, id FROM cells").fetchall())
+    napping = {cells[f"transaction={name}"] for name in ("nap-in-prepare.sql", "nap-in-load.sql")}
+    assert failures == {cell: said for cell in napping}
+    assert runs == [(cells["transaction=quick.sql"], 1)]
+    assert all(f"failed: transaction={name} #1: {said}" in output for name in ("nap-in-prepare.sql", "nap-in-load.sql"))
+    # One instance per run, in the plan's order; a napping one is up for its limit at least.
+    naps = sorted(first for first, last in seen.values() if last - first > 20)
+    started = dict(zip([cell for cell in planned if cell in napping], naps))
+    assert len(naps) == 2 and all(at[cell] - started[cell] < 60 for cell in napping)
+    assert storlab_processes() == [] and instances.Manifest.all() == []
+    assert not list(lab_dir.glob("storlab-*"))
+
+
+@pytest.mark.parametrize("value", ["[30, 60]", "9", "604801", "true", '"1h"', "nan", "inf"])
+def test_a_bad_run_limit_is_one_line(write_experiment, lab_dir, value):
+    result = storlab("run", str(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10) + f"run_limit_s = {value}\n")))
+    assert result.returncode == 2 and result.stdout == ""
+    shown = value.replace("nan", "NaN").replace("inf", "Infinity")
+    assert result.stderr == (f"storlab: exp.toml:{TINY.count(chr(10)) + 1}: workload.run_limit_s: expected a number of "
+                             f"seconds from 10 to 604800 (one value, not a factor), got {shown}\n")
+
+
+def test_the_run_limit_is_not_part_of_what_is_measured(write_experiment, lab_dir):
+    default = experiment.load(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10)))
+    declared = experiment.load(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10) + "run_limit_s = 600\n"))
+    assert default.identity() == declared.identity()
+    assert stall.run_limit(matrix.cells(default)[0].workload) == stall.DEFAULT_RUN_LIMIT_S == 86400
+    assert stall.run_limit(matrix.cells(declared)[0].workload) == 600

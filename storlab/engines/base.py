@@ -116,6 +116,11 @@ class Engine(ABC):
         """Refuse (factors.KeyProblem) what the experiment's layout asks and this engine's own rules
         forbid, beyond the keys it honours."""
 
+    def data_folder_problem(self, folder: Path) -> str | None:
+        """Why this engine cannot keep a table's data files under `folder` (a placement's directory, as
+        its instances will name it), checked when the experiment loads; None when it can."""
+        return None
+
     @abstractmethod
     def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
         """What its log holds on disk after a run that writes `written` bytes of log (capacity)."""

@@ -403,7 +403,8 @@ class Experiment:
         # How many runs, in what order and how the answer reads them, not what is measured.
         for key in ("repetitions", "race", "equivalent_within", "reference", "order_seed"):
             body.pop(key, None)
-        body.get("workload", {}).pop("stall_after_s", None)  # when a run is given up, not what it measures
+        for key in ("stall_after_s", "run_limit_s"):  # when a run is given up, not what it measures
+            body.get("workload", {}).pop(key, None)
         if self.sql:
             body["sql"] = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(self.sql.items())}
         return body
@@ -627,7 +628,7 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
         except OSError as exc:
             raise fail(("workload", key), f"cannot read SQL file {name}: {exc.strerror or exc}") from None
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=swept, sql=sql)
-    problem = _check_placements(experiment) if check_placements else None
+    problem = (_check_placements(experiment) or _check_data_folders(experiment)) if check_placements else None
     if problem:
         raise fail(*problem)
     return experiment
@@ -770,6 +771,28 @@ def _problem(exc: UserError) -> tuple[tuple, str]:
     """devices.py says `placements.NAME.KEY: problem`: the key and the problem, for `FILE:LINE: KEY:`."""
     dotted, _, message = str(exc).partition(": ")
     return tuple(dotted.split(".")), message
+
+
+def _check_data_folders(experiment: Experiment) -> tuple[tuple, str] | None:
+    """Each placement that holds data files (any value of data_on names it) is a folder the engine can
+    keep them in (PostgreSQL: no ' in a tablespace's location), judged by the path its instances will
+    name: a directory's real path, a device's image folder."""
+    engine = engines.engine(experiment.engine)
+    named = []
+    for ref in factors.values(experiment.model.layout.data_on):
+        named += [ref] if isinstance(ref, str) else list(ref or {})
+    for name in dict.fromkeys(named):
+        raw = experiment.model.placements[name]
+        if isinstance(raw, dict):
+            folders = [(("placements", name, "image_dir"), Path(os.path.realpath(spec.format.image_dir)))
+                       for spec in devices.device_specs(name, raw)]
+        else:
+            folders = [(("placements", name), experiment.placement_path(name))]
+        for loc, folder in folders:
+            problem = engine.data_folder_problem(folder)
+            if problem:
+                return loc, problem
+    return None
 
 
 def _check_placements(experiment: Experiment) -> tuple[tuple, str] | None:

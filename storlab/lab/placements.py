@@ -12,6 +12,7 @@ import re
 import stat
 from pathlib import Path
 
+from storlab.errors import RunFailed
 from storlab.lab import safe_files
 from storlab.lab.instances import GUARDED, ServerUser, unreachable_ancestor
 
@@ -66,11 +67,9 @@ def path_problem(path: Path, user: ServerUser) -> str | None:
         if len(os.fsencode(part)) > NAME_MAX:
             return f"{part[:40]}…: a name in the path is longer than {NAME_MAX} bytes"
     real = Path(os.path.realpath(path))
-    problem = system_folder(real)
+    problem = not_a_place(real)
     if problem:
         return problem
-    if _inside(real, DEVICES) and not _inside(real, TMPFS_ROOT):
-        return f"{real} is inside {DEVICES}: choose a directory on a real file system (or \"tmpfs\")"
     existing = real
     while not os.path.lexists(existing):
         existing = existing.parent
@@ -94,6 +93,17 @@ def path_problem(path: Path, user: ServerUser) -> str | None:
     return safe_files.changeable_by_others(real, GUARDED)
 
 
+def not_a_place(real: Path) -> str | None:
+    """Why storlab never puts files of its own in the (resolved) folder `real`: a system folder, or a
+    device's (the RAM disk aside); None if it may."""
+    problem = system_folder(real)
+    if problem:
+        return problem
+    if _inside(real, DEVICES) and not _inside(real, TMPFS_ROOT):
+        return f"{real} is inside {DEVICES}: choose a directory on a real file system (or \"tmpfs\")"
+    return None
+
+
 def system_folder(real: Path) -> str | None:
     """Why the (resolved) folder `real` is the system's, not a place for storlab's files; None if not."""
     for root in FORBIDDEN:
@@ -114,6 +124,21 @@ def results_folder_problem(folder: Path) -> str | None:
     if _inside(real, DEVICES) and not _inside(real, TMPFS_ROOT):
         return f"{real} is inside {DEVICES}: choose a folder on a real file system"
     return system_folder(real)
+
+
+def foreign_results_folder(folder: Path) -> str | None:
+    """As root, why another user could change the results folder `folder` or a folder above it (their
+    own folder, or one open to them; above it, a sticky one such as /var/tmp is fine): root's store
+    and files would be written through names they could swap for links. None if only root can, or
+    storlab does not run as root (it then writes only where its own user may)."""
+    if os.getuid() != 0:
+        return None
+    try:
+        safe_files.own_folder(folder, "storlab runs as root and writes its results there; choose a folder "
+                              "only root can change", make=False)
+    except RunFailed as exc:
+        return str(exc)
+    return None
 
 
 def make(path: Path) -> None:

@@ -110,8 +110,8 @@ def own_folder(folder: Path, remedy: str, make: bool = True, shared: bool = Fals
                     return  # made afresh, and judged again, when it is made
                 nxt = os.open(names[i], _DIR | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise RunFailed(f"{place}: {exc.strerror}: {remedy}") from None
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):  # the cause kept: a caller may say it its way
+                    raise RunFailed(f"{place}: {exc.strerror}: {remedy}") from exc
                 what = "a link" if stat.S_ISLNK(os.lstat(names[i], dir_fd=fd).st_mode) else "not a folder"
                 raise RunFailed(f"{place}: {what}: {remedy}") from None
             os.close(fd)

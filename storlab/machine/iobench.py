@@ -26,7 +26,7 @@ from rich.table import Table
 
 from storlab import processes, sizes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts
+from storlab.lab import instances, mounts, placements
 
 FIO = "fio"
 
@@ -248,11 +248,20 @@ def _scratch(target: Path) -> Iterator[Path]:
             manifest.forget()
 
 
+def check_target(target: Path) -> None:
+    """A directory fio may write its test file under, as a placement may hold a server's files: never
+    a system folder nor a device's (storlab may run as root). UserError otherwise."""
+    if not target.is_dir():
+        raise UserError(f"{target}: not a directory")
+    problem = placements.not_a_place(Path(os.path.realpath(target)))
+    if problem:
+        raise UserError(problem)
+
+
 def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None) -> list[IoResult]:
     """Each job in turn on one test file of `size` bytes in a fresh directory under `target`."""
     target = Path(target)
-    if not target.is_dir():
-        raise UserError(f"{target}: not a directory")
+    check_target(target)
     free = shutil.disk_usage(target).free
     if size > free:
         raise UserError(f"--size: {size / 2**20:.0f} MiB does not fit in the {free / 2**20:.0f} MiB free on {target}")

@@ -18,22 +18,32 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
-from storlab.errors import UserError
-from storlab.lab import instances
+from storlab.errors import RunFailed, UserError
+from storlab.lab import instances, safe_files
 
 FILENAME = ".storlab-lock"
 MAX_HOLDER_BYTES = 4096
 
 
 def _made(folder: Path) -> list[Path]:
-    """Make the folder; the folders made, deepest first (so only those are removed again)."""
+    """Make the folder; the folders made, deepest first (so only those are removed again). As root,
+    one name at a time and never through a link, each judged as it is made: another user must not
+    slip a folder of theirs in between the checks before anything starts and now."""
     missing = []
     probe = folder
     while not (probe.exists() or probe.is_symlink()):
         missing.append(probe)
         probe = probe.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if os.getuid() == 0:
+            safe_files.own_folder(folder, "storlab runs as root and writes its results there; choose a folder "
+                                  "only root can change")
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+    except RunFailed as exc:
+        if isinstance(exc.__cause__, OSError):  # the place, not its owner: read-only, full, ...
+            raise UserError(f"{folder}: cannot make the results folder: {_reason(exc.__cause__)}") from None
+        raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"{folder}: cannot make the results folder: {_reason(exc)}") from None
     return missing

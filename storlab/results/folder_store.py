@@ -5,8 +5,10 @@ checked whole before it is read (storlab.results.damage)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
+import sys
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -80,6 +82,35 @@ def unwritable(folder: Path, exc: sqlite3.Error) -> str | None:
     return None
 
 
+_FS_IOC_GETFLAGS = 0x80086601  # the kernel's inode flags (lsattr): 'i' immutable, 'a' append-only
+_FLAGS = ((0x10, "immutable", "i"), (0x20, "append-only", "a"))
+
+
+def _held(path: Path) -> int | None:
+    """A read-only descriptor of the store file, None when it is missing (or a link: what opens it
+    next says so)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def locked(fd: int) -> str | None:
+    """What keeps even root from writing the store file `fd` in place, though it opens: an immutable
+    or append-only attribute. SQLite then opens the file read-only without a word, and the store's
+    writes fail, or land only in its write-ahead log, which can never be written back. None if nothing."""
+    try:
+        flags = int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)
+    except OSError:  # a file system without these attributes
+        return None
+    found = [(what, letter) for flag, what, letter in _FLAGS if flags & flag]
+    if not found:
+        return None
+    letters = "".join(letter for _, letter in found)
+    return (f"the file is {' and '.join(what for what, _ in found)} (chattr +{letters}): nothing can write it "
+            f"until chattr -{letters} clears that")
+
+
 def _header(path: Path) -> bytes:
     with open(path, "rb") as f:
         return f.read(len(_SQLITE_MAGIC))
@@ -102,45 +133,60 @@ def opened(kind: type["Store"], folder: Path, create: bool) -> Iterator["Store"]
     fresh = not path.exists() or path.stat().st_size == 0
     if not fresh and _header(path) != _SQLITE_MAGIC:
         raise UserError(f"{path}: not a storlab results store (not an SQLite file)")
+    # Held from before SQLite opens the file to after it closes it: closing any descriptor of a file
+    # drops every lock the process holds on it (POSIX), SQLite's too, so the file is never opened and
+    # closed by its name meanwhile (another process would then think itself the store's last user, and
+    # move the write-ahead log away under this one).
+    held = _held(path) if create else None
     try:
-        db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
-            sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
-    except sqlite3.Error as exc:
-        raise UserError(f"{path}: cannot open the results store: {unwritable(folder, exc) or exc}") from None
-    store = None
-    try:
+        cause = locked(held) if held is not None else None
+        if cause:
+            raise UserError(f"{path}: cannot write the results store: {cause}")
         try:
-            store = kind(Connection(db, SQLITE), folder)
-            _recognise(kind, store, path, create)
-            if create:
-                db.execute("PRAGMA journal_mode=WAL")  # readers while a run writes
-            db.execute("PRAGMA foreign_keys=ON")
-            if create:
-                versions.migrate(store)
-            damage.check(store.db, store.where)
-            store.file = identity(path)
-        except sqlite3.DatabaseError as exc:
-            cause = unwritable(folder, exc)
-            raise UserError(f"{path}: cannot write the results store: {cause}" if cause
-                            else f"{path}: the results store is damaged: {exc}") from None
+            db = sqlite3.connect(path, isolation_level=None, timeout=30) if create else \
+                sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
+        except sqlite3.Error as exc:
+            raise UserError(f"{path}: cannot open the results store: {unwritable(folder, exc) or exc}") from None
+        if create and held is None:
+            held = _held(path)  # made just now, by SQLite
+        store = None
         try:
-            yield store
-        except sqlite3.DatabaseError as exc:
-            if getattr(exc, "sqlite_errorname", None) in _DAMAGED:
-                raise UserError(f"{path}: the results store is damaged: {exc}") from None
-            cause = unwritable(folder, exc)
-            if cause:
-                raise UserError(f"{path}: cannot write the results store: {cause}") from None
-            raise
-        if create:
-            try:  # at rest a store is one file, which read-only readers then leave alone
-                db.execute("PRAGMA journal_mode=DELETE")
-            except sqlite3.OperationalError:
-                pass  # a reader is on it: it stays in WAL mode until the next close
+            try:
+                store = kind(Connection(db, SQLITE), folder)
+                store.held = held
+                _recognise(kind, store, path, create)
+                if create:
+                    db.execute("PRAGMA journal_mode=WAL")  # readers while a run writes
+                db.execute("PRAGMA foreign_keys=ON")
+                if create:
+                    versions.migrate(store)
+                damage.check(store.db, store.where)
+                store.file = identity(path)
+            except sqlite3.DatabaseError as exc:
+                cause = unwritable(folder, exc)
+                raise UserError(f"{path}: cannot write the results store: {cause}" if cause
+                                else f"{path}: the results store is damaged: {exc}") from None
+            try:
+                yield store
+            except sqlite3.DatabaseError as exc:
+                if getattr(exc, "sqlite_errorname", None) in _DAMAGED:
+                    raise UserError(f"{path}: the results store is damaged: {exc}") from None
+                cause = unwritable(folder, exc)
+                if cause:
+                    raise UserError(f"{path}: cannot write the results store: {cause}") from None
+                raise
+            if create:
+                try:  # at rest a store is one file, which read-only readers then leave alone
+                    db.execute("PRAGMA journal_mode=DELETE")
+                except sqlite3.OperationalError:
+                    pass  # a reader is on it: it stays in WAL mode until the next close
+        finally:
+            db.close()
+            if store is not None and store.db.raw is not db:  # an older store read in memory
+                store.db.close()
     finally:
-        db.close()
-        if store is not None and store.db.raw is not db:  # an older store read in memory
-            store.db.close()
+        if held is not None:
+            os.close(held)
 
 
 def _recognise(kind: type["Store"], store: "Store", path: Path, create: bool) -> None:

@@ -3,9 +3,10 @@ worker (its runs come from claims): a fresh instance with the cell's layout (its
 made by the device pool), the workload prepared, then each run settled, measured with the probes
 around it and handed to its slot to be recorded. A kind whose repetitions share what it prepared
 (a scan) gets all its slots on that one instance; any other kind one slot per instance. A watchdog
-gives the instance a deadline from the workload's prepare to its last run (stall.py). The first
-failure ends the cell's runs on that instance (its state is unknown) and is handed back to the
-caller, who records it its own way."""
+watches the instance from the workload's prepare to its last run (stall.py): a server that stops
+answering, or a run past its wall-clock limit (the first from the prepare on), has its instance
+killed. The first failure ends the cell's runs on that instance (its state is unknown) and is handed
+back to the caller, who records it its own way."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ class Slot(Protocol):
 
     def record(self, result: RunResult) -> None: ...
 
-    def stalled(self) -> None:
-        """The server stopped answering (called from the watchdog's thread, before it kills it)."""
+    def abandoned(self) -> None:
+        """The run is given up: its server stopped answering, or it passed its limit (called from the
+        watchdog's thread, before it kills the instance)."""
 
 
 @dataclass
@@ -90,18 +92,22 @@ def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | No
     watch: stall.Watchdog | None = None
     try:
         with cell_instance(lab, cell) as instance, \
-                stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.stalled()) as watch:
-            lab.experiment.workload.prepare(instance, cell.workload, lab.experiment.sql)  # watched: it may stall too
+                stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.abandoned(),
+                               limit_s=stall.run_limit(cell.workload)) as watch:
+            # Watched from here: the prepare may stall, or never end (the custom kind runs its transaction once).
+            lab.experiment.workload.prepare(instance, cell.workload, lab.experiment.sql)
             while slot is not None:
                 result = measure(lab.experiment, cell, instance, slot.progress, watch, lab.tracing)
+                watch.run_ends()
                 watch.check()
                 slot.record(result)
                 slot = next(slots, None)
+                watch.run_starts()
     except LeaseLost:
         raise
     except Exception as exc:
-        if watch is not None and watch.stalled.is_set():
-            exc = watch.failure()  # whatever the killed server's calls raised, the cause is the stall
+        if watch is not None and watch.fired is not None:
+            exc = watch.fired  # whatever the killed server's calls raised, the cause is the watchdog's
         return Failure(slot, failure_message(exc), exc)
     return None
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Container, Iterator
 
 import psycopg
 
@@ -65,8 +66,9 @@ class Submitted:
     cells: int
     repetitions: int
     hosts: list[str]
-    counts: dict[str, int]  # queue state -> runs
+    counts: dict[str, int]  # queue state -> runs of the plan
     requeued: int
+    unplanned: int  # rows in the queue that are no run of the plan: neither counted nor queued again
 
     def line(self, name: str) -> str:
         hosts = f" x {len(self.hosts)} hosts ({', '.join(self.hosts)})" if self.hosts else " on any host"
@@ -74,15 +76,18 @@ class Submitted:
         total = sum(self.counts.values())
         parts = [f"{self.counts.get(s, 0)} {s}" for s in ("queued", "claimed", "done", "failed") if self.counts.get(s)]
         again = f"; {self.requeued} failed runs queued again" if self.requeued else ""
+        junk = (f"; {self.unplanned} queue rows that are no run of the plan left out (a worker fails them, never "
+                "runs them)" if self.unplanned else "")
         return (f"{name}: {per_host} cells x {self.repetitions} repetitions{hosts} = {total} runs "
-                f"({', '.join(parts)}){again}")
+                f"({', '.join(parts)}){again}{junk}")
 
 
 def submit(exp: Experiment, store: Store) -> Submitted:
     """Bind the experiment in the store (refused if a different one holds its name) and queue every
     run not queued yet, each round in the order drawn from the experiment's seed (drawn at the first
-    submit and kept); failed runs are queued again. An experiment run until settled is refused: the
-    queue holds a fixed plan, and no one would refit the answer between its rounds."""
+    submit and kept); failed runs are queued again. Rows that are no run of the plan (written into the
+    queue by hand) are neither counted nor queued again, only said. An experiment run until settled is
+    refused: the queue holds a fixed plan, and no one would refit the answer between its rounds."""
     if exp.settling() is not None:
         raise UserError(f'{exp.where(("repetitions",))}: repetitions: until = "settled" decides after each round '
                         "whether to go on, which a fleet's fixed queue cannot; give repetitions = N to submit, or "
@@ -99,9 +104,22 @@ def submit(exp: Experiment, store: Store) -> Submitted:
             queue.enqueue(db, store.experiment_id, planned)
         else:  # a race: its first round (the next, on a resubmit); the workers queue the next rounds
             queue_next_round(db, store, exp, cells)
-        requeued = queue.requeue_failed(db, store.experiment_id)
-    return Submitted(len(cells), exp.repetitions, list(exp.model.hosts or []),
-                     queue.counts(store.db, store.experiment_id), requeued)
+        held = queue.rows(db, store.experiment_id)
+        ours = [row for row in held if unplanned(exp, {c.id for c in cells}, row.cell_id, row.repetition) is None]
+        requeued = queue.requeue_failed(db, [row.id for row in ours if row.state == "failed"])
+    counts = Counter("queued" if row.state == "failed" else row.state for row in ours)  # as requeued
+    return Submitted(len(cells), exp.repetitions, list(exp.model.hosts or []), dict(counts), requeued,
+                     len(held) - len(ours))
+
+
+def unplanned(exp: Experiment, cells: Container[str], cell_id: str, repetition: int) -> str | None:
+    """Why a queue row is no run of the experiment's plan: a queue row is the store's, which anyone
+    who can submit can write. None when it is one."""
+    if cell_id not in cells:
+        return f"the queue names cell {cell_id[:64]!r}, which experiment {exp.name} does not have"
+    if not 1 <= repetition <= exp.repetitions:
+        return f"the queue names repetition {repetition} of cell {cell_id}; experiment {exp.name} has 1 to {exp.repetitions}"
+    return None
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -136,14 +154,8 @@ class Runnable:
 
 
 def _claim_problem(target: Runnable, claim: Claim) -> str | None:
-    """A queue row is the store's, which anyone who can submit can write: a run of a cell the
-    experiment does not have, or beyond its repetitions, is refused, never run."""
-    if claim.cell_id not in target.cells:
-        return f"the queue names cell {claim.cell_id[:64]!r}, which experiment {target.experiment.name} does not have"
-    if not 1 <= claim.repetition <= target.experiment.repetitions:
-        return (f"the queue names repetition {claim.repetition} of cell {claim.cell_id}; experiment "
-                f"{target.experiment.name} has 1 to {target.experiment.repetitions}")
-    return None
+    """A claimed row that is no run of the plan (unplanned) is refused, never run."""
+    return unplanned(target.experiment, target.cells, claim.cell_id, claim.repetition)
 
 
 @dataclass
@@ -179,8 +191,8 @@ class ClaimedRun:
         self.worker.outcome.finished += 1
         self.worker.say(f"{host}: {self.what}: recorded ({time.monotonic() - self.started:.1f} s)")
 
-    def stalled(self) -> None:
-        self.lease.give_up()  # a stalled run keeps no claim: it is failed or back in the queue shortly
+    def abandoned(self) -> None:
+        self.lease.give_up()  # a stalled or overlong run keeps no claim: it is failed or back in the queue shortly
 
 
 def queue_next_round(db: Connection, store: Store, exp: Experiment, cells: list[matrix.Cell]) -> None:
@@ -349,7 +361,8 @@ class Worker:
 
     def _failed(self, target: Runnable, failure: cell_runs.Failure) -> None:
         """A stalled run goes back to the queue (the next instance, here or on another host, may well
-        answer), up to MAX_STALLS attempts; any other failure is recorded."""
+        answer), up to MAX_STALLS attempts; any other failure is recorded (a run past its limit too:
+        what never ends here would never end elsewhere)."""
         run = failure.slot
         if isinstance(failure.error, stall.Stalled) and run.claim.attempts < MAX_STALLS:
             queue.release(self.db, run.claim)

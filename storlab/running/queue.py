@@ -25,7 +25,8 @@ ENQUEUE = """
     ON CONFLICT (experiment_id, cell_id, repetition) DO NOTHING"""
 REQUEUE_FAILED = """
     UPDATE storlab.queue SET state = 'queued', token = NULL, lease_until = NULL, updated_at = now()
-    WHERE experiment_id = ? AND state = 'failed'"""
+    WHERE id = ANY(?) AND state = 'failed'"""
+ROWS = "SELECT id, cell_id, repetition, state FROM storlab.queue WHERE experiment_id = ? ORDER BY id"
 CLAIM = """
     UPDATE storlab.queue
     SET state = 'claimed', token = ?, worker = ?, attempts = attempts + 1,
@@ -55,7 +56,6 @@ RELEASE = """
 OUTSTANDING = """
     SELECT count(*) FROM storlab.queue
     WHERE state IN ('queued', 'claimed') AND experiment_id = ANY(?) AND (host IS NULL OR host = ?)"""
-COUNTS = "SELECT state, count(*) FROM storlab.queue WHERE experiment_id = ? GROUP BY state"
 LOCK_EXPERIMENT = "SELECT id FROM storlab.experiments WHERE id = ? FOR UPDATE"
 
 
@@ -78,9 +78,23 @@ def enqueue(db: Connection, experiment_id: int, planned: list[tuple[str, int, st
     db.executemany(ENQUEUE, [(experiment_id, *row) for row in planned])
 
 
-def requeue_failed(db: Connection, experiment_id: int) -> int:
-    """Failed runs get another chance (as `storlab run` retries them when run again)."""
-    return db.execute(REQUEUE_FAILED, (experiment_id,)).rowcount
+@dataclass(frozen=True)
+class Row:
+    id: int
+    cell_id: str
+    repetition: int
+    state: str
+
+
+def rows(db: Connection, experiment_id: int) -> list[Row]:
+    """Every row of the experiment's queue, as anyone who can submit may have written it."""
+    return [Row(*row) for row in db.execute(ROWS, (experiment_id,)).fetchall()]
+
+
+def requeue_failed(db: Connection, ids: list[int]) -> int:
+    """Those of the rows `ids` that failed get another chance (as `storlab run` retries failed runs
+    when run again); how many."""
+    return db.execute(REQUEUE_FAILED, (ids,)).rowcount
 
 
 def claim(db: Connection, experiments: list[int], host: str, worker: str, lease_s: float,
@@ -133,10 +147,6 @@ def lock_experiment(db: Connection, experiment_id: int) -> None:
     db.execute(LOCK_EXPERIMENT, (experiment_id,))
 
 
-def counts(db: Connection, experiment_id: int) -> dict[str, int]:
-    return dict(db.execute(COUNTS, (experiment_id,)).fetchall())
-
-
 class Lease:
     """Keeps a claim while its run goes: renewed every third of its length from a connection of its
     own. `lost` is set when the claim is refused (another worker took it) or when the store has been
@@ -162,7 +172,7 @@ class Lease:
             self._db.close()
 
     def give_up(self) -> None:
-        """Renew no more (its run stalled): the claim is released or lapses."""
+        """Renew no more (its run stalled, or passed its limit): the claim is released, failed or lapses."""
         self._stop.set()
 
     def check(self) -> None:

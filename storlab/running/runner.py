@@ -295,7 +295,7 @@ class _PlannedRun:
         self.outcome.finished += 1
         self.bar.done()
 
-    def stalled(self) -> None:
+    def abandoned(self) -> None:
         pass  # the run fails once its instance is stopped; said then
 
 

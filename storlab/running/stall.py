@@ -1,12 +1,18 @@
-"""A run's deadline. A server that stops answering (its processes stopped, a hung device) must fail
+"""A run's deadlines. A server that stops answering (its processes stopped, a hung device) must fail
 its run, not hang it: every call storlab makes to the server (the sessions' load, the progress
 readings, the probes' queries) blocks as long as the server does. So while an instance is in use a
 watchdog asks it a one-row query every second over a connection of its own, and when no answer has
 come for `stall_after_s` (a `[workload]` key; 60 s by default, far beyond the answer of a live server
 however loaded, since the query touches no table) it kills the instance's processes with SIGKILL,
 which even a stopped process obeys. Every blocked call then returns with an error, the instance is
-torn down as after any failure, and the run fails with "the server stopped answering for N s". A run
-during which the watchdog fired is never recorded."""
+torn down as after any failure, and the run fails with "the server stopped answering for N s".
+
+A server that answers may still never finish: a statement that sleeps (`SELECT pg_sleep(3600)` in a
+custom workload) holds its run, and a fleet worker, for ever while `SELECT 1` still answers. So each
+run also has a wall-clock limit, `run_limit_s` (a `[workload]` key), from the workload's prepare (or,
+on an instance a kind keeps for its next repetition, from the run's start) to the end of its load;
+past it the same watchdog kills the instance the same way, and the run fails with "the run passed
+its limit of N s". A run during which the watchdog fired is never recorded."""
 
 from __future__ import annotations
 
@@ -22,6 +28,10 @@ from storlab.workloads.kind import WorkloadParams
 from storlab.engines.base import Instance
 
 DEFAULT_STALL_S = 60.0
+# A day: the seeds' runs took up to an hour each on their devices and a 1 TB table population six
+# hours (seeds 000, 001), so no honest run comes near it on a machine fit to benchmark; a statement
+# that never ends holds an instance, or a fleet worker, a day at most. Declare less with run_limit_s.
+DEFAULT_RUN_LIMIT_S = 86400.0
 PING_PERIOD_S = 1.0
 PING = "SELECT 1"
 
@@ -30,9 +40,18 @@ class Stalled(RunFailed):
     """The server stopped answering; its instance was killed."""
 
 
+class OverLimit(RunFailed):
+    """The run went on past its wall-clock limit; its instance was killed."""
+
+
 def stall_after(workload: WorkloadParams) -> float:
     """The cell's declared deadline, or the default."""
     return workload.stall_after_s or DEFAULT_STALL_S
+
+
+def run_limit(workload: WorkloadParams) -> float:
+    """The cell's declared wall-clock limit per run, or the default."""
+    return workload.run_limit_s or DEFAULT_RUN_LIMIT_S
 
 
 def kill_instance(roots: dict[str, Any]) -> None:
@@ -52,25 +71,29 @@ def kill_instance(roots: dict[str, Any]) -> None:
 
 
 class Watchdog:
-    """Pings `instance` while the `with` block runs; after `after_s` without an answer it calls
-    `on_stall` (a fleet worker stops renewing its lease) and kills the instance."""
+    """Pings `instance` while the `with` block runs; after `after_s` without an answer, or once the run
+    under way has lasted `limit_s` (timed from the block's start, then from each `run_starts` to its
+    `run_ends`), it calls `on_stop` (a fleet worker stops renewing its lease), then kills the instance.
+    `fired` is then the run's failure."""
 
-    def __init__(self, instance: Instance, after_s: float, on_stall: Callable[[], None] | None = None,
-                 kill: Callable[[], None] | None = None):
+    def __init__(self, instance: Instance, after_s: float, on_stop: Callable[[], None] | None = None,
+                 kill: Callable[[], None] | None = None, limit_s: float | None = None):
         self.instance = instance
         self.after_s = after_s
-        self.on_stall = on_stall
+        self.limit_s = limit_s
+        self.on_stop = on_stop
         self.kill = kill or (lambda: kill_instance(instance.roots))
-        self.stalled = threading.Event()
+        self.fired: RunFailed | None = None
         self._done = threading.Event()
         self._answered = time.monotonic()
+        self._run_started: float | None = None
         self._paused = False
         self._conn: Any = None
         self._pinger = threading.Thread(target=self._ping, name="storlab-ping", daemon=True)
         self._judge = threading.Thread(target=self._watch, name="storlab-watchdog", daemon=True)
 
     def __enter__(self) -> "Watchdog":
-        self._answered = time.monotonic()
+        self._answered = self._run_started = time.monotonic()
         self._pinger.start()
         self._judge.start()
         return self
@@ -94,13 +117,18 @@ class Watchdog:
             self._answered = time.monotonic()
             self._paused = False
 
-    def check(self) -> None:
-        """Raise Stalled when the watchdog fired (a result that came back meanwhile is not kept)."""
-        if self.stalled.is_set():
-            raise self.failure()
+    def run_starts(self) -> None:
+        """The next run on this instance starts: its own limit from now."""
+        self._run_started = time.monotonic()
 
-    def failure(self) -> Stalled:
-        return Stalled(f"the server stopped answering for {self.after_s:g} s; its instance was stopped")
+    def run_ends(self) -> None:
+        """The run's load is over: no limit while it is recorded and the next one is found."""
+        self._run_started = None
+
+    def check(self) -> None:
+        """Raise the run's failure when the watchdog fired (a result that came back meanwhile is not kept)."""
+        if self.fired is not None:
+            raise self.fired
 
     def _ping(self) -> None:
         while not self._done.is_set():
@@ -125,9 +153,17 @@ class Watchdog:
 
     def _watch(self) -> None:
         while not self._done.wait(0.2):
-            if not self._paused and time.monotonic() - self._answered > self.after_s:
-                self.stalled.set()
-                if self.on_stall is not None:
-                    self.on_stall()
-                self.kill()
+            now, started = time.monotonic(), self._run_started
+            if not self._paused and now - self._answered > self.after_s:
+                self._fire(Stalled(f"the server stopped answering for {self.after_s:g} s; its instance was stopped"))
                 return
+            if self.limit_s is not None and started is not None and now - started > self.limit_s:
+                self._fire(OverLimit(f"the run passed its limit of {self.limit_s:g} s (workload.run_limit_s); "
+                                     "its instance was stopped"))
+                return
+
+    def _fire(self, failure: RunFailed) -> None:
+        self.fired = failure  # before the kill: the calls it makes fail are read as this failure
+        if self.on_stop is not None:
+            self.on_stop()
+        self.kill()

@@ -61,6 +61,10 @@ class Load(Protocol):
 
 MAX_WARMUP_S = 3600
 MIN_STALL_S, MAX_STALL_S = 2, 86400
+# A run's wall-clock limit: below 10 s it would fail runs for the machine's hiccups (a checkpoint, a
+# sync) rather than for a statement that never ends; a week is seven times the default
+# (stall.DEFAULT_RUN_LIMIT_S), more than an honest run could want.
+MIN_RUN_LIMIT_S, MAX_RUN_LIMIT_S = 10, 7 * 86400
 MAX_CONNECTIONS = 1024
 
 # `connections`, a factor like any workload key, for every kind whose load runs in several sessions.
@@ -73,19 +77,21 @@ class WorkloadParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # The run's deadline (storlab.stall): seconds without an answer from the server before the run
-    # fails and its instance is stopped. One number for the experiment, not a factor.
+    # The run's deadlines (storlab.stall): seconds without an answer from the server, and seconds from
+    # the workload's prepare to the end of its load, before the run fails and its instance is stopped.
+    # One number each for the experiment, not factors.
     stall_after_s: float | None = None
+    run_limit_s: float | None = None
 
     @field_validator("stall_after_s", mode="before")
     @classmethod
     def _stall_after(cls, v):
-        if v is None:
-            return v
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not MIN_STALL_S <= v <= MAX_STALL_S:
-            raise ValueError(f"expected a number of seconds from {MIN_STALL_S:g} to {MAX_STALL_S:g} (one value, "
-                             f"not a factor), got {factors.show(v)}")
-        return float(v)
+        return _seconds(v, MIN_STALL_S, MAX_STALL_S)
+
+    @field_validator("run_limit_s", mode="before")
+    @classmethod
+    def _run_limit(cls, v):
+        return _seconds(v, MIN_RUN_LIMIT_S, MAX_RUN_LIMIT_S)
 
     def check_engine(self, engine: Engine) -> None:
         """Raise factors.KeyProblem naming a key this engine cannot honour (the default: all can, for
@@ -94,6 +100,16 @@ class WorkloadParams(BaseModel):
     def sql_files(self) -> list[tuple[str, str]]:
         """(key, file) for each SQL file these parameters name, as written (relative to the experiment file)."""
         return []
+
+
+def _seconds(v, least: float, most: float) -> float | None:
+    """One number of seconds from `least` to `most` (nan fails both comparisons), or None."""
+    if v is None:
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not least <= v <= most:
+        raise ValueError(f"expected a number of seconds from {least:g} to {most:g} (one value, not a factor), "
+                         f"got {factors.show(v)}")
+    return float(v)
 
 
 class Warmup(BaseModel):

@@ -81,6 +81,9 @@ class Postgres(Engine):
             if size is not None and parse_size(size) < 2 * max(growths):
                 raise KeyProblem(("layout", "log_size"), f"{show(size)} is less than two WAL segments of {format_size(max(growths))} (PostgreSQL keeps at least two)")
 
+    def data_folder_problem(self, folder: Path) -> str | None:
+        return instance.tablespace_problem(folder)
+
     def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
         """The WAL it keeps (min_wal_size, or log_size) up to what a run writes before checkpoints
         recycle it (max_wal_size), plus the segment being written."""

@@ -397,16 +397,24 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
     return templates.template("postgres", options, build)
 
 
+def tablespace_problem(folder: Path) -> str | None:
+    """Why `folder` cannot hold a tablespace's directory: PostgreSQL refuses a ' in its location."""
+    if "'" in str(folder):
+        return (f"{folder} cannot hold a tablespace (PostgreSQL refuses a ' in a tablespace's location); "
+                "choose another directory")
+    return None
+
+
 @contextmanager
 def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connections: int) -> Iterator[PostgresInstance]:
     """Create, start and yield an instance; stopped (and removed unless `keep`) on every way out. A
     throwaway instance gets an immediate shutdown (no checkpoint: nothing of it is kept); a kept one a
     fast shutdown, so its files are consistent."""
     bins = bin_dir(spec.engine_version or DEFAULT_VERSION)
-    for placement in spec.data_placements:
-        if "'" in str(placement.path):
-            raise UserError(f"placement {placement.name}: {placement.path} cannot hold a tablespace (PostgreSQL "
-                            "refuses a ' in a tablespace's location); choose another directory")
+    for placement in spec.data_placements:  # refused when the experiment loaded; here for a caller that did not load one
+        problem = tablespace_problem(placement.path)
+        if problem:
+            raise UserError(f"placement {placement.name}: {problem}")
     stop = signal.SIGINT if keep else signal.SIGQUIT
     with instances.workspace(engine, spec.placements, keep, stop, spec.settings) as ws:
         template = _template(bins, spec)
