@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from storlab.experiment import places
 from storlab.lab import instances
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices, mkfs, mount and bpftrace need root")
@@ -70,3 +71,8 @@ def read_line(proc: subprocess.Popen) -> str:
     if not line:
         raise AssertionError(f"child exited early: {proc.wait()} {proc.stderr.read()}")
     return line.strip()
+
+
+def device_spec(name: str, table: dict):
+    """One device's spec from its table as an experiment file gives it (no lists): the file's validation."""
+    return places.device(name, table).spec()

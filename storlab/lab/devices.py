@@ -11,7 +11,6 @@ whose backing file is not storlab's marked image.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import shutil
@@ -19,31 +18,25 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import psutil
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts, placements, safe_files
-from storlab.sizes import parse_size
+from storlab.lab import instances, mounts, safe_files
 
 SECTORS = (512, 1024, 2048, 4096)
 FILESYSTEMS = ("ext4", "xfs")
-KEYS = ("loop", "image_dir", "sector", "fs", "mount_options", "read_ahead_kb", "allow_tmpfs")
-# The keys whose value may be a list in the experiment file: each is then a factor of the matrix.
+# The keys whose value may be a list in the experiment file (storlab.experiment.places): each is then a
+# factor of the matrix.
 FACTOR_KEYS = ("sector", "fs", "mount_options", "read_ahead_kb")
 DEFAULT_IMAGE_DIR = Path("/var/tmp/storlab/img")
 DEFAULT_READ_AHEAD_KB = 128  # the kernel's own default, set explicitly so every run says what it had
 # mkfs.xfs (xfsprogs >= 5.19) refuses anything not larger than 300 MB; ext4 needs room for its journal.
-_MIN_BYTES = {"ext4": 16 * 2**20, "xfs": 300 * 2**20}
-_MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_.:=/+-]+(,[A-Za-z0-9_.:=/+-]+)*$")
-# Options that are not the filesystem's tuning but mount(8)'s powers: set-user-id files, device files
-# and programs on a filesystem the servers' user writes, another device or file as the source, or
-# letting users mount. A device's mount always ends with SAFE, which the kernel reads last.
-_POWERS = re.compile(r"^(suid|dev|exec|defaults|user|users|owner|group|remount|bind|rbind|move|loop|offset|"
-                     r"sizelimit|encryption|context|fscontext|defcontext|rootcontext|uhelper|helper|x-.*|"
-                     r"X-.*)(=.*)?$")
+MIN_BYTES = {"ext4": 16 * 2**20, "xfs": 300 * 2**20}
+# Every device's mount ends with these, which the kernel reads last: no set-user-id files, device files
+# or programs on a filesystem the servers' user writes.
 SAFE = "nosuid,nodev,noexec"
 # A server killed a moment ago may still hold the filesystem: umount says "busy" until it is gone.
 _BUSY_RETRIES = 50
@@ -90,78 +83,8 @@ class Device:
         return (Path("/sys/block") / self.name / "dev").read_text().strip()
 
 
-# -- the spec ----------------------------------------------------------------------------------
-
-
 def _key(placement: str, key: str) -> str:
     return f"placements.{placement}.{key}"
-
-
-def _quoted(value: Any) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
-def device_spec(placement: str, table: Mapping[str, Any]) -> DeviceSpec:
-    """One cell's device from its table, every value a scalar (the matrix has chosen the factors'
-    values). Errors are one line: `placements.NAME.KEY: what is wrong`."""
-    unknown = sorted(set(table) - set(KEYS))
-    if unknown:
-        raise UserError(f"{_key(placement, unknown[0])}: unknown key; a device placement takes {', '.join(KEYS)}")
-    if "loop" not in table:
-        raise UserError(f"{_key(placement, 'loop')}: missing: the size of the image, like \"4GB\"")
-    try:
-        size = parse_size(table["loop"])
-    except ValueError as exc:
-        raise UserError(f"{_key(placement, 'loop')}: {exc}") from None
-    sector = table.get("sector", 512)
-    if isinstance(sector, bool) or sector not in SECTORS:
-        raise UserError(f"{_key(placement, 'sector')}: expected one of {', '.join(map(str, SECTORS))}, got {_quoted(sector)}")
-    fs = table.get("fs", "ext4")
-    if fs not in FILESYSTEMS:
-        raise UserError(f"{_key(placement, 'fs')}: expected one of {', '.join(FILESYSTEMS)}, got {_quoted(fs)}")
-    if size < _MIN_BYTES[fs]:
-        raise UserError(f"{_key(placement, 'loop')}: {fs} needs at least {_MIN_BYTES[fs] // 2**20}MB, got {_quoted(table['loop'])}")
-    if size % sector:
-        raise UserError(f"{_key(placement, 'loop')}: {_quoted(table['loop'])} is not a whole number of {sector}-byte sectors")
-    options = table.get("mount_options", "")
-    if not isinstance(options, str) or (options and not _MOUNT_OPTIONS.match(options)):
-        raise UserError(f"{_key(placement, 'mount_options')}: expected options like \"noatime,nodiscard\", got {_quoted(options)}")
-    power = next((o for o in options.split(",") if _POWERS.match(o)), None) if options else None
-    if power is not None:
-        raise UserError(f"{_key(placement, 'mount_options')}: {_quoted(power)} is not a filesystem's tuning; storlab "
-                        f"mounts every device {SAFE} from its own image (the filesystem's own options are welcome)")
-    read_ahead = table.get("read_ahead_kb", DEFAULT_READ_AHEAD_KB)
-    if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
-        raise UserError(f"{_key(placement, 'read_ahead_kb')}: expected a whole number of KiB >= 0, got {_quoted(read_ahead)}")
-    image_dir = table.get("image_dir", str(DEFAULT_IMAGE_DIR))
-    if not isinstance(image_dir, str) or not image_dir.startswith("/"):
-        raise UserError(f"{_key(placement, 'image_dir')}: expected an absolute directory, got {_quoted(image_dir)}")
-    system = placements.system_folder(Path(os.path.realpath(image_dir)))
-    if system:
-        raise UserError(f"{_key(placement, 'image_dir')}: {system}")
-    allow_tmpfs = table.get("allow_tmpfs", False)
-    if not isinstance(allow_tmpfs, bool):
-        raise UserError(f"{_key(placement, 'allow_tmpfs')}: expected true or false, got {_quoted(allow_tmpfs)}")
-    return DeviceSpec(DeviceFormat(size, sector, fs, options, Path(image_dir)), read_ahead, allow_tmpfs)
-
-
-def device_specs(placement: str, table: Mapping[str, Any]) -> list[DeviceSpec]:
-    """Every device a table as written in the experiment file can ask for: the factor keys may be
-    lists, and each combination must be valid (xfs's minimum size, whole sectors)."""
-    choices = []
-    for key in FACTOR_KEYS:
-        value = table.get(key)
-        if isinstance(value, list) and not value:
-            raise UserError(f"{_key(placement, key)}: expected a value or a non-empty list of them, got []")
-        choices.append(value if isinstance(value, list) else [value])
-    found = []
-    for combination in itertools.product(*choices):
-        chosen = dict(table)
-        chosen.update({k: v for k, v in zip(FACTOR_KEYS, combination) if v is not None})
-        spec = device_spec(placement, chosen)
-        if spec not in found:
-            found.append(spec)
-    return found
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -174,34 +97,42 @@ _IMAGE_DIR_REMEDY = ("storlab makes no device image under it; give {key} a real 
                      "that only root can change")
 
 
+class DeviceRefused(UserError):
+    """This machine cannot make a device placement's device: the experiment file's key to blame, and why."""
+
+    def __init__(self, placement: str, key: str, reason: str):
+        super().__init__(f"{_key(placement, key)}: {reason}")
+        self.placement, self.key, self.reason = placement, key, reason
+
+
 def check_host(placement: str, spec: DeviceSpec) -> None:
-    """What this machine must offer to make the device: root, the tools, an image directory that
-    exists or can be made, that no other user could change, not on a RAM disk unless asked for, with room for the whole image (it is
-    sparse, but the filesystem may fill it)."""
+    """What this machine must offer to make the device (DeviceRefused otherwise): root, the tools, an
+    image directory that exists or can be made, that no other user could change, not on a RAM disk
+    unless asked for, with room for the whole image (it is sparse, but the filesystem may fill it)."""
     if os.geteuid() != 0:
-        raise UserError(f"placements.{placement}: a device placement needs root (losetup, mkfs and mount); "
-                        "run storlab as root or use a directory placement")
+        raise DeviceRefused(placement, "loop", "a device placement needs root (losetup, mkfs and mount); "
+                            "run storlab as root or use a directory placement")
     fmt = spec.format
     for tool in ("losetup", f"mkfs.{fmt.fs}", "mount", "umount"):
         if shutil.which(tool) is None:
             package = {"mkfs.xfs": "xfsprogs", "mkfs.ext4": "e2fsprogs"}.get(tool, "util-linux")
-            raise UserError(f"{_key(placement, 'fs' if tool.startswith('mkfs') else 'loop')}: {tool} not found; "
-                            f"install Debian's {package}")
+            raise DeviceRefused(placement, "fs" if tool.startswith("mkfs") else "loop",
+                                f"{tool} not found; install Debian's {package}")
     where = _existing_ancestor(fmt.image_dir)
     if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
-        raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} cannot be made ({where} is not a writable directory)")
+        raise DeviceRefused(placement, "image_dir", f"{fmt.image_dir} cannot be made ({where} is not a writable directory)")
     try:
         safe_files.own_folder(fmt.image_dir, _IMAGE_DIR_REMEDY.format(key=_key(placement, "image_dir")), make=False)
     except RunFailed as refused:
-        raise UserError(str(refused)) from None
+        raise DeviceRefused(placement, "image_dir", str(refused)) from None
     mount = mounts.mount_of(where) or {}
     if mount.get("filesystem") == "tmpfs" and not spec.allow_tmpfs:
-        raise UserError(f"{_key(placement, 'image_dir')}: {fmt.image_dir} is on tmpfs (memory, not a device); "
-                        "choose a directory on a disk, or set allow_tmpfs = true")
+        raise DeviceRefused(placement, "image_dir", f"{fmt.image_dir} is on tmpfs (memory, not a device); "
+                            "choose a directory on a disk, or set allow_tmpfs = true")
     free = psutil.disk_usage(str(where)).free
     if free < fmt.size_bytes:
-        raise UserError(f"{_key(placement, 'loop')}: the image needs {fmt.size_bytes / 2**30:.1f} GiB and "
-                        f"{where} has {free / 2**30:.1f} GiB free")
+        raise DeviceRefused(placement, "loop", f"the image needs {fmt.size_bytes / 2**30:.1f} GiB and "
+                            f"{where} has {free / 2**30:.1f} GiB free")
 
 
 # -- what a path sits on -----------------------------------------------------------------------
@@ -499,6 +430,6 @@ def _mount(device: Device, fmt: DeviceFormat) -> None:
     if code == 0:
         return
     if fmt.mount_options:
-        raise UserError(f"{_key(device.placement, 'mount_options')}: {fmt.fs} refused {_quoted(fmt.mount_options)}: "
+        raise UserError(f"{_key(device.placement, 'mount_options')}: {fmt.fs} refused \"{fmt.mount_options}\": "
                         f"{_tail(out)}")
     raise RunFailed(f"placements.{device.placement}: {' '.join(argv)} failed: {_tail(out)}")
