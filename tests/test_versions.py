@@ -16,7 +16,7 @@ import pytest
 from storlab.answer import analysis
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
-from storlab.experiment import matrix
+from storlab.experiment import matrix, swept
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.runs import RunResult
 from storlab.results.store import Store
@@ -113,15 +113,15 @@ def test_a_setting_of_one_versions_table_is_a_factor_of_its_cells_alone(scan_wit
     ]
     assert "io_method" not in cells[0].engine_settings
     assert [c.engine_settings["io_method"] for c in cells[1:]] == ["sync", "worker"]
-    assert experiment.cell_count(loaded.factors) == 3
+    assert swept.cell_count(loaded.factors) == 3
 
 
 def test_the_answer_says_a_nested_factor_is_nested(tmp_path):
     """Simulated runs: 15 at 1 s, 18 at 0.5 s whatever its io_method, three rounds."""
-    factors = {experiment.VERSION_FACTOR: ["15", "18"], "engine_settings.18.io_method": ["sync", "worker"]}
-    cells = [{experiment.VERSION_FACTOR: "15"},
-             {experiment.VERSION_FACTOR: "18", "engine_settings.18.io_method": "sync"},
-             {experiment.VERSION_FACTOR: "18", "engine_settings.18.io_method": "worker"}]
+    factors = {swept.VERSION_FACTOR: ["15", "18"], "engine_settings.18.io_method": ["sync", "worker"]}
+    cells = [{swept.VERSION_FACTOR: "15"},
+             {swept.VERSION_FACTOR: "18", "engine_settings.18.io_method": "sync"},
+             {swept.VERSION_FACTOR: "18", "engine_settings.18.io_method": "worker"}]
     times = {0: [1.0, 1.02, 0.98], 1: [0.5, 0.51, 0.49], 2: [0.5, 0.49, 0.52]}
     with Store.open(tmp_path / "out") as store:
         store.bind_experiment("nested", "postgres", "src", {"k": 1}, 3, factors,

@@ -19,7 +19,7 @@ from storlab.answer.stats import (
     summarize,
     without_verdicts,
 )
-from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
+from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
 from storlab.experiment.matrix import format_value
 from storlab.lab import settle
 from storlab.machine import system

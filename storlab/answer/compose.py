@@ -9,7 +9,7 @@ from storlab.answer import effects, explain, model
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
-from storlab.experiment.file import short_name
+from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
 from storlab.probes import traced_waits, waiting_tasks

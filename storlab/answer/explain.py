@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from storlab.experiment.file import short_name
+from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.results.experiment_record import StoredExperiment
 from storlab.workloads import KINDS

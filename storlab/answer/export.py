@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from storlab.errors import UserError
-from storlab.experiment.file import short_name
+from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.probes import registry
 from storlab.results import outputs, schema

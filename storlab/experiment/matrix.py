@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from storlab.experiment.file import HOST_FACTOR, VERSION_FACTOR, Experiment, excluded, nested_in, short_name
+from storlab.experiment.file import Experiment
+from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, excluded, nested_in, short_name
 from storlab.lab.devices import DeviceSpec
 from storlab.lab.layout import CellLayout
 from storlab.sizes import parse_size

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storlab.experiment.file import ExperimentModel
+from storlab.experiment.model import ExperimentModel
 
 
 def experiment_schema() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from storlab.answer.analysis import Results
-from storlab.experiment.file import short_name
+from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.probes import iosizes
 from storlab.report import wait_report

@@ -14,7 +14,7 @@ from storlab import timeline
 from storlab.answer import analysis, effects, model
 from storlab.answer.analysis import CellResult, Results
 from storlab.answer.compose import compose
-from storlab.experiment.file import short_name
+from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
 from storlab.probes.registry import PROBES

@@ -13,7 +13,7 @@ import numpy as np
 from storlab import timeline
 from storlab.answer.analysis import CellResult, Results
 from storlab.errors import UserError
-from storlab.experiment.file import nested_in, short_name
+from storlab.experiment.swept import nested_in, short_name
 from storlab.report.charts import OTHER, colours, plt, svg
 from storlab.results.store import Store
 

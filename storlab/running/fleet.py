@@ -25,7 +25,8 @@ from storlab import engines
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiments
 from storlab.experiment import matrix
-from storlab.experiment.file import HOST_NAME, Experiment
+from storlab.experiment.file import Experiment
+from storlab.experiment.model import HOST_NAME
 from storlab.lab import devices, instances
 from storlab.machine import system
 from storlab.probes import bpftrace
