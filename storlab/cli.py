@@ -134,7 +134,7 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.argument("target", metavar="PLACEMENT_OR_PATH")
 @click.option("--preset", default="sqlio", show_default=True, help="The job matrix (sqlio: seed 004's).")
 @click.option("--size", default="256M", show_default=True, help="Test file size.")
-@click.option("--duration", default="10s", show_default=True, help="Time per job.")
+@click.option("--duration", default="10s", show_default=True, help="Time per job: a number with s, m or h (10s, 2m).")
 @click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
 @click.option("--out", callback=_out, help="Results folder (default results/io-<path>).")
 def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None) -> None:

@@ -1,7 +1,9 @@
-"""Sizes as users write them, one grammar for the experiment file and the command line: a whole
-number with an optional binary unit K, M, G or T, optionally followed by B or iB ("256MB", "1GiB",
-"64k", "4096"). Every unit is a power of 1024, as PostgreSQL, MariaDB and fio read them. Digits are
-ASCII: Python reads "５" (a full-width digit) as 5, which no engine and no user means."""
+"""Sizes and durations as users write them, one grammar each for the experiment file and the command
+line. A size: a whole number with an optional binary unit K, M, G or T, optionally followed by B or
+iB ("256MB", "1GiB", "64k", "4096"); every unit is a power of 1024, as PostgreSQL, MariaDB and fio
+read them. A duration: a number with its unit s, m or h ("90s", "10m", "1.5h"); a bare number is
+refused, seconds and minutes being both plausible. Digits are ASCII: Python reads "５" (a full-width
+digit) as 5, which no engine and no user means."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import re
 
 _SIZE = re.compile(r"\s*([0-9]+)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE | re.ASCII)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+NUMBER = r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"  # a decimal number as written in a duration or a percentage
+_DURATION = re.compile(NUMBER + r"\s*(s|m|h)\s*", re.ASCII)
 
 
 def parse_size(text: object) -> int:
@@ -19,6 +23,15 @@ def parse_size(text: object) -> int:
         raise ValueError(f'expected a size such as "256MB" or "1GB", got '
                          f'{json.dumps(text, default=str, ensure_ascii=False)}{digits_note(text)}')
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def parse_duration(text: object) -> float:
+    """Seconds, above 0; ValueError naming the accepted forms."""
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
+    if match and float(match[1]) > 0:
+        return float(match[1]) * {"s": 1, "m": 60, "h": 3600}[match[2]]
+    raise ValueError(f'expected a duration such as "90s", "10m" or "2h", got '
+                     f'{json.dumps(text, default=str, ensure_ascii=False)}{digits_note(text)}')
 
 
 def digits_note(text: object) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from scipy import special
 
 from storlab.answer import effects
+from storlab.rounds import DEFAULT_MARGIN
 
 
 def cells(factors: Mapping[str, Sequence]) -> list[dict]:
@@ -90,7 +91,7 @@ class Fits:
             inter.append(special.fdtrc(q, self.df, ((rss_r - rss) / q) / mse))
         return est, se, p, np.array(inter).reshape(len(inter), Y.shape[1])
 
-    def verdicts(self, Y: np.ndarray, alpha: float, margin: float = effects.DEFAULT_MARGIN):
+    def verdicts(self, Y: np.ndarray, alpha: float, margin: float = DEFAULT_MARGIN):
         """(main-effect verdicts as 'D'/'E'/'U' codes, tests x sims; any interaction significant, per sim)."""
         est, se, p, inter = self.tests(Y)
         adjusted = holm(np.vstack([p, inter]))

@@ -247,7 +247,7 @@ def test_mariadb_reads_one_number_written_two_ways_as_one_value(lab_root, values
     (["worker", "--store", "host=/nonexistent dbname=x", "--lease=1_0"], "--lease '1_0': expected a number of seconds, such as 60"),
     (["io", "/var/tmp", "--size=２５６M"], "--size: '２５６M' is not a size (a number with K, M, G or T, as 256M) (digits are 0 to 9)"),
     (["io", "/var/tmp", "--duration=１０s"],
-     "--duration: '１０s' is not a duration (seconds, or a number with s, m or h, as 10s) (digits are 0 to 9)"),
+     '--duration: expected a duration such as "90s", "10m" or "2h", got "１０s" (digits are 0 to 9)'),
 ])
 def test_numbers_on_the_command_line_are_written_in_digits_0_to_9(args, said):
     result = invoke(*args)

@@ -39,12 +39,13 @@ def test_sqlio_preset_is_the_seeds_matrix():
 
 def test_sizes_and_durations():
     assert [iobench.parse_size(s) for s in ("256M", "1g", "64KiB", "4096")] == [256 * 2**20, 2**30, 65536, 4096]
-    assert [iobench.parse_duration(s) for s in ("10s", "2m", "5")] == [10, 120, 5]
+    assert [iobench.parse_duration(s) for s in ("10s", "2m", "1.5s")] == [10, 120, 2]  # whole seconds, rounded up
     for bad in ("12Q", "", "0", "-1M"):
         with pytest.raises(UserError, match="--size"):
             iobench.parse_size(bad)
-    with pytest.raises(UserError, match="--duration: '1.5x'"):
-        iobench.parse_duration("1.5x")
+    for bad in ("1.5x", "5", "0s"):  # the experiment file's grammar: a bare number could be seconds or minutes
+        with pytest.raises(UserError, match=f'--duration: expected a duration such as "90s", "10m" or "2h", got "{bad}"'):
+            iobench.parse_duration(bad)
 
 
 def test_text_before_the_json_is_skipped():

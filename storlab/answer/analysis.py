@@ -26,6 +26,7 @@ from storlab.machine import system
 from storlab.probes import waiting_tasks
 from storlab.probes.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
+from storlab.rounds import DEFAULT_MARGIN
 from storlab.results.runs import RunRecord
 from storlab.results.store import Store
 from storlab.rounds import Settling
@@ -307,7 +308,7 @@ def factor_answer(results: Results) -> FactorAnswer | None:
         look = min(max(results.rounds - settling.min_rounds + 1, 1), max_looks)
     try:
         answer = effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
-                                 margin=settings.equivalent_within or effects.DEFAULT_MARGIN, look=look,
+                                 margin=settings.equivalent_within or DEFAULT_MARGIN, look=look,
                                  max_looks=max_looks, headline=head)
     except ValueError:  # a cell at a level its factor does not declare, or a reference it lacks: the ranking still answers
         return None

@@ -39,10 +39,9 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from storlab.answer import sequential
+from storlab.rounds import ALPHA, DEFAULT_MARGIN
 
 DIFFERENT, EQUIVALENT, UNDECIDED = "different", "equivalent", "undecided"
-DEFAULT_MARGIN = 0.05
-ALPHA = 0.05
 MIN_RESIDUAL_DF = 3  # an interaction is fitted only if this many residual degrees of freedom remain
 
 

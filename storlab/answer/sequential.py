@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 
-ALPHA = 0.05
+from storlab.rounds import ALPHA
+
 
 
 def spent(fraction: float, alpha: float = ALPHA) -> float:

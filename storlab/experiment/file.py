@@ -30,7 +30,7 @@ from storlab.rounds import RaceSettings, Settling
 from storlab.workloads import KINDS, Workload
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one experiment is itself only: its cells are computed once (matrix.cells)
 class Experiment:
     """A validated experiment, with the file it came from (for relative placements and errors)."""
 

@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,8 +85,18 @@ def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
     return result
 
 
+_CELLS: "weakref.WeakKeyDictionary[Experiment, list[Cell]]" = weakref.WeakKeyDictionary()
+
+
 def cells(experiment: Experiment) -> list[Cell]:
-    """Every combination of the factors (_combinations), less the excluded ones."""
+    """Every combination of the factors (_combinations), less the excluded ones; computed once for an
+    experiment (a run, a submit and a worker each ask for them)."""
+    if experiment not in _CELLS:
+        _CELLS[experiment] = _cells(experiment)
+    return list(_CELLS[experiment])
+
+
+def _cells(experiment: Experiment) -> list[Cell]:
     model = experiment.model
     versions = model.versions()
     result = []

@@ -6,24 +6,39 @@ answer's statistics read these settings (storlab.answer)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from storlab.factors import show
-from storlab.rounds import DEFAULT_MIN_ROUNDS, MAX_ROUNDS, RaceSettings, Settling
-from storlab.sizes import digits_note
+from storlab.rounds import DEFAULT_MARGIN, DEFAULT_MIN_ROUNDS, MAX_ROUNDS, RaceSettings, Settling
+from storlab.sizes import NUMBER, digits_note, parse_duration
 
 DEFAULT_MIN_SETTLING = 2  # until settled: the first look is after round 2
-DEFAULT_MARGIN = 0.05  # equivalent_within's default for the answer (storlab.effects.DEFAULT_MARGIN)
-NUMBER = r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"  # a decimal number as written in a duration or a percentage
+
+
+def parse_percent(text: object) -> float:
+    """'2%' -> 0.02, in ASCII digits (float() reads "５" as 5). A bare number is refused: 2 and 0.02
+    would both be plausible readings."""
+    match = re.fullmatch(NUMBER + r"\s*%\s*", text, re.ASCII) if isinstance(text, str) else None
+    if match and 0 < float(match[1]) <= 50:
+        return float(match[1]) / 100
+    raise ValueError(f'expected a percentage above 0 and at most 50, such as "2%", got {show(text)}{digits_note(text)}')
+
+
+# Parsed once when the file loads; written as text ("25%", "10m"), as an editor's schema says.
+Percent = Annotated[float, BeforeValidator(parse_percent), WithJsonSchema({"type": "string", "pattern": "%$"})]
+Duration = Annotated[float, BeforeValidator(parse_duration),
+                     WithJsonSchema({"type": "string", "description": 'a duration such as "90s", "10m" or "2h"'})]
 
 
 class RepetitionRange(BaseModel):
@@ -36,7 +51,7 @@ class RepetitionRange(BaseModel):
     min: int | None = None
     max: int
     until: Literal["settled"] | None = None
-    budget: str | None = None
+    budget: Duration | None = None  # seconds
 
     @field_validator("min", "max", mode="before")
     @classmethod
@@ -50,12 +65,6 @@ class RepetitionRange(BaseModel):
     def _until(cls, v):
         if v != "settled":
             raise ValueError(f'expected "settled" (stop once every factor is different or equivalent), got {show(v)}')
-        return v
-
-    @field_validator("budget", mode="before")
-    @classmethod
-    def _budget(cls, v):
-        parse_duration(v)
         return v
 
     @model_validator(mode="after")
@@ -74,7 +83,7 @@ class RacingKeys(BaseModel):
 
     race: bool = False
     repetitions: int | RepetitionRange = 3
-    equivalent_within: str | None = None
+    equivalent_within: Percent | None = None  # a fraction
     reference: dict[str, Any] | None = None  # short factor name -> its reference level (default: the first)
     order_seed: int | None = None  # fixes the seed each round's order is drawn from (default: drawn once)
 
@@ -113,13 +122,6 @@ class RacingKeys(BaseModel):
             raise ValueError("a race needs at least 2 repetitions")
         return v
 
-    @field_validator("equivalent_within", mode="before")
-    @classmethod
-    def _equivalent_within(cls, v):
-        if v is not None:
-            parse_percent(v)
-        return v
-
     @field_validator("reference", mode="before")
     @classmethod
     def _reference(cls, v):
@@ -144,21 +146,20 @@ class RacingKeys(BaseModel):
             low = self.repetitions.min or min(DEFAULT_MIN_ROUNDS, high)
         else:
             low, high = min(DEFAULT_MIN_ROUNDS, self.repetitions), self.repetitions
-        margin = None if self.equivalent_within is None else parse_percent(self.equivalent_within)
-        return RaceSettings(min_rounds=low, max_rounds=high, equivalent_within=margin, lower_is_better=lower_is_better)
+        return RaceSettings(min_rounds=low, max_rounds=high, equivalent_within=self.equivalent_within,
+                            lower_is_better=lower_is_better)
 
     def settling(self) -> Settling | None:
         """`until = "settled"`, or None when every repetition (or the race's) is run."""
         rng = self.repetitions
         if not isinstance(rng, RepetitionRange) or rng.until is None:
             return None
-        budget = None if rng.budget is None else parse_duration(rng.budget)
-        return Settling(min(rng.min or DEFAULT_MIN_SETTLING, rng.max), rng.max, budget)
+        return Settling(min(rng.min or DEFAULT_MIN_SETTLING, rng.max), rng.max, rng.budget)
 
     @property
     def margin(self) -> float:
         """The practical margin of equivalence (`equivalent_within`, 5 % by default)."""
-        return DEFAULT_MARGIN if self.equivalent_within is None else parse_percent(self.equivalent_within)
+        return DEFAULT_MARGIN if self.equivalent_within is None else self.equivalent_within
 
     @property
     def most_repetitions(self) -> int:
@@ -172,24 +173,3 @@ def until_settled(raw_repetitions: Any) -> Any:
     if isinstance(raw_repetitions, dict):
         return {**raw_repetitions, "until": "settled"}
     return {"max": raw_repetitions, "until": "settled"}  # 1 is refused there: one round settles nothing
-
-
-def parse_duration(text: object) -> float:
-    """'90s', '10m', '2h' -> seconds, in ASCII digits. A bare number is refused: seconds and minutes
-    would both be plausible."""
-    match = re.fullmatch(NUMBER + r"\s*(s|m|h)\s*", text, re.ASCII) if isinstance(text, str) else None
-    if match and float(match[1]) > 0:
-        return float(match[1]) * {"s": 1, "m": 60, "h": 3600}[match[2]]
-    raise ValueError(f'expected a duration such as "90s", "10m" or "2h", got {show(text)}{digits_note(text)}')
-
-
-def parse_percent(text: object) -> float:
-    """'2%' -> 0.02, in ASCII digits (float() reads "５" as 5). A bare number is refused: 2 and 0.02
-    would both be plausible readings."""
-    match = re.fullmatch(NUMBER + r"\s*%\s*", text, re.ASCII) if isinstance(text, str) else None
-    if match and 0 < float(match[1]) <= 50:
-        return float(match[1]) / 100
-    raise ValueError(f'expected a percentage above 0 and at most 50, such as "2%", got {show(text)}{digits_note(text)}')
-
-
-

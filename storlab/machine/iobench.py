@@ -8,6 +8,7 @@ measures a shallower queue than the one asked for."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -67,12 +68,11 @@ def parse_size(text: str) -> int:
 
 
 def parse_duration(text: str) -> int:
-    """'10s', '2m', '1h' or plain seconds -> whole seconds (fio's runtime granularity here)."""
-    match = re.fullmatch(r"\s*([0-9]+)\s*(s|m|h)?\s*", text, re.IGNORECASE | re.ASCII)
-    if not match or int(match[1]) == 0:
-        raise UserError(f"--duration: {text!r} is not a duration (seconds, or a number with s, m or h, as 10s)"
-                        f"{sizes.digits_note(text)}")
-    return int(match[1]) * {"s": 1, "m": 60, "h": 3600}[(match[2] or "s").lower()]
+    """Whole seconds (fio's runtime granularity here), in the experiment file's grammar (storlab.sizes)."""
+    try:
+        return math.ceil(sizes.parse_duration(text))
+    except ValueError as exc:
+        raise UserError(f"--duration: {exc}") from None
 
 
 def ioengine() -> str:
