@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from storlab.errors import RunFailed, UserError
-from storlab.lab import devices, instances
+from storlab.lab import devices, instances, settle
 from storlab.experiment import places
 from storlab.factors import KeyProblem
 from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec
@@ -244,3 +244,16 @@ def test_clean_never_touches_a_mount_or_loop_device_it_did_not_make(image_dir):
         subprocess.run(["losetup", "--detach", loop], check=True)
     cleaned = cleanup.clean(live=False, kept=False)  # the marked directory, now with nothing mounted
     assert cleaned[0].removed == [f"deleted {ours}"] and not ours.exists() and foreign.exists()
+
+
+def test_what_each_device_really_was_is_said_under_the_answer():
+    """The device as each run read it back (sysfs, the mount table) is in the line `show` and the report
+    print of what the runs started from, each distinct state once with its count of runs."""
+    seen = {"device": "loop3", "logical_sector": 4096, "filesystem": "ext4", "mount_options": "rw,noatime",
+            "read_ahead_kb": 128, "direct_io": True}
+    runs = [{"page_cache": "evicted", "devices": {"fast": seen}}] * 2 + \
+        [{"page_cache": "evicted", "devices": {"fast": {**seen, "read_ahead_kb": 0}}}]
+    assert settle.describe(runs) == (
+        "before each run: checkpoint, sync, page cache: evicted; devices as the runs found them (sysfs, the mount "
+        "table): fast: loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 128 KiB, direct IO (2 runs); fast: "
+        "loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 0 KiB, direct IO (1 run)")

@@ -47,4 +47,22 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     line = "before each run: checkpoint, sync, page cache: " + " or ".join(caches)
     if warmups != [0]:
         line += "; the first " + " or ".join(f"{w:g}" for w in warmups) + " s of each run are warm-up, left out of its figures"
+    found: dict[str, int] = {}
+    for c in conditions:
+        for name, seen in sorted((c.get("devices") or {}).items()):
+            text = f"{name}: {_device(seen)}"
+            found[text] = found.get(text, 0) + 1
+    if found:
+        line += "; devices as the runs found them (sysfs, the mount table): " + "; ".join(
+            f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in found.items())
     return line
+
+
+def _device(seen: dict[str, Any]) -> str:
+    """What a device placement really was in a run (devices.SeenFormat, as the run recorded it)."""
+    parts = [f"{seen.get('logical_sector')}-byte sectors" if seen.get("logical_sector") else "sectors unknown",
+             f"{seen.get('filesystem') or '?'} ({seen.get('mount_options') or 'options unknown'})",
+             f"read-ahead {seen.get('read_ahead_kb')} KiB" if seen.get("read_ahead_kb") is not None else "read-ahead unknown"]
+    if seen.get("direct_io") is not None:
+        parts.append("direct IO" if seen["direct_io"] else "buffered IO (not direct)")
+    return f"{seen.get('device') or '?'} " + ", ".join(parts)
