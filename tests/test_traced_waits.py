@@ -441,9 +441,9 @@ def test_one_trace_across_runs_counts_each_run_apart_and_only_its_instance(lab_d
     try:
         with bpftrace.kept_across_runs(), \
                 provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir}), keep=False,
-                          connections=1) as inst, inst.connect() as conn, \
+                          connections=1) as inst, inst.admin() as conn, \
                 provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": other_dir}), keep=False,
-                          connections=1) as other, other.connect() as other_conn:
+                          connections=1) as other, other.admin() as other_conn:  # WAL switches and checkpoints: the superuser's
             for run in (1, 2):
                 probe = inst.wait_probe()
                 probe.start([conn.execute("SELECT pg_backend_pid()").fetchone()[0]])
