@@ -161,9 +161,10 @@ def _mean_extras(runs: list[RunRecord]) -> dict[str, float]:
 
 def _figures_of(experiment: dict[str, Any], units: dict[str, str]) -> tuple[tuple[Figure, ...], str | None]:
     """The workload kind's figures; for a kind this storlab does not know, elapsed first and the rest as recorded."""
-    kind = KINDS.get(experiment.get("identity", {}).get("workload", {}).get("kind", ""))
+    declared = experiment.get("identity", {}).get("workload", {})
+    kind = KINDS.get(declared.get("kind", ""))
     if kind is not None:
-        return kind.figures, kind.note
+        return kind.figures_of(declared), kind.note
     others = tuple(Figure(name, unit, name) for name, unit in sorted(units.items()) if name != ELAPSED.name)
     return (ELAPSED, *others), None
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from storlab.answer import effects, explain
+from storlab.answer import client_cpu, effects, explain, rate_curve
 from storlab.answer.analysis import CellResult, Ranked, Results, fmt_figure, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
@@ -96,6 +96,9 @@ def show(results: Results, console: Console) -> None:
         console.print(Text(results.conditions))
     if results.note:
         console.print(Text(results.note))
+    curve = rate_curve.answer(results)
+    for line in (rate_curve.lines(curve) if curve else []) + client_cpu.lines(results):
+        console.print(Text(line))
     for host, facts in results.machines:
         console.print(Text(facts_line(facts, host)))
     for note in results.facts_notes:

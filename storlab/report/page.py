@@ -12,7 +12,7 @@ from pathlib import Path
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
-from storlab.answer import analysis, effects, explain
+from storlab.answer import analysis, client_cpu, effects, explain
 from storlab.answer import terminal as answer_text
 from storlab.answer.analysis import CellResult, Results, fmt_figure
 from storlab.answer.terminal import confidence
@@ -20,7 +20,7 @@ from storlab.experiment.file import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
 from storlab.probes.registry import PROBES
-from storlab.report import capability, io_report, timelines, wait_report
+from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import plt
 from storlab.report.charts import svg as _svg
 from storlab.results import outputs
@@ -40,7 +40,7 @@ figcaption, .note { color: #555; font-size: 13px; }
 """
 FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
          "transactions_per_s.png", "latency.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
-         "dop.png"]
+         "dop.png", rate_chart.FILE]
 
 
 def headline_chart(results: Results, png: Path) -> str:
@@ -271,9 +271,13 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     if results.measured:
         sections.append(f"<h2>{html.escape(results.headline.label)}</h2>"
                         + _figure(headline_chart(results, folder / "elapsed.png")))
+        rate = rate_chart.section(results, folder)
+        if rate:
+            sections.append(rate)
         sections.append("<h2>Ranking</h2>" + _ranking_html(results))
         if results.note:
             sections.append(f"<p>{html.escape(results.note)}</p>")
+        sections += [f"<p class='note'>{html.escape(line)}</p>" for line in client_cpu.lines(results)]
         composition = wait_report.composition_chart(results, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
