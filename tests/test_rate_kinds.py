@@ -5,6 +5,7 @@ closed loop, and the client is stopped on every way out."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
@@ -21,7 +22,7 @@ from storlab.engines import provision
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads.pgbench import read_log
 from tests.commands import storlab
-from tests.conftest import prepared, storlab_processes
+from tests.conftest import instances_up, prepared, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
 pytestmark = pytest.mark.engine
 
@@ -118,6 +119,9 @@ def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_exp
     assert "rate curve: throughput achieved and latency (p50, p99) at each rate" in shown.stdout
     assert re.search(r"\(one layout\): 4000: [\d,]+ txn/s \(p50 [\d.]+, p99 [\d.]+ ms\); max: [\d,]+ txn/s", shown.stdout)
     assert "client CPU: the load generator used up to" in shown.stdout
+    assert storlab("report", str(out)).returncode == 0
+    assert "<h2>Latency against throughput</h2>" in (out / "report.html").read_text()
+    assert (out / "rate_curve.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("engine", ["postgres", "mariadb"])
@@ -143,29 +147,54 @@ def test_the_wal_flush_waits_set_the_disk_apart_from_the_ram_disk(write_experime
     assert on_disk.get("IO:WALSync", 0) > 10 * on_ram.get("IO:WALSync", 0), (on_disk, on_ram)
 
 
-def test_an_interrupted_run_stops_the_client_and_the_server(write_experiment, tmp_path):
-    path = write_experiment(EXPERIMENT.format(name="stopped", engine="postgres", log_on='"disk"',
-                                              workload='kind = "pgbench"\nclients = 2\nduration_s = 600'), "stopped.toml")
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--out", str(tmp_path / "r")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def measured_clients(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The measured pgbench under a storlab run (not pgbench -i, which builds the data), once it runs."""
+    found = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if child.name() == "pgbench" and "--log" in child.cmdline():
+                found.append(child)
+        except psutil.Error:  # gone, or a zombie not reaped yet
+            pass
+    return found
 
-    def clients() -> list[psutil.Process]:
-        """The measured pgbench (not pgbench -i, which builds the data), once it runs."""
-        found = []
-        for child in psutil.Process(proc.pid).children(recursive=True):
-            try:
-                if child.name() == "pgbench" and "--log" in child.cmdline():
-                    found.append(child)
-            except psutil.Error:  # gone, or a zombie not reaped yet
-                pass
-        return found
 
+def start_long_run(write_experiment, tmp_path, extra: str = "") -> subprocess.Popen:
+    """A pgbench run of 10 minutes under `storlab run`, once its measured client runs."""
+    path = write_experiment(EXPERIMENT.format(name="long", engine="postgres", log_on='"disk"',
+                                              workload='kind = "pgbench"\nclients = 2\nduration_s = 600\n' + extra),
+                            "long.toml")
+    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not clients():
+    while not measured_clients(proc):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
         time.sleep(0.1)
-    running = clients()
+    return proc
+
+
+def test_an_interrupted_run_stops_the_client_and_the_server(write_experiment, tmp_path):
+    proc = start_long_run(write_experiment, tmp_path)
+    running = measured_clients(proc)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in running)
     assert storlab_processes() == []
+
+
+def test_a_stalled_server_fails_the_run_and_stops_its_client(write_experiment, tmp_path):
+    proc = start_long_run(write_experiment, tmp_path, "stall_after_s = 3")
+    running = measured_clients(proc)
+    stopped: list[int] = []
+    try:
+        stopped = stop_instance(instances_up()[0])
+        output, errors = proc.communicate(timeout=180)
+    finally:
+        stop_storlab(proc)
+        for pid in stopped_processes(stopped):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1, output + errors
+    assert "the server stopped answering for 3 s; its instance was stopped" in output
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in running)
+    assert stopped_processes(stopped) == [] and storlab_processes() == []
