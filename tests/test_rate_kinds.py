@@ -107,7 +107,7 @@ def test_the_tps_and_p99_recorded_are_the_ones_pgbench_printed_and_logged(lab_di
 def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_experiment, tmp_path):
     # 40,000 transactions on a Poisson schedule vary by 0.5 %: 2 % is four times that.
     out = run(write_experiment, tmp_path, "rated", "postgres",
-              'kind = "pgbench"\nscript = "select-only"\nclients = 2\nduration_s = 10\nrate = [4000, "max"]')
+              'kind = "pgbench"\nscript = "select-only"\nclients = 2\nwarmup_s = 1\nduration_s = 10\nrate = [4000, "max"]')
     found = figures(out)
     rated, closed = found["rate=4000"], found["rate=max"]
     assert rated["transactions_per_s"] == pytest.approx(4000, rel=0.02)
@@ -198,3 +198,18 @@ def test_a_stalled_server_fails_the_run_and_stops_its_client(write_experiment, t
     assert "the server stopped answering for 3 s; its instance was stopped" in output
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in running)
     assert stopped_processes(stopped) == [] and storlab_processes() == []
+
+
+def test_a_script_file_runs_weighted_and_a_mistake_in_it_is_named(write_experiment, lab_root, tmp_path):
+    (lab_root / "mine.sql").write_text("\\set aid random(1, 100000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n")
+    (lab_root / "bad.sql").write_text("SELECT * FROM no_such_table;\n")
+    out = run(write_experiment, tmp_path, "mine", "postgres",
+              'kind = "pgbench"\nclients = 2\nduration_s = 1\nscript = { "mine.sql" = 3, "select-only" = 1 }')
+    assert figures(out)["(single cell)"]["transactions_per_s"] > 0
+    path = write_experiment(EXPERIMENT.format(name="bad", engine="postgres", log_on='"disk"',
+                                              workload='kind = "pgbench"\nclients = 2\nduration_s = 1\nscript = "bad.sql"'),
+                            "bad.toml")
+    done = storlab("run", str(path), "--out", str(tmp_path / "bad"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith('storlab: bad.sql: pgbench could not run it: ') and "no_such_table" in done.stderr
+    assert storlab_processes() == []

@@ -209,6 +209,8 @@ def read_log(folder: Path) -> np.ndarray:
 
 
 ABORTED = re.compile(r"script (\d+) aborted")
+# pgbench's lines that say what went wrong (not its closing "Run was aborted; the above results are incomplete").
+ERRORS = re.compile(r"aborted in command|ERROR:|FATAL:|error: (?!Run was aborted)")
 
 
 def failure(script: str | dict[str, int], said: str) -> Exception:
@@ -216,57 +218,62 @@ def failure(script: str | dict[str, int], said: str) -> Exception:
     one of the user's script files, or a script of theirs that aborted; else the run's (RunFailed)."""
     names = list({script: 1} if isinstance(script, str) else script)
     aborted = ABORTED.search(said)
-    theirs = any(name in said for name in _files(script)) or (
-        aborted is not None and int(aborted.group(1)) < len(names) and names[int(aborted.group(1))] not in BUILTIN)
-    return (UserError if theirs else RunFailed)(f"pgbench failed: {said}")
+    named = names[int(aborted.group(1))] if aborted is not None and int(aborted.group(1)) < len(names) else None
+    if named is not None and named not in BUILTIN:
+        return UserError(f"{named}: pgbench could not run it: {said}")
+    return (UserError if any(name in said for name in _files(script)) else RunFailed)(f"pgbench failed: {said}")
+
+
+def _as_printed(text: str, params: PgbenchParams, whole: Transactions) -> tuple[float, float, dict[str, float | None]]:
+    """txn/s, the measured seconds and the counts as pgbench printed them, for a run without warm-up."""
+    tps = _number(SUMMARY["tps"], text)
+    if tps is None:
+        raise RunFailed("pgbench printed no tps")
+    figures = {rates.AVERAGE.name: _number(SUMMARY["latency_avg"], text),
+               rates.ERRORS.name: _number(SUMMARY["failed"], text) or 0.0,
+               SKIPPED.name: _number(SUMMARY["skipped"], text) or 0.0, LATE.name: _number(SUMMARY["late"], text)}
+    if params.target is not None:
+        figures[SCHEDULE_LAG.name] = _number(SUMMARY["lag"], text)
+        figures[SCHEDULE_LAG_MAX.name] = _number(SUMMARY["lag"], text, 2)
+    return tps, params.duration if params.transactions is None else whole.elapsed_s, figures
+
+
+def _after_warmup(log: np.ndarray, done: np.ndarray, whole: Transactions, params: PgbenchParams) -> tuple[np.ndarray, dict[str, float]]:
+    """Which completed transactions were scheduled after the warm-up, and the log's figures of them: txn/s
+    over duration_s, the average latency and lag, and the counts (pgbench's report covers the whole run)."""
+    begins = whole.start_epoch + (params.warmup_s or 0.0)
+    keep = whole.starts >= begins
+    if not keep.any():
+        raise RunFailed(f"warmup_s = {params.warmup_s:g}: pgbench completed no transaction after it")
+    latency_ms = (whole.ends[keep] - whole.starts[keep]) * 1000
+    ended_at = log[:, 4].astype(float) + log[:, 5].astype(float) / 1e6
+    figures = {rates.TPS.name: float(keep.sum()) / params.duration, rates.AVERAGE.name: float(latency_ms.mean()),
+               SKIPPED.name: float(((log[:, 2] == "skipped") & (ended_at >= begins)).sum()),
+               rates.ERRORS.name: float((np.isin(log[:, 2], NOT_DONE[1:]) & (ended_at >= begins)).sum())}
+    if params.target is not None:
+        lag_ms = log[done][keep, 6].astype(float) / 1000
+        figures.update({SCHEDULE_LAG.name: float(lag_ms.mean()), SCHEDULE_LAG_MAX.name: float(lag_ms.max())})
+    if params.latency_limit_ms is not None:
+        figures[LATE.name] = float((latency_ms > params.latency_limit_ms).sum())
+    return keep, figures
 
 
 def measured(ended: Ended, folder: Path, params: PgbenchParams, server_cpu_s: float) -> Measurement:
-    """The run's figures from what pgbench printed and logged."""
+    """The run's figures from what pgbench printed and logged (module docstring)."""
     if ended.code != 0:
         raise failure(params.script, ended.last_words().replace(f"{folder}/", ""))
-    text = "\n".join(ended.text)
     log = read_log(folder)
     done = np.isin(log[:, 2], NOT_DONE, invert=True)
     latency_ms = log[done, 2].astype(float) / 1000
     ends = log[done, 4].astype(float) + log[done, 5].astype(float) / 1e6
-    starts = ends - latency_ms / 1000  # under a rate, the scheduled start
     if not len(ends):
         raise RunFailed(f"pgbench completed no transaction: {ended.last_words()}")
-    whole = Transactions(starts, ends, np.zeros(len(ends)), [])
-    warmup = params.warmup_s or 0.0
-    figures: dict[str, float] = {}
-    if warmup:
-        keep = starts >= whole.start_epoch + warmup
-        if not keep.any():
-            raise RunFailed(f"warmup_s = {warmup:g}: pgbench completed no transaction after it")
-        latency_ms, elapsed = latency_ms[keep], params.duration
-        tps = float(keep.sum()) / elapsed
-        lagged = log[done][keep]
-        if params.target is not None:
-            lag_ms = lagged[:, 6].astype(float) / 1000
-            figures.update({SCHEDULE_LAG.name: float(lag_ms.mean()), SCHEDULE_LAG_MAX.name: float(lag_ms.max())})
-        later = ends[keep] - starts[keep]
-        figures[rates.AVERAGE.name] = float(later.mean() * 1000)
-        after = log[:, 4].astype(float) + log[:, 5].astype(float) / 1e6 >= whole.start_epoch + warmup
-        figures[SKIPPED.name] = float(((log[:, 2] == "skipped") & after).sum())
-        figures[rates.ERRORS.name] = float((np.isin(log[:, 2], NOT_DONE[1:]) & after).sum())
-        if params.latency_limit_ms is not None:
-            figures[LATE.name] = float((latency_ms > params.latency_limit_ms).sum())
+    whole = Transactions(ends - latency_ms / 1000, ends, np.zeros(len(ends)), [])  # starts: as scheduled, under a rate
+    if params.warmup_s:
+        keep, figures = _after_warmup(log, done, whole, params)
+        latency_ms, tps, elapsed = latency_ms[keep], figures[rates.TPS.name], params.duration
     else:
-        tps = _number(SUMMARY["tps"], text)
-        if tps is None:
-            raise RunFailed(f"pgbench printed no tps: {ended.last_words()}")
-        elapsed = params.duration if params.transactions is None else whole.elapsed_s
-        figures[rates.AVERAGE.name] = _number(SUMMARY["latency_avg"], text)
-        figures[rates.ERRORS.name] = _number(SUMMARY["failed"], text) or 0.0
-        figures[SKIPPED.name] = _number(SUMMARY["skipped"], text) or 0.0
-        late = _number(SUMMARY["late"], text)
-        if late is not None:
-            figures[LATE.name] = late
-        if params.target is not None:
-            figures[SCHEDULE_LAG.name] = _number(SUMMARY["lag"], text)
-            figures[SCHEDULE_LAG_MAX.name] = _number(SUMMARY["lag"], text, 2)
+        tps, elapsed, figures = _as_printed("\n".join(ended.text), params, whole)
     p50, p95, p99 = np.percentile(latency_ms, [50, 95, 99])
     figures.update({
         rates.TPS.name: tps, rates.P50.name: float(p50), rates.P95.name: float(p95), rates.P99.name: float(p99),
@@ -330,7 +337,7 @@ class Pgbench(Workload):
             address = instance.client_address()
             ended = run_to_end([self._program(instance), "-i", "-I", INIT_STEPS, "-s", str(params.scale),
                                 *_connection(instance), address.database], {}, Path(folder),
-                               60 + INIT_S_PER_SCALE * params.scale)
+                               60 + INIT_S_PER_SCALE * params.scale, ERRORS)
         if ended.code != 0:
             raise RunFailed(f"pgbench -i failed: {ended.last_words()}")
 
@@ -354,4 +361,4 @@ class Pgbench(Workload):
                           (params.warmup_s or 0) + params.duration if params.transactions is None else None,
                           lambda ended, folder, cpu: measured(ended, folder, params, cpu),
                           lambda folder: _write_scripts(params.script, files, folder),
-                          lambda said: failure(params.script, said))
+                          lambda said: failure(params.script, said), ERRORS)

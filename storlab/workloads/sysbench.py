@@ -73,6 +73,7 @@ FINAL = {
     "average": re.compile(r"^\s*avg:\s+([\d.]+)"),
 }
 QUEUE_IS_FULL = "The event queue is full"
+ERRORS = re.compile(r"FATAL|ALERT|error", re.I)  # sysbench's lines that say what went wrong
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,7 @@ class Sysbench(Workload):
             script.write_text(SCRIPT)
             ended = run_to_end([str(program()), str(script), *_options(engine, instance, params), "--threads=1", "prepare"],
                                _env(params.test, "storlab-prepare", engine), Path(folder),
-                               120 + params.rows / PREPARE_ROWS_PER_S)
+                               120 + params.rows / PREPARE_ROWS_PER_S, ERRORS)
         if ended.code != 0:
             raise RunFailed(f"sysbench prepare failed: {ended.last_words()}")
 
@@ -282,4 +283,4 @@ class Sysbench(Workload):
 
         return ClientLoad(instance, argv, _env(params.test, tag, engine), tag, params.threads, run_s,
                           lambda ended, folder, cpu: measured(ended, params, cpu),
-                          lambda folder: (folder / "storlab.lua").write_text(SCRIPT))
+                          lambda folder: (folder / "storlab.lua").write_text(SCRIPT), errors=ERRORS)

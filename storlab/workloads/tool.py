@@ -13,6 +13,7 @@ on every way out: a failed run, Ctrl-C, a stalled server."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +34,7 @@ CONNECT_TIMEOUT_S = 60.0
 # Past its declared run time (connections made, the last transactions finished, the report written):
 # a client that has not ended by then is stuck, and is stopped.
 GRACE_S = 120.0
+LET_GO_S = 5.0
 
 
 @dataclass
@@ -44,15 +46,17 @@ class Ended:
     lines: list[tuple[float, str]]
     cpu_s: float
     wall_s: float
+    errors: re.Pattern | None = None  # the lines that say what went wrong, in the client's own words
 
     @property
     def text(self) -> list[str]:
         return [line for _, line in self.lines]
 
     def last_words(self, count: int = 3) -> str:
-        """Its last lines that say something, for a failed run's one line."""
+        """What it said went wrong (its first error lines), else its last lines: a failed run's one line."""
         said = [line.strip() for line in self.text if line.strip()]
-        return " / ".join(said[-count:]) or f"exit code {self.code}, no output"
+        wrong = [line for line in said if self.errors is not None and self.errors.search(line)]
+        return " / ".join(wrong[:count] or said[-count:]) or f"exit code {self.code}, no output"
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Client:
     argv: list[str]
     env: dict[str, str]
     folder: Path
+    errors: re.Pattern | None = None
     lines: list[tuple[float, str]] = field(default_factory=list)
     child: subprocess.Popen | None = None
     started: float = 0.0
@@ -89,13 +94,13 @@ class Client:
             self.child.returncode = os.waitstatus_to_exitcode(status)
             self._reader.join(10)
             self.ended = Ended(self.child.returncode, list(self.lines), usage.ru_utime + usage.ru_stime,
-                               time.time() - self.started)
+                               time.time() - self.started, self.errors)
         return self.ended
 
     def sessions(self, instance: Instance, tag: str, expected: int,
                  failure: Callable[[str], Exception] = RunFailed) -> list[int]:
         """Its `expected` sessions, once it has opened them all; if it ends first, `failure` of what it
-        said last (RunFailed if it takes too long)."""
+        said went wrong (RunFailed if it takes too long)."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             found = instance.client_sessions(tag)
@@ -103,8 +108,7 @@ class Client:
                 return found
             ended = self._reap()
             if ended is not None:
-                raise failure(f"{Path(self.argv[0]).name} ended before its {expected} sessions connected: "
-                              f"{ended.last_words()}")
+                raise failure(ended.last_words())
             if time.monotonic() > deadline:
                 raise RunFailed(f"{Path(self.argv[0]).name} opened {len(found)} of its {expected} sessions in "
                                 f"{CONNECT_TIMEOUT_S:g} s")
@@ -140,12 +144,13 @@ class ClientLoad:
     sessions; `run` waits for its end and hands its output to `measure`; `close` stops it and removes
     the folder. `prepare_folder` writes what the client reads (scripts) into the folder first;
     `failure` makes the exception of what a client that ended early said (its words, the folder's
-    path taken out: RunFailed, or UserError for a mistake in the user's script)."""
+    path taken out: RunFailed, or UserError for a mistake in the user's script); `errors` finds the
+    lines of its output that say what went wrong."""
 
     def __init__(self, instance: Instance, argv: Callable[[Path], list[str]], env: dict[str, str], tag: str,
                  sessions: int, run_s: float | None, measure: Callable[[Ended, Path, float], Measurement],
                  prepare_folder: Callable[[Path], None] | None = None,
-                 failure: Callable[[str], Exception] = RunFailed):
+                 failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None):
         self.instance = instance
         self.argv = argv
         self.env = env
@@ -155,6 +160,7 @@ class ClientLoad:
         self.measure = measure
         self.prepare_folder = prepare_folder
         self.failure = failure
+        self.errors = errors
         self.folder: Path | None = None
         self.client: Client | None = None
         self.server_cpu_before = 0.0
@@ -163,7 +169,7 @@ class ClientLoad:
         self.folder = Path(tempfile.mkdtemp(prefix="storlab-client-"))  # root's own, mode 0700
         if self.prepare_folder is not None:
             self.prepare_folder(self.folder)
-        self.client = Client(self.argv(self.folder), self.env, self.folder)
+        self.client = Client(self.argv(self.folder), self.env, self.folder, self.errors)
         self.server_cpu_before = self.instance.cpu_s()
         self.client.start()
         folder = self.folder
@@ -172,8 +178,16 @@ class ClientLoad:
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
         ended = self.client.wait(self.run_s, on_progress)
+        self._let_go()
         server_cpu_s = self.instance.cpu_s() - self.server_cpu_before
         return self.measure(ended, self.folder, server_cpu_s)
+
+    def _let_go(self) -> None:
+        """Until the server has ended the client's sessions (a PostgreSQL backend's CPU counts in its
+        server's once it has exited), at most LET_GO_S."""
+        deadline = time.monotonic() + LET_GO_S
+        while self.instance.client_sessions(self.tag) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
 
     def close(self) -> None:
         if self.client is not None:
@@ -183,10 +197,11 @@ class ClientLoad:
             self.folder = None
 
 
-def run_to_end(argv: list[str], env: dict[str, str], folder: Path, timeout_s: float) -> Ended:
+def run_to_end(argv: list[str], env: dict[str, str], folder: Path, timeout_s: float,
+               errors: re.Pattern | None = None) -> Ended:
     """A client's command that ends by itself (building a data set), to its end; stopped on every way
     out, RunFailed if it takes longer than `timeout_s`."""
-    client = Client(argv, env, folder)
+    client = Client(argv, env, folder, errors)
     client.start()
     try:
         deadline = time.monotonic() + timeout_s
