@@ -1,6 +1,6 @@
 import pytest
 
-from storlab.probes.recorders import Sampler, sched_delta, sched_time
+from storlab.probes.recorders import Sampler, SessionsSched, sched_delta, sched_time
 from storlab.probes.waits import Wait, delta, is_benign, mean_per_run, top_share
 
 
@@ -44,3 +44,18 @@ def test_sched_time_reads_proc_schedstat(tmp_path):
     d = sched_delta(before, sched_time([7], proc=tmp_path))
     assert d.cpu_s == pytest.approx(1.5) and d.runqueue_s == pytest.approx(0.1)
     assert sched_time([999], proc=tmp_path) is None
+
+
+def test_a_session_that_ended_counts_its_last_reading(tmp_path):
+    for pid in (7, 8):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "schedstat").write_text("1000000000 0 1\n")
+    sched = SessionsSched([7, 8], proc=tmp_path)
+    (tmp_path / "7" / "schedstat").write_text("2000000000 100000000 2\n")
+    assert sched.since_start().cpu_s == pytest.approx(1.0)  # a reading while both live
+    (tmp_path / "7" / "schedstat").unlink()  # session 7 disconnected
+    (tmp_path / "8" / "schedstat").write_text("1500000000 0 2\n")
+    assert sched.since_start().cpu_s == pytest.approx(1.5)
+    (tmp_path / "7" / "schedstat").write_text("5000 0 1\n")  # another process took the pid
+    assert sched.since_start().cpu_s == pytest.approx(1.5)
+    assert SessionsSched([999], proc=tmp_path).since_start() is None

@@ -202,7 +202,7 @@ def _figures_of(experiment: StoredExperiment | None, units: dict[str, str]) -> t
     """The workload kind's figures; for a kind this storlab does not know, elapsed first and the rest as recorded."""
     kind = KINDS.get(experiment.kind or "") if experiment is not None else None
     if kind is not None:
-        return kind.figures, kind.note
+        return kind.figures_of(experiment.workload), kind.note
     others = tuple(Figure(name, unit, name) for name, unit in sorted(units.items()) if name != ELAPSED.name)
     return (ELAPSED, *others), None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from storlab.answer import effects, explain, model
+from storlab.answer import client_cpu, effects, explain, model, rate_curve
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
@@ -282,8 +282,9 @@ def compose(results: Results) -> model.Answer:
     exp, answer = results.experiment, results.answer
     settling = results.settling
     ranking, correction = _ranked(results)
-    notes = [line for line in (results.conditions, results.note) if line]
+    notes = [line for line in (results.conditions, results.note) if line] + client_cpu.lines(results)
     notes += [facts_line(facts, host) for host, facts in results.machines]
+    curve = rate_curve.answer(results)
     traced = traces_line(results)
     notes += [traced] if traced else []
     return model.Answer(
@@ -305,7 +306,7 @@ def compose(results: Results) -> model.Answer:
         ranking=ranking, ranking_correction=correction, best=_best_lines(results),
         not_run=[c.cell.id for c in results.cells if c.headline is None],
         labels={c.cell.id: c.cell.label for c in results.cells},
-        race=race_lines(results),
+        race=race_lines(results), rate=rate_curve.lines(curve) if curve else [],
         failures=[model.Failure(cell=cell, repetition=rep, message=message) for cell, rep, message in results.failures],
         warnings=list(results.facts_notes), notes=notes,
         cells=[cell_waits(c) for c in results.measured],

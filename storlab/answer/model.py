@@ -221,9 +221,10 @@ class Answer(_Typed):
     not_run: list[str]  # cells without a finished run
     labels: dict[str, str]  # every cell's label by its id
     race: list[str]
+    rate: list[str]  # a rate sweep's curve per layout, its knee, the highest rate inside a latency goal
     failures: list[Failure]
     warnings: list[str]  # runs set aside (other machine facts)
-    notes: list[str]  # what every run started from, how the workload runs, the machines, the traces
+    notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
     explanations: list[Explanation]
 

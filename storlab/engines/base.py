@@ -21,6 +21,18 @@ from storlab.probes.target import Probed
 
 
 @dataclass(frozen=True)
+class ClientAddress:
+    """Where a load generator of the field (pgbench, sysbench) connects to an instance: its unix socket
+    (PostgreSQL: the socket's directory, `port` naming the socket file in it; MariaDB: the socket file,
+    `port` None), as the role the workload's sessions use, in the workload's database."""
+
+    socket: Path
+    port: int | None
+    user: str
+    database: str
+
+
+@dataclass(frozen=True)
 class Table:
     """A workload's table, described so that each engine can spread it over the data files its way
     (PostgreSQL: hash partitions over tablespaces; MariaDB: partitions with DATA DIRECTORY)."""
@@ -37,6 +49,15 @@ class Instance(Probed, Protocol):
     its sessions, the superuser's, its waits, its placements) and what the workloads ask."""
 
     def session_id(self, conn: Any) -> int: ...
+
+    def client_address(self) -> ClientAddress:
+        """Where a load generator of the field connects, as the workload's sessions do (connect())."""
+
+    def client_sessions(self, tag: str) -> list[int]:
+        """The sessions a load generator has opened so far (their ids, as session_id gives them): on
+        PostgreSQL those whose application_name is `tag` (the client is started with PGAPPNAME set to
+        it), on MariaDB every session of the workload's user (none of storlab's own sessions uses it
+        while such a client runs)."""
 
     def create_table(self, conn: Any, table: Table) -> None:
         """Create `table` spread over the cell's data files."""

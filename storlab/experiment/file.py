@@ -53,8 +53,13 @@ class Experiment:
         """The most runs a cell can get (a race may give it fewer)."""
         return self.model.most_repetitions
 
+    @property
+    def figures(self) -> tuple:
+        """The workload's figures for this file, the one that ranks the cells first."""
+        return self.workload.figures_of(self.model.workload.model_dump(mode="json", exclude_none=True))
+
     def race(self) -> RaceSettings | None:
-        return self.model.race_settings(self.workload.figures[0].better != "higher")
+        return self.model.race_settings(self.figures[0].better != "higher")
 
     def settling(self) -> Settling | None:
         """`until = "settled"`: the runs stop once the answer is settled (or at max, or the budget)."""
@@ -63,12 +68,13 @@ class Experiment:
     def answer_settings(self) -> dict[str, Any]:
         """How the answer reads the runs, as the store keeps it: each factor's reference level (by its
         short name; the first declared value unless the file names one), the margin of equivalence,
-        and until settled."""
+        until settled, and a rate kind's latency goal."""
         named = {k: v for k, v in (self.model.reference or {}).items()}
         reference = {short_name(d): named.get(short_name(d), values[0]) for d, values in self.factors.items()}
         settling = self.settling()
+        goal = getattr(self.model.workload, "latency_goal", None)
         return {"reference": reference, "equivalent_within": self.model.margin,
-                "settling": None if settling is None else asdict(settling)}
+                "settling": None if settling is None else asdict(settling), **({"latency_goal": goal} if goal else {})}
 
     @property
     def workload(self) -> Workload:
@@ -107,6 +113,7 @@ class Experiment:
             body.pop(key, None)
         for key in ("stall_after_s", "run_limit_s"):  # when a run is given up, not what it measures
             body.get("workload", {}).pop(key, None)
+        body.get("workload", {}).pop("latency_goal", None)  # how the answer reads the runs (answer_settings)
         if self.sql:
             body["sql"] = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(self.sql.items())}
         return body

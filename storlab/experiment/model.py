@@ -246,6 +246,7 @@ class ExperimentModel(RacingKeys, _Strict):
                 raise KeyProblem(("layout", "log_size"), f"{show(size)} is outside {format_size(smallest)} "
                                  f"to 1TB (the smallest log {self.engine} can be given, and storlab's limit)")
         KINDS[self.workload.kind].check_engine(engine, self.workload)
+        KINDS[self.workload.kind].check_layout(self.layout)
         if self.race and KINDS[self.workload.kind].prepared_once:
             raise KeyProblem(("race",), f"a {self.workload.kind}'s repetitions share what its cell prepared and run one "
                              "after another on one instance; a race needs rounds of every cell")

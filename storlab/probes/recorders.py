@@ -77,6 +77,36 @@ def sched_time(pids: list[int], proc: Path = Path("/proc")) -> SchedTime | None:
     return total
 
 
+class SessionsSched:
+    """The sessions' schedstat since the start, each session's last reading kept: a session that has
+    ended (a load generator's, which disconnects before the probes stop) counts what it had at its last
+    reading, taken at each waits-timeline interval (so at most that much short). A reading lower than
+    the one before is another process that took the pid: the last one stands."""
+
+    def __init__(self, pids: list[int], proc: Path = Path("/proc")):
+        self.pids = list(pids)
+        self.proc = proc
+        self.last: dict[int, tuple[int, int]] = {}
+        self.before = self._total()
+
+    def _total(self) -> SchedTime | None:
+        total = SchedTime()
+        for pid in self.pids:
+            try:
+                on_cpu, queued, _ = (self.proc / str(pid) / "schedstat").read_text().split()
+                if int(on_cpu) >= self.last.get(pid, (0, 0))[0]:
+                    self.last[pid] = (int(on_cpu), int(queued))
+            except (OSError, ValueError):
+                if pid not in self.last:
+                    return None
+            total.cpu_s += self.last[pid][0] / 1e9
+            total.runqueue_s += self.last[pid][1] / 1e9
+        return total
+
+    def since_start(self) -> SchedTime | None:
+        return sched_delta(self.before, self._total())
+
+
 def sched_delta(before: SchedTime | None, after: SchedTime | None) -> SchedTime | None:
     if before is None or after is None:
         return None

@@ -18,7 +18,7 @@ from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
 from storlab.probes.registry import PROBES
-from storlab.report import capability, io_report, timelines, wait_report
+from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import plt
 from storlab.report.charts import svg as _svg
 from storlab.show.terminal import explanation_rows
@@ -39,7 +39,7 @@ figcaption, .note { color: #555; font-size: 13px; }
 """
 FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
          "transactions_per_s.png", "latency.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
-         "dop.png"]
+         "dop.png", rate_chart.FILE]
 
 
 def headline_chart(results: Results, png: Path) -> str:
@@ -262,6 +262,9 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     if results.measured:
         sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
                         + _figure(headline_chart(results, folder / "elapsed.png")))
+        rate = rate_chart.section(results, folder)
+        if rate:
+            sections.append(rate)
         sections.append("<h2>Ranking</h2>" + _ranking_html(answer)
                         + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in
                                   answer.best + answer.race + [f"noise: {line}" for line in answer.noise.cells]

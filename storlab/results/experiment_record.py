@@ -68,13 +68,15 @@ class Identity(BaseModel):
 
 class AnswerSettings(BaseModel):
     """How the answer reads the runs: each factor's reference level by its short name, the margin of
-    equivalence (None: the answer's default), until settled. A key a later storlab adds is left unread."""
+    equivalence (None: the answer's default), until settled, a rate kind's latency goal. A key a later
+    storlab adds is left unread."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     reference: dict[str, Any] = {}
     equivalent_within: Annotated[float, Field(gt=0, le=0.5)] | None = None
     settling: Settling | None = None
+    latency_goal: dict[str, Annotated[float, Field(gt=0)]] | None = None  # a rate kind's: percentile -> ms
 
 
 class StoredExperiment(BaseModel):

@@ -109,7 +109,7 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
 
 
 def race_state(experiment: Experiment, cells: list[matrix.Cell], store: Store) -> racing.RaceState:
-    values = racing.rounds_from([c.id for c in cells], store.runs(), store.failures(), experiment.workload.figures[0].name)
+    values = racing.rounds_from([c.id for c in cells], store.runs(), store.failures(), experiment.figures[0].name)
     return racing.race(values, experiment.race())
 
 

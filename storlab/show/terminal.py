@@ -86,7 +86,7 @@ def show(answer: model.Answer, console: Console) -> None:
     console.print(Text.assemble((answer.experiment.name, "bold"),
                                 f" on {answer.experiment.engine}: {answer.headline.label}, mean ± 95 % CI"))
     console.print(ranking_table(answer))
-    for line in answer.best + answer.race:
+    for line in answer.best + answer.race + answer.rate:
         console.print(Text(line))
     for line in answer.noise.cells:
         console.print(Text.assemble(("noise: ", "yellow"), line))

@@ -5,7 +5,7 @@ reports. The runner and the answer know workloads only through this."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Callable, ClassVar, Mapping, Protocol
+from typing import Annotated, Any, Callable, ClassVar, Mapping, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
@@ -149,6 +149,16 @@ class Workload:
             raise factors.KeyProblem(("workload", "kind"), f"{self.name} does not run on {engine.title} (it runs on "
                                      f"{', '.join(self.engines)})")
         params.check_engine(engine)
+
+    def figures_of(self, declared: Mapping[str, Any]) -> tuple[Figure, ...]:
+        """Its figures for an experiment's declared `[workload]` keys (as the experiment's identity keeps
+        them), the one that ranks the cells first: the kind's own order unless it ranks by what is declared
+        (a rate kind by p99 under a rate)."""
+        return self.figures
+
+    def check_layout(self, layout: Any) -> None:
+        """Raise factors.KeyProblem naming a `[layout]` key the kind cannot honour (the default: it spreads
+        its tables over whatever data files the layout declares)."""
 
     def sessions(self, params: WorkloadParams) -> int:
         """How many sessions the load opens (the server's max_connections must allow them)."""

@@ -32,7 +32,7 @@ import numpy as np
 import pymysql
 
 from storlab import processes
-from storlab.engines.base import Table
+from storlab.engines.base import ClientAddress, Table
 from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
 from storlab.engines.mariadb.settings import conf_value
@@ -40,7 +40,7 @@ from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.bpftrace import Tracing
-from storlab.probes.recorders import sched_delta, sched_time
+from storlab.probes.recorders import SessionsSched
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 SOCKET = "mysqld.sock"
@@ -63,6 +63,7 @@ CONNECTION_ID = "SELECT CONNECTION_ID()"
 CREATE_DATABASE = f"CREATE DATABASE {DATABASE}"
 CREATE_WORKLOAD_USER = f"CREATE USER '{WORKLOAD_USER}'@'localhost'"
 GRANT_WORKLOAD_USER = f"GRANT ALL ON {DATABASE}.* TO '{WORKLOAD_USER}'@'localhost'"
+WORKLOAD_SESSIONS = "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s"
 SESSION_THREADS = "SELECT THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_ID IN %s"
 WAITS_BY_USER = """
     SELECT EVENT_NAME, COUNT_STAR, SUM_TIMER_WAIT
@@ -185,6 +186,13 @@ class MariadbInstance:
 
     def session_id(self, conn: Connection) -> int:
         return int(conn.execute(CONNECTION_ID).fetchone()[0])
+
+    def client_address(self) -> ClientAddress:
+        return ClientAddress(self.socket, None, WORKLOAD_USER, DATABASE)
+
+    def client_sessions(self, tag: str) -> list[int]:
+        with self.admin() as conn:
+            return [int(session) for (session,) in conn.execute(WORKLOAD_SESSIONS, (WORKLOAD_USER,)).fetchall()]
 
     def session_os_pids(self, sessions: list[int]) -> list[int]:
         """The OS thread of each session (one thread per connection): /proc/<tid>/schedstat is per thread."""
@@ -321,7 +329,7 @@ class PerformanceSchemaProbe:
             self.conn = self.instance.admin()
         times = {name: float(ps or 0) for name, _, ps in self.conn.execute(WAITS_BY_USER, (WORKLOAD_USER,)).fetchall()}
         seconds = {name: ps / 1e12 for name, ps in delta(self.times, times).items() if not is_benign(name, BENIGN)}
-        sched = sched_delta(self.sched_before, sched_time(self.threads))
+        sched = self.sched.since_start()
         if sched is not None:
             seconds["CPU"] = sched.cpu_s
         return seconds
@@ -337,12 +345,12 @@ class PerformanceSchemaProbe:
     def start(self, sessions: list[int]) -> None:
         self.threads = self.instance.session_os_pids(sessions)
         self.counts, self.times, self.status = self._read()
-        self.sched_before = sched_time(self.threads)
+        self.sched = SessionsSched(self.threads)
 
     def stop(self) -> WaitCapture:
         if self.conn is not None:
             self.conn.close()
-        sched = sched_delta(self.sched_before, sched_time(self.threads))
+        sched = self.sched.since_start()
         counts, times, status = self._read()
         moved = delta(self.counts, counts)
         waited = delta(self.times, times)

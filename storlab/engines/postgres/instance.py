@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 
 from storlab import processes
-from storlab.engines.base import Table
+from storlab.engines.base import ClientAddress, Table
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import TracedWaitProbe
@@ -36,7 +36,7 @@ from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.bpftrace import Tracing
-from storlab.probes.recorders import Sampler, sched_delta, sched_time
+from storlab.probes.recorders import Sampler, SessionsSched
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 PORT = 55432  # the socket file's name only: the instance listens on no TCP address at all
@@ -57,6 +57,7 @@ CREATE_TABLESPACE = "CREATE TABLESPACE {name} LOCATION {path}"
 WAIT_COLLECTOR_RUNNING = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
 CREATE_WAIT_SAMPLING = "CREATE EXTENSION IF NOT EXISTS pg_wait_sampling"
 BACKEND_PID = "SELECT pg_backend_pid()"
+CLIENT_SESSIONS = "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND backend_type = 'client backend'"
 WAIT_PROFILE = """
     SELECT event_type || ':' || event, sum(count)
     FROM pg_wait_sampling_profile
@@ -182,6 +183,13 @@ class PostgresInstance:
     def session_os_pids(self, sessions: list[int]) -> list[int]:
         return list(sessions)  # a PostgreSQL session is one OS process
 
+    def client_address(self) -> ClientAddress:
+        return ClientAddress(self.socket_dir, PORT, WORKLOAD_ROLE, DATABASE)
+
+    def client_sessions(self, tag: str) -> list[int]:
+        with self.admin() as conn:
+            return [pid for (pid,) in conn.execute(CLIENT_SESSIONS, (tag,)).fetchall()]
+
     def create_table(self, conn: psycopg.Connection, table: Table) -> None:
         """One data file: a plain table; N: N hash partitions, each in its placement's tablespace."""
         files = self.spec.data_files
@@ -275,7 +283,7 @@ class WaitSamplingProbe:
         self.sessions = sessions
         self.conn = self.instance.admin()
         self.before = self._profile()
-        self.sched_before = sched_time(sessions)
+        self.sched = SessionsSched(sessions)
 
     def _seconds(self) -> dict[str, float]:
         return {name: n * SAMPLING_PERIOD_MS / 1000 for name, n in delta(self.before, self._profile()).items()
@@ -283,7 +291,7 @@ class WaitSamplingProbe:
 
     def so_far(self) -> dict[str, float]:
         seconds = self._seconds()
-        sched = sched_delta(self.sched_before, sched_time(self.sessions))
+        sched = self.sched.since_start()
         if sched is not None:
             seconds["CPU"] = sched.cpu_s
         return seconds
@@ -293,7 +301,7 @@ class WaitSamplingProbe:
             seconds = self._seconds()
         finally:
             self.conn.close()
-        sched = sched_delta(self.sched_before, sched_time(self.sessions))
+        sched = self.sched.since_start()
         waits = [Wait(name, s) for name, s in seconds.items()]
         extras = {}
         if sched is not None:
@@ -327,7 +335,7 @@ class ActivityProbe:
     def start(self, sessions: list[int]) -> None:
         self.sessions = sessions
         self.conn = self.instance.admin()
-        self.sched_before = sched_time(sessions)
+        self.sched = SessionsSched(sessions)
         self.sampler = Sampler(ACTIVITY_PERIOD_S, self._record)
         self.sampler.start()
 
@@ -336,7 +344,7 @@ class ActivityProbe:
         self.conn.close()
         if self.sampler.error is not None:
             raise RunFailed(f"pg_stat_activity sampler failed: {self.sampler.error}")
-        sched = sched_delta(self.sched_before, sched_time(self.sessions))
+        sched = self.sched.since_start()
         extras = {} if sched is None else {"sessions_cpu_s": sched.cpu_s, "sessions_runqueue_s": sched.runqueue_s}
         waits = [Wait(name, s) for name, s in self.totals.items() if not is_benign(name, BENIGN)]
         return WaitCapture(self.source, waits, extras)

@@ -1,0 +1,91 @@
+"""The report's answer to a rate sweep (storlab.answer.rate_curve): p50 and p99 against the throughput
+achieved, one colour per layout (p99 solid, p50 dashed), each point a rate; a rate not sustained an x
+where it ended up, off the curve; the knee ringed; the closed loop ("max") a hollow square beside it; a latency goal drawn as a line, with the throughput
+where each layout reaches it and that figure's interval over the rounds. The same lines as `show`
+below it."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from storlab.answer import rate_curve
+from storlab.answer.analysis import Results
+from storlab.experiment.matrix import format_value
+from storlab.report.charts import PALETTE, plt, svg
+from storlab.workloads import rates
+
+FILE = "rate_curve.png"
+CAPTION = ("each point a rate (labelled on p99): the throughput achieved against its latency percentiles (open loop: "
+           "latency from each transaction's scheduled start); x: a rate the layout did not sustain in most of its runs; "
+           "ringed: the knee; hollow square: \"max\", closed loop")
+
+
+def _plain(value: float, _=None) -> str:
+    return f"{value:g}"
+
+
+def chart(found: rate_curve.RateAnswer, title: str, png: Path) -> str:
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for i, curve in enumerate(found.curves):
+        colour = PALETTE[i % len(PALETTE)]
+        kept = [p for p in curve.points if p.sustained is None or p.sustained >= 0.5]
+        behind = [p for p in curve.points if p not in kept]
+        for figure, style in ((rates.P99.name, "-"), (rates.P50.name, "--")):
+            drawn = [p for p in kept if figure in p.latency]
+            if drawn:
+                ax.plot([p.achieved.mean for p in drawn], [p.latency[figure].mean for p in drawn], style, marker="o",
+                        color=colour, label=f"{curve.label} {figure.split('_')[1]}", linewidth=1.4, markersize=4)
+            # A rate the layout fell behind is no point of its curve: marked apart, where it ended up.
+            late = [p for p in behind if figure in p.latency]
+            if late:
+                ax.plot([p.achieved.mean for p in late], [p.latency[figure].mean for p in late], "x", color=colour,
+                        markersize=6)
+            if curve.closed is not None and figure in curve.closed.latency:
+                ax.plot([curve.closed.achieved.mean], [curve.closed.latency[figure].mean], "s", markerfacecolor="none",
+                        color=colour, markersize=7)
+        for p in curve.points:
+            if rates.P99.name in p.latency:
+                said = format_value(p.level) + ("" if p in kept else " not sustained")
+                ax.annotate(said, (p.achieved.mean, p.latency[rates.P99.name].mean), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7, color=colour)
+        if curve.knee is not None and rates.P99.name in curve.knee.latency:
+            x, y = curve.knee.achieved.mean, curve.knee.latency[rates.P99.name].mean
+            ax.plot([x], [y], "o", markersize=13, markerfacecolor="none", color=colour)
+            ax.annotate(f"knee ({format_value(curve.knee.level)})", (x, y), textcoords="offset points", xytext=(8, -12),
+                        fontsize=8, color=colour)
+        goal = curve.goal
+        if goal is not None and goal.crossing is not None and found.goal:
+            limit = min(found.goal.values())
+            low, high = goal.crossing.low, goal.crossing.high
+            err = [[goal.crossing.mean - low], [high - goal.crossing.mean]] if goal.crossing.n > 1 else None
+            ax.errorbar([goal.crossing.mean], [limit], xerr=err, fmt="D", color=colour, capsize=4, markersize=5)
+    if found.goal:
+        for key, limit in found.goal.items():
+            ax.axhline(limit, color="#c0392b", linewidth=1, linestyle=":",
+                       label=f"goal {key.removesuffix('_ms')} <= {limit:g} ms (diamond: where each layout reaches it)")
+    ax.set_yscale("log")
+    # Plain numbers as tick labels: a log axis writes its own in math text, off for the user's labels.
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(left=0)
+    ax.set_xlabel("transactions a second achieved (mean of the runs)")
+    ax.set_ylabel("latency ms (mean of the runs' percentiles)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    ax.set_title(f"{title}: latency against throughput, per layout")
+    return svg(fig, png)
+
+
+def section(results: Results, folder: Path) -> str | None:
+    """The chart and its lines, when the rate is a factor; None otherwise."""
+    found = rate_curve.answer(results)
+    if found is None or not any(c.points for c in found.curves):
+        return None
+    image = chart(found, results.name or "", folder / FILE)
+    notes = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in rate_curve.lines(found))
+    return (f"<h2>Latency against throughput</h2><figure>{image}<figcaption>{html.escape(CAPTION)}</figcaption>"
+            f"</figure>{notes}")

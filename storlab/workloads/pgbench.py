@@ -1,0 +1,364 @@
+"""pgbench: PostgreSQL's own load generator, on PostgreSQL 15 and 18 (the pgbench of the cell's server).
+
+Its built-in scripts (`tpcb-like`, `simple-update`, `select-only`) or the user's script files, alone
+or weighted (`script = { "new_order.sql" = 3, "tpcb-like" = 1 }`); `clients` sessions on `jobs`
+threads, `protocol` (simple, extended, prepared); runs of `duration_s` (after `warmup_s`) or of
+`transactions` per client; `rate` transactions a second on pgbench's Poisson schedule (open loop: a
+slow server does not slow the schedule, and each latency counts from the transaction's scheduled
+start, so the queue shows), or "max" (closed loop); `latency_limit_ms` (under a rate, transactions
+already that late when due are skipped; every one over it is counted late).
+
+Each run has a fresh instance whose data set `pgbench -i` builds at `scale` (its rows generated in the
+server, so every build holds the same rows), vacuumed, then checkpointed before the run: every
+repetition starts from the same data.
+
+The figures are pgbench's own: transactions a second, the average latency, the schedule lag and the
+counts of failed, skipped and late transactions as it prints them; the percentiles and the
+per-second timeline from its per-transaction log (`--log`: its aggregate log has no percentiles).
+With `warmup_s`, the run lasts warmup_s + duration_s and every figure comes from the log, of the
+transactions scheduled after the warm-up, per second of duration_s."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+from pydantic import field_validator, model_validator
+
+from storlab import factors
+from storlab.engines.base import Instance
+from storlab.engines.postgres import binaries
+from storlab.errors import RunFailed, UserError
+from storlab.workloads import rates
+from storlab.workloads.driver import Transactions, timeline
+from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload, register
+from storlab.workloads.tool import ClientLoad, Ended, run_to_end
+
+BUILTIN = ("tpcb-like", "simple-update", "select-only")
+PROTOCOLS = ("simple", "extended", "prepared")
+MAX_SCALE = 100_000  # 1.5 TB of pgbench_accounts
+MAX_WEIGHT = 1000
+MAX_TRANSACTIONS = 10**7  # per run: each is a line of the per-transaction log, read back whole
+MAX_LATENCY_LIMIT_MS = 3_600_000
+# pgbench -i: drop, create the tables, generate the rows in the server, vacuum, primary keys.
+INIT_STEPS = "dtGvp"
+INIT_S_PER_SCALE = 10.0  # generous: a scale unit (100,000 accounts) builds in well under a second here
+# Measured (scale 10): a scale unit holds 15 MB of tables and keys, and its build writes 16.6 MB of WAL.
+PER_SCALE = Footprint(15 * 2**20, 17 * 2**20)
+
+SCHEDULE_LAG = Figure("schedule_lag_ms", "ms", "lag ms", "lower", shown=False)
+SCHEDULE_LAG_MAX = Figure("schedule_lag_max_ms", "ms", "max lag ms", "lower", shown=False)
+SKIPPED = Figure("skipped", "txn", "skipped", shown=False)
+LATE = Figure("late", "txn", "late", shown=False)
+
+SUMMARY = {
+    "processed": re.compile(r"^number of transactions actually processed: (\d+)", re.M),
+    "failed": re.compile(r"^number of failed transactions: (\d+)", re.M),
+    "skipped": re.compile(r"^number of transactions skipped: (\d+)", re.M),
+    "late": re.compile(r"^number of transactions above the [\d.]+ ms latency limit: (\d+)/", re.M),
+    "latency_avg": re.compile(r"^latency average = ([\d.]+) ms", re.M),
+    "lag": re.compile(r"^rate limit schedule lag: avg ([\d.]+) \(max ([\d.]+)\) ms", re.M),
+    "tps": re.compile(r"^tps = ([\d.]+) \(without initial connection time\)", re.M),
+}
+# A transaction's time in the log when it did not complete.
+NOT_DONE = ("skipped", "failed", "serialization", "deadlock")
+
+
+@dataclass(frozen=True)
+class PgbenchOn:
+    """What pgbench needs of an engine: the pgbench shipped with the cell's server, by its version
+    (SHOW server_version)."""
+
+    program: Callable[[str], Path]
+
+
+ENGINES = {"postgres": PgbenchOn(lambda version: binaries.bin_dir(version.split(".")[0].split()[0]) / "pgbench")}
+
+
+def _script(v: Any, what: str) -> str | dict[str, int]:
+    """A built-in script's name, a script file's, or a table of them with weights."""
+    names = {v: 1} if isinstance(v, str) else v
+    if not isinstance(names, dict) or not names:
+        raise ValueError(f"expected {what} or a list of them, got {factors.show(v)}")
+    for name, weight in names.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"expected {what} or a list of them, got {factors.show(v)}")
+        if name not in BUILTIN and "." not in Path(name).name:
+            raise ValueError(f"unknown script {factors.show(name)}: pgbench's built-in scripts are "
+                             f"{', '.join(BUILTIN)}; a script file's name has a suffix, such as .sql")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            raise ValueError(f"the weight of {factors.show(name)} must be an integer from 1 to {MAX_WEIGHT}, "
+                             f"got {factors.show(weight)}")
+    return v
+
+
+def _files(script: str | dict[str, int]) -> list[str]:
+    return [name for name in ({script: 1} if isinstance(script, str) else script) if name not in BUILTIN]
+
+
+class PgbenchParams(rates.RateParams):
+    kind: Literal["pgbench"]
+    script: str | dict[str, int] | list[str | dict[str, int]] = "tpcb-like"
+    scale: int | list[int] = 1
+    clients: int | list[int] = 4
+    jobs: int | list[int] | None = None  # pgbench's threads; by default one per client, up to the cores
+    protocol: str | list[str] = "simple"
+    transactions: int | list[int] | None = None  # per client, instead of duration_s
+    latency_limit_ms: float | list[float] | None = None
+
+    @field_validator("script", mode="before")
+    @classmethod
+    def _scripts(cls, v):
+        return factors.factor(v, _script, "a built-in script's name, a script file, or a table of them with weights")
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _scale(cls, v):
+        return factors.factor(v, factors.at_most(MAX_SCALE), "a positive integer (pgbench -i's scale)")
+
+    @field_validator("clients", mode="before")
+    @classmethod
+    def _clients(cls, v):
+        return factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
+
+    @field_validator("jobs", mode="before")
+    @classmethod
+    def _jobs(cls, v):
+        return None if v is None else factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
+
+    @field_validator("protocol", mode="before")
+    @classmethod
+    def _protocol(cls, v):
+        return factors.factor(v, factors.choice(PROTOCOLS), "one of " + ", ".join(PROTOCOLS))
+
+    @field_validator("transactions", mode="before")
+    @classmethod
+    def _transactions(cls, v):
+        return None if v is None else factors.factor(v, factors.positive_int, "a positive integer (per client)")
+
+    @field_validator("latency_limit_ms", mode="before")
+    @classmethod
+    def _limit(cls, v):
+        if v is None:
+            return v
+        found = factors.factor(v, factors.seconds(MAX_LATENCY_LIMIT_MS), "milliseconds above 0")
+        if min(factors.values(found)) <= 0:
+            raise ValueError("expected milliseconds above 0, got 0")
+        return found
+
+    @field_validator("headline", mode="before")
+    @classmethod
+    def _headline(cls, v):
+        return rates.check_headline(v, Pgbench.figures)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.transactions is not None:
+            if self.duration_s is not None:
+                raise factors.KeyProblem(("workload", "transactions"), "give duration_s or transactions, not both")
+            if rates.under_rate(self.rate):
+                raise factors.KeyProblem(("workload", "rate"), "a run of a fixed number of transactions at a rate "
+                                         "lasts as long as the rate makes it, so rates would be compared over runs "
+                                         "of different lengths; give duration_s with a rate")
+            if self.warmup_s is not None:
+                raise factors.KeyProblem(("workload", "warmup_s"), "a warm-up is the first seconds of a run by "
+                                         "duration; give duration_s with warmup_s")
+            most = max(factors.values(self.clients)) * max(factors.values(self.transactions))
+            if most > MAX_TRANSACTIONS:
+                raise factors.KeyProblem(("workload", "transactions"), f"up to {most:,} transactions in one run; "
+                                         f"the limit is {MAX_TRANSACTIONS:,} (clients x transactions)")
+        for jobs in factors.values(self.jobs):
+            if jobs is not None and jobs > min(factors.values(self.clients)):
+                raise factors.KeyProblem(("workload", "jobs"), f"{jobs} threads for {min(factors.values(self.clients))} "
+                                         "clients; pgbench runs at most one thread per client")
+        return self
+
+    def sql_files(self) -> list[tuple[str, str]]:
+        return [("script", name) for level in factors.values(self.script) for name in _files(level)]
+
+    @property
+    def threads(self) -> int:
+        return self.jobs or min(self.clients, rates.cores())
+
+
+def _number(pattern: re.Pattern, text: str, group: int = 1) -> float | None:
+    found = pattern.search(text)
+    return float(found.group(group)) if found else None
+
+
+def read_log(folder: Path) -> np.ndarray:
+    """pgbench's per-transaction log, every thread's file: one row per transaction, its columns as
+    pgbench writes them (client, transaction, time in us or why it did not complete, script, epoch s,
+    epoch us, and under a rate the schedule lag in us)."""
+    tokens: list[str] = []
+    width = None
+    for path in sorted(folder.glob("txn.*")):
+        text = path.read_text()
+        first = text.split("\n", 1)[0].split()
+        if first:
+            width = width or len(first)
+            tokens += text.split()
+    if width is None:
+        return np.empty((0, 6), dtype=object)
+    return np.asarray(tokens, dtype=object).reshape(-1, width)
+
+
+ABORTED = re.compile(r"script (\d+) aborted")
+# pgbench's lines that say what went wrong (not its closing "Run was aborted; the above results are incomplete").
+ERRORS = re.compile(r"aborted in command|ERROR:|FATAL:|error: (?!Run was aborted)")
+
+
+def failure(script: str | dict[str, int], said: str) -> Exception:
+    """pgbench's words when it failed: the user's (UserError, every run would fail alike) when they name
+    one of the user's script files, or a script of theirs that aborted; else the run's (RunFailed)."""
+    names = list({script: 1} if isinstance(script, str) else script)
+    aborted = ABORTED.search(said)
+    named = names[int(aborted.group(1))] if aborted is not None and int(aborted.group(1)) < len(names) else None
+    if named is not None and named not in BUILTIN:
+        return UserError(f"{named}: pgbench could not run it: {said}")
+    return (UserError if any(name in said for name in _files(script)) else RunFailed)(f"pgbench failed: {said}")
+
+
+def _as_printed(text: str, params: PgbenchParams, whole: Transactions) -> tuple[float, float, dict[str, float | None]]:
+    """txn/s, the measured seconds and the counts as pgbench printed them, for a run without warm-up."""
+    tps = _number(SUMMARY["tps"], text)
+    if tps is None:
+        raise RunFailed("pgbench printed no tps")
+    figures = {rates.AVERAGE.name: _number(SUMMARY["latency_avg"], text),
+               rates.ERRORS.name: _number(SUMMARY["failed"], text) or 0.0,
+               SKIPPED.name: _number(SUMMARY["skipped"], text) or 0.0, LATE.name: _number(SUMMARY["late"], text)}
+    if params.target is not None:
+        figures[SCHEDULE_LAG.name] = _number(SUMMARY["lag"], text)
+        figures[SCHEDULE_LAG_MAX.name] = _number(SUMMARY["lag"], text, 2)
+    return tps, params.duration if params.transactions is None else whole.elapsed_s, figures
+
+
+def _after_warmup(log: np.ndarray, done: np.ndarray, whole: Transactions, params: PgbenchParams) -> tuple[np.ndarray, dict[str, float]]:
+    """Which completed transactions were scheduled after the warm-up, and the log's figures of them: txn/s
+    over duration_s, the average latency and lag, and the counts (pgbench's report covers the whole run)."""
+    begins = whole.start_epoch + (params.warmup_s or 0.0)
+    keep = whole.starts >= begins
+    if not keep.any():
+        raise RunFailed(f"warmup_s = {params.warmup_s:g}: pgbench completed no transaction after it")
+    latency_ms = (whole.ends[keep] - whole.starts[keep]) * 1000
+    ended_at = log[:, 4].astype(float) + log[:, 5].astype(float) / 1e6
+    figures = {rates.TPS.name: float(keep.sum()) / params.duration, rates.AVERAGE.name: float(latency_ms.mean()),
+               SKIPPED.name: float(((log[:, 2] == "skipped") & (ended_at >= begins)).sum()),
+               rates.ERRORS.name: float((np.isin(log[:, 2], NOT_DONE[1:]) & (ended_at >= begins)).sum())}
+    if params.target is not None:
+        lag_ms = log[done][keep, 6].astype(float) / 1000
+        figures.update({SCHEDULE_LAG.name: float(lag_ms.mean()), SCHEDULE_LAG_MAX.name: float(lag_ms.max())})
+    if params.latency_limit_ms is not None:
+        figures[LATE.name] = float((latency_ms > params.latency_limit_ms).sum())
+    return keep, figures
+
+
+def measured(ended: Ended, folder: Path, params: PgbenchParams, server_cpu_s: float) -> Measurement:
+    """The run's figures from what pgbench printed and logged (module docstring)."""
+    if ended.code != 0:
+        raise failure(params.script, ended.last_words().replace(f"{folder}/", ""))
+    log = read_log(folder)
+    done = np.isin(log[:, 2], NOT_DONE, invert=True)
+    latency_ms = log[done, 2].astype(float) / 1000
+    ends = log[done, 4].astype(float) + log[done, 5].astype(float) / 1e6
+    if not len(ends):
+        raise RunFailed(f"pgbench completed no transaction: {ended.last_words()}")
+    whole = Transactions(ends - latency_ms / 1000, ends, np.zeros(len(ends)), [])  # starts: as scheduled, under a rate
+    if params.warmup_s:
+        keep, figures = _after_warmup(log, done, whole, params)
+        latency_ms, tps, elapsed = latency_ms[keep], figures[rates.TPS.name], params.duration
+    else:
+        tps, elapsed, figures = _as_printed("\n".join(ended.text), params, whole)
+    p50, p95, p99 = np.percentile(latency_ms, [50, 95, 99])
+    figures.update({
+        rates.TPS.name: tps, rates.P50.name: float(p50), rates.P95.name: float(p95), rates.P99.name: float(p99),
+        rates.ELAPSED.name: elapsed, rates.TRANSACTIONS.name: float(len(latency_ms)),
+        **rates.rate_figures(params.target, tps, elapsed),
+        **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, params.threads),
+    })
+    figures = {name: value for name, value in figures.items() if value is not None}
+    return Measurement(elapsed, figures, timeline(whole, rows=False), whole.start_epoch)
+
+
+def _connection(instance: Instance) -> list[str]:
+    address = instance.client_address()
+    return ["-h", str(address.socket), "-p", str(address.port), "-U", address.user]
+
+
+def _scripts(script: str | dict[str, int], folder: Path) -> list[str]:
+    options = []
+    for name, weight in ({script: 1} if isinstance(script, str) else script).items():
+        options.append(f"--builtin={name}@{weight}" if name in BUILTIN else f"--file={folder / name}@{weight}")
+    return options
+
+
+def _write_scripts(script: str | dict[str, int], files: dict[str, str], folder: Path) -> None:
+    """The user's script files, under the names they have in the experiment's folder (pgbench's errors
+    then name them)."""
+    for name in _files(script):
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[name])
+
+
+@register
+class Pgbench(Workload):
+    name = "pgbench"
+    Params = PgbenchParams
+    figures = (*rates.COMMON, SCHEDULE_LAG, SCHEDULE_LAG_MAX, SKIPPED, LATE)
+    note = ("pgbench: each run has a fresh instance whose data set pgbench -i rebuilds at the cell's scale (the rows "
+            "generated in the server: the same rows every time), vacuumed and checkpointed; figures as pgbench printed "
+            "and logged them, latency under a rate from each transaction's scheduled start; waits counted from when "
+            "storlab finds pgbench's sessions, a fraction of a second after they connect")
+    engines = ENGINES
+
+    def figures_of(self, declared: Mapping[str, Any]) -> tuple[Figure, ...]:
+        return rates.figures_of(self.figures, declared)
+
+    def check_layout(self, layout: Any) -> None:
+        rates.check_layout(self.name, layout)
+
+    def sessions(self, params: PgbenchParams) -> int:
+        return params.clients
+
+    def footprint(self, engine: str, params: PgbenchParams) -> Footprint:
+        return Footprint(data=params.scale * PER_SCALE.data, log=params.scale * PER_SCALE.log)
+
+    def _program(self, instance: Instance) -> str:
+        return str(self.engines[instance.engine].program(instance.version))
+
+    def prepare(self, instance: Instance, params: PgbenchParams, files: dict[str, str]) -> None:
+        with tempfile.TemporaryDirectory(prefix="storlab-client-") as folder:
+            address = instance.client_address()
+            ended = run_to_end([self._program(instance), "-i", "-I", INIT_STEPS, "-s", str(params.scale),
+                                *_connection(instance), address.database], {}, Path(folder),
+                               60 + INIT_S_PER_SCALE * params.scale, ERRORS)
+        if ended.code != 0:
+            raise RunFailed(f"pgbench -i failed: {ended.last_words()}")
+
+    def load(self, instance: Instance, params: PgbenchParams, files: dict[str, str]) -> Load:
+        tag = f"storlab-pgbench-{secrets.token_hex(6)}"
+        address = instance.client_address()
+        length = (["-T", f"{(params.warmup_s or 0) + params.duration:.0f}"] if params.transactions is None
+                  else ["-t", str(params.transactions)])
+        schedule = []
+        if params.target is not None:
+            schedule += ["--rate", f"{params.target:g}"]
+        if params.latency_limit_ms is not None:
+            schedule += ["--latency-limit", f"{params.latency_limit_ms:g}"]
+
+        def argv(folder: Path) -> list[str]:
+            return [self._program(instance), *_connection(instance), "-n", "-c", str(params.clients),
+                    "-j", str(params.threads), "-M", params.protocol, *length, *schedule,
+                    *_scripts(params.script, folder), "--log", f"--log-prefix={folder / 'txn'}", address.database]
+
+        return ClientLoad(instance, argv, {"PGAPPNAME": tag}, tag, params.clients,
+                          (params.warmup_s or 0) + params.duration if params.transactions is None else None,
+                          lambda ended, folder, cpu: measured(ended, folder, params, cpu),
+                          lambda folder: _write_scripts(params.script, files, folder),
+                          lambda said: failure(params.script, said), ERRORS)
