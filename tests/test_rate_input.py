@@ -10,7 +10,8 @@ from storlab.answer import rate_curve
 from storlab.answer.analysis import CellResult
 from storlab.answer.stats import summarize
 from storlab.experiment import file as experiment
-from storlab.results.store import CellRecord, RunRecord
+from storlab.results.experiment_record import CellRecord
+from storlab.results.runs import RunRecord
 from storlab.workloads import KINDS, rates
 from storlab.workloads.pgbench import read_log
 from storlab.workloads.sysbench import percentiles
