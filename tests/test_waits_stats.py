@@ -59,3 +59,18 @@ def test_a_session_that_ended_counts_its_last_reading(tmp_path):
     (tmp_path / "7" / "schedstat").write_text("5000 0 1\n")  # another process took the pid
     assert sched.since_start().cpu_s == pytest.approx(1.5)
     assert SessionsSched([999], proc=tmp_path).since_start() is None
+
+
+def test_a_cells_reads_are_the_mean_of_the_runs_that_counted_them():
+    """A cell whose runs mixed --trace-reads and not (a resumed run, workers with different flags): its
+    reads are those of the traced runs, its writes of every run."""
+    from storlab.probes.file_io import READS_UNTRACED, FileIO, mean_per_run as files_per_run
+
+    traced = [FileIO("base/5/16390", "lab_wide", "disk", reads=100, read_bytes=819200, read_s=0.5, writes=10,
+                     source="bpftrace")]
+    untraced = [FileIO("base/5/16390", "lab_wide", "disk", writes=30, source=f"bpftrace, {READS_UNTRACED}")]
+    (mixed,) = files_per_run([traced, untraced])
+    assert (mixed.reads, mixed.read_bytes, mixed.read_s, mixed.writes) == (100, 819200, 0.5, 20)
+    assert READS_UNTRACED not in mixed.source
+    (none,) = files_per_run([untraced, untraced])
+    assert none.reads == 0 and READS_UNTRACED in none.source  # the table says "—": reads not traced

@@ -47,6 +47,9 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     line = "before each run: checkpoint, sync, page cache: " + " or ".join(caches)
     if warmups != [0]:
         line += "; the first " + " or ".join(f"{w:g}" for w in warmups) + " s of each run are warm-up, left out of its figures"
+    traced = sorted({c["tracing"] for c in conditions if c.get("tracing")})
+    if traced:
+        line += "; traced with bpftrace: " + " or ".join(_TRACED[t] for t in traced)
     found: dict[str, int] = {}
     for c in conditions:
         for name, seen in sorted((c.get("devices") or {}).items()):
@@ -56,6 +59,9 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
         line += "; devices as the runs found them (sysfs, the mount table): " + "; ".join(
             f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in found.items())
     return line
+
+
+_TRACED = {"off": "nothing (--no-trace)", "on": "waits, writes and syncs", "reads": "waits, writes, syncs and reads (--trace-reads)"}
 
 
 def _device(seen: dict[str, Any]) -> str:

@@ -45,22 +45,36 @@ class FileIO:
         return self.read_s + self.write_s + (self.sync_s or 0.0)
 
 
+_READ = ("reads", "read_bytes", "read_s")
+
+
+def measured_reads(run: list[FileIO]) -> bool:
+    """Whether a run's file IO counts reads (PostgreSQL's counts them only with --trace-reads)."""
+    return not any(READS_UNTRACED in one.source for one in run)
+
+
 def mean_per_run(runs: list[list[FileIO]]) -> list[FileIO]:
     """A cell's files: counts, bytes and times as the mean over its runs (a file a run did not touch
-    counts 0 there), histograms summed over the runs. Files are matched by placement, object and name."""
+    counts 0 there), histograms summed over the runs. Files are matched by placement, object and name.
+    Reads are the mean over the runs that counted them (a cell whose runs mixed --trace-reads and
+    not: its reads are those of the traced runs, never diluted by the others' zeros)."""
     n = len(runs)
     if n == 0:
         return []
+    with_reads = [run for run in runs if measured_reads(run)]
     found: dict[tuple[str, str, str], FileIO] = {}
     for run in runs:
+        reads = measured_reads(run)
         for one in run:
             key = (one.placement, one.object, one.file)
             acc = found.setdefault(key, FileIO(one.file, one.object, one.placement, source=one.source,
                                                syncs=None if one.syncs is None else 0.0,
                                                sync_s=None if one.sync_s is None else 0.0))
+            if reads and READS_UNTRACED in acc.source:
+                acc.source = one.source  # the cell's reads come from the runs that counted them
             for name in _NUMBERS:
                 value = getattr(one, name)
-                if value is not None and getattr(acc, name) is not None:
+                if value is not None and getattr(acc, name) is not None and (reads or name not in _READ):
                     setattr(acc, name, getattr(acc, name) + value)
             for name in ("read_histogram", "write_histogram"):
                 merged = getattr(acc, name)
@@ -69,7 +83,7 @@ def mean_per_run(runs: list[list[FileIO]]) -> list[FileIO]:
     for acc in found.values():
         for name in _NUMBERS:
             if getattr(acc, name) is not None:
-                setattr(acc, name, getattr(acc, name) / n)
+                setattr(acc, name, getattr(acc, name) / (max(len(with_reads), 1) if name in _READ else n))
     return sorted(found.values(), key=lambda f: (-f.stall_s, f.placement, f.object, f.file))
 
 

@@ -10,7 +10,7 @@ import json
 import platform
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -57,6 +57,7 @@ class Conditions(BaseModel):
     page_cache: str | None = None
     warmup_s: float | None = None
     devices: dict[str, dict[str, Any]] | None = None
+    tracing: Literal["off", "on", "reads"] | None = None  # what bpftrace traced (None: a run from before it was kept)
 
 
 class Facts(BaseModel):

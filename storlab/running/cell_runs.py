@@ -142,7 +142,7 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
         with watch.paused() if watch is not None else nullcontext():
             instance.restart()
     conditions = settle.settle(instance.checkpoint, instance.roots.values())
-    conditions.update(_device_conditions(cell, instance))
+    conditions.update(_device_conditions(cell, instance), tracing=tracing.value)
     if isinstance(params, Warmup) and params.warmup_s:
         conditions["warmup_s"] = params.warmup_s
     with closing(kind.load(instance, params, experiment.sql)) as load:
