@@ -345,6 +345,7 @@ class DevicePool:
         """Remove every device; what could not be removed stays in the manifest for `storlab clean`."""
         self.devices.clear()
         with processes.interrupts_held():
+            instances.wait_ended()  # an instance's files on the device, its server in them
             refused = remove_recorded(self.manifest)[1]
         if not refused:
             self.manifest.forget()
@@ -353,6 +354,7 @@ class DevicePool:
     def _remove(self, placement: str) -> list[str]:
         self.devices.pop(placement, None)
         with processes.interrupts_held():
+            instances.wait_ended()
             return remove_recorded(self.manifest, placement)[1]
 
     def _make(self, placement: str, spec: DeviceSpec) -> Device:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from storlab.lab import safe_files
+from storlab.lab import instances, safe_files
 
 
 def evict(roots: Iterable[Path]) -> int:
@@ -31,7 +31,8 @@ def evict(roots: Iterable[Path]) -> int:
 
 def settle(checkpoint: Callable[[], None], roots: Iterable[Path]) -> dict[str, Any]:
     """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
-    conditions of the run that follows."""
+    conditions of the run that follows; the instances before it are gone (instances.ending_in_background)."""
+    instances.wait_ended()
     checkpoint()
     os.sync()
     evict(roots)

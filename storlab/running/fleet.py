@@ -414,7 +414,8 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
         raise UserError(f"--lease {options.lease_s:g}: expected seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}")
     worker = Worker(dsn, options, say, loaded)
     try:
-        with bpftrace.kept_across_runs():  # one trace per server binary for the worker's runs
+        # One trace per server binary for the worker's runs; each instance ends while the next sets up.
+        with bpftrace.kept_across_runs(), instances.ending_in_background():
             return worker.work()
     except psycopg.OperationalError as exc:  # the run under way goes back to the queue with its lease
         text = str(exc).strip()

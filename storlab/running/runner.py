@@ -228,7 +228,8 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         with Progress(
             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.kept_across_runs():
+        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.kept_across_runs(), \
+                instances.ending_in_background():
             bar = Bar(progress, progress.add_task("runs", total=_most_left(experiment, cells, store)),
                       progress.add_task("", total=1, visible=False))
             while todo:
