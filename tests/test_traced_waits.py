@@ -473,3 +473,29 @@ def test_one_trace_across_runs_counts_each_run_apart_and_only_its_instance(lab_d
     assert "lab_run2" in objects[1] and "lab_run1" not in objects[1], objects  # run 1's writes went with run 1
     assert not any("lab_other" in found for found in objects), objects
     assert len(switches[0]) == 1 and switches[1] == [], switches  # the other instance's switch is not counted
+
+
+@pytest.mark.engine
+@TRACED
+def test_two_traced_experiments_at_once_each_keep_every_count(tmp_path_factory):
+    """Two `storlab run`s on one host at the same time (a second experiment, a fleet worker): each
+    traces its own instances only (its own bpftrace, its sessions and postmaster in its filter), and
+    every run of both keeps its lock waits counted and its files' IO."""
+    small = TWIN.replace("repetitions = 1", "repetitions = 3").replace("connections = 16", "connections = 8") \
+        .replace("rows_per_connection = 20000", "rows_per_connection = 4000")
+    with laid_out(tmp_path_factory, small) as (first, first_out, first_env, _), \
+            laid_out(tmp_path_factory, small.replace('name = "twin"', 'name = "twin2"')) as (second, second_out, second_env, _):
+        procs = [commands.start("run", exp, "--out", out, env=env, stdout=subprocess.PIPE)
+                 for exp, out, env in ((first, first_out, first_env), (second, second_out, second_env))]
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err
+    for out in (first_out, second_out):
+        with sqlite3.connect(out / "storlab.sqlite") as db:
+            runs = [r for (r,) in db.execute("SELECT id FROM runs")]
+            assert len(runs) == 3
+            for run in runs:
+                counted = db.execute("SELECT count(*) FROM waits WHERE run_id = ? AND wait_count > 0 AND wait_type LIKE "
+                                     "'Lock:%'", (run,)).fetchone()[0]
+                files = db.execute("SELECT count(*) FROM file_io WHERE run_id = ? AND writes > 0", (run,)).fetchone()[0]
+                assert counted > 0 and files > 0, (out, run, counted, files)
