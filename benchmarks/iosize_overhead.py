@@ -16,7 +16,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from storlab.lab.devices import DevicePool, device_spec
+from storlab.experiment import places
+from storlab.lab.devices import DevicePool
 from storlab.probes.iosizes import TRACED, IoSizeTracer
 
 
@@ -40,7 +41,7 @@ def main() -> None:
     parser.add_argument("--image-dir", default="/var/tmp/storlab/img")
     args = parser.parse_args()
 
-    spec = device_spec("bench", {"loop": "1GB", "image_dir": args.image_dir, "sector": 4096})
+    spec = places.device("bench", {"loop": "1GB", "image_dir": args.image_dir, "sector": 4096}).spec()
     with DevicePool() as pool:
         device = pool.device("bench", spec)
         fio_iops(device.mount_point, args.rw, args.bs, 5)  # lays out the file, warms both paths

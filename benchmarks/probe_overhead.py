@@ -20,14 +20,21 @@ round so drift favours none. Before each load the table is emptied and the insta
   waiting_tasks, io_sizes, pressure, ...
                  one probe of the registry alone, with its own recorder (waiting_tasks: pg_stat_activity
                  + pg_locks, or events_waits_current, every 0.5 s)
+  trace:GROUP    PostgreSQL: the wait probe with one group of its bpftrace program alone (locks,
+                 lwlocks, writes, events, reads: storlab.engines.postgres.traced_waits.GROUPS), to find
+                 which group a cost comes from
 
-Prints each round, then per engine and probe set two figures:
+Prints each round, then per engine and probe set three figures:
 - the ratio (rows/s with it) / (rows/s without) as the geometric mean over the rounds with its 95 %
   interval, and the median (round 0 is a warm-up for every set and is not counted). Rounds go on
   until every interval is narrower than `--width` (2 %: a 1 % cost told apart) or `--rounds` have run.
   This machine's CPU speed wanders by 5-15 % from one second to the next (a fixed Python loop timed
   in 80 ms pieces took from 0.057 to 0.129 s, CPU time as wall time), so two loads with nothing
   changed between them differ by 8-17 %, and a 2 % interval takes several hundred rounds.
+- the instance's CPU per row (every process of the server, the sessions included: a uprobe's trap is
+  charged to the process that hits it), with / without: the server's own work per unit of it does not
+  move with the machine's wandering speed as much as the throughput does (a slower core does the same
+  work in more CPU time, yet no queue or scheduler delay is in it), so its interval is narrower.
 - the CPU the machine spent beside the sessions (every process but the sessions' own: bpftrace, the
   samplers and the server work they ask for, the server's background), with minus without, as a
   share of the machine: a few percent of it, which the machine's wandering speed moves by a few
@@ -59,6 +66,8 @@ from typing import Iterator
 
 from storlab.answer.stats import summarize
 from storlab.engines import provision
+from storlab.engines.postgres.traced_waits import GROUPS, TracedWaitProbe
+from storlab.experiment import places
 from storlab.lab import devices, mounts, settle
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, wait_timeline, waiting_tasks
@@ -78,7 +87,8 @@ MIN_ROUNDS = 10
 RESET = {"postgres": "TRUNCATE lab_insert", "mariadb": "TRUNCATE TABLE lab_insert"}
 ALONE = {probe.name: probe for probe in PROBES if probe.recorder is not None}
 SAMPLERS = ("waiting_tasks", "wait-timeline")  # read at their rate, or k times it (NAME:xK)
-SETS = ("all", "untraced", *SAMPLERS, *(name for name in ALONE if name not in SAMPLERS))
+TRACE_GROUPS = tuple(f"trace:{group}" for group in GROUPS)
+SETS = ("all", "untraced", *SAMPLERS, *(name for name in ALONE if name not in SAMPLERS), *TRACE_GROUPS)
 
 
 def recorders(instance, probes: str) -> list[Recorder]:
@@ -87,6 +97,10 @@ def recorders(instance, probes: str) -> list[Recorder]:
     name, _, faster = probes.partition(":x")
     if name in SAMPLERS:
         return sampler(instance, name, int(faster or 1))
+    if name in TRACE_GROUPS:  # one group of the PostgreSQL trace, with the sampled waits it sits beside
+        waits = TracedWaitProbe(instance.wait_probe(Tracing.OFF).sampled, instance, "bpftrace",
+                                (name.removeprefix("trace:"),))
+        return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop)]
     if name == "all":  # exactly what `storlab run` starts around a run on a device, its default traces included
         return around_run(instance, traced=True)
     if name == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
@@ -112,6 +126,7 @@ class Load:
     """One load: its throughput, and the CPU the machine spent meanwhile outside the sessions."""
 
     rows_per_s: float
+    server_cpu_per_row: float  # CPU-seconds of every process of the instance, per row
     others_cores: float  # CPU-seconds per second of the load of every process but the sessions'
 
 
@@ -134,12 +149,13 @@ def one_load(instance, params: RandomInsertParams, probes: str | None) -> Load:
         threads = instance.session_os_pids(sessions)
         if probes is not None:
             stack.enter_context(recording(recorders(instance, probes), RunStart(sessions, time.monotonic())))
-        busy, own, began = machine_busy_s(), sched_time(threads), time.monotonic()
+        busy, own, server, began = machine_busy_s(), sched_time(threads), instance.cpu_s(), time.monotonic()
         figures = load.run().figures
         elapsed, busy, own = time.monotonic() - began, machine_busy_s() - busy, sched_delta(own, sched_time(threads))
+        server = instance.cpu_s() - server
         if own is None:
             raise SystemExit(f"probe_overhead: the sessions' /proc/<pid>/schedstat could not be read ({threads})")
-        return Load(figures["rows_per_s"], (busy - own.cpu_s) / elapsed)
+        return Load(figures["rows_per_s"], server / figures["rows"], (busy - own.cpu_s) / elapsed)
 
 
 def measure(engine: str, sets: list[str], rounds: int, width: float, rows: int, lab: Path,
@@ -170,13 +186,17 @@ def measure(engine: str, sets: list[str], rounds: int, width: float, rows: int, 
             print(f"  {engine} round {round_no}: {line} rows/s; ratios " + ", ".join(
                 f"{s} {results[s].rows_per_s / results[None].rows_per_s:.3f} (CPU beside the sessions "
                 f"{results[s].others_cores - results[None].others_cores:+.3f} cores)" for s in sets), flush=True)
-            if round_no >= MIN_ROUNDS and all(high - low < width for low, _, high in (interval(ratios(p)) for p in pairs.values())):
+            if round_no >= MIN_ROUNDS and all(high - low < width for low, _, high in (interval(cpu_ratios(p)) for p in pairs.values())):
                 break
     return pairs
 
 
 def ratios(pairs: list[tuple[Load, Load]]) -> list[float]:
     return [on.rows_per_s / off.rows_per_s for off, on in pairs]
+
+
+def cpu_ratios(pairs: list[tuple[Load, Load]]) -> list[float]:
+    return [on.server_cpu_per_row / off.server_cpu_per_row for off, on in pairs]
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -191,7 +211,7 @@ def in_memory_lab(image_dir: Path, size: str) -> Iterator[Path]:
     """The mount point of a loop device whose image is in `image_dir` (in memory where that is tmpfs),
     made and removed as storlab makes a device placement."""
     on_tmpfs = (mounts.mount_of(image_dir) or {}).get("filesystem") == "tmpfs"
-    device = devices.device_spec("lab", {"loop": size, "image_dir": str(image_dir), "allow_tmpfs": on_tmpfs})
+    device = places.device("lab", {"loop": size, "image_dir": str(image_dir), "allow_tmpfs": on_tmpfs}).spec()
     with devices.DevicePool() as pool:
         lab = pool.device("lab", device).mount_point
         print(f"the instances' files on {pool.devices['lab'].loop}, an image in {image_dir}"
@@ -206,7 +226,8 @@ def main() -> None:
                         f"{' or '.join(SAMPLERS)}:xK reads K times as often")
     parser.add_argument("--rounds", type=int, default=200, help="at most this many paired rounds")
     parser.add_argument("--width", type=float, default=0.02,
-                        help="stop once every interval is narrower than this (0.02: a 1 %% cost is told apart)")
+                        help="stop once every interval of the instance's CPU per row is narrower than this "
+                             "(0.02: a 1 %% cost is told apart)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows per connection (16 connections)")
     parser.add_argument("--image-dir", default="/dev/shm/storlab-benchmarks",
                         help="where the loop device's image lives (tmpfs by default: the load is then CPU-bound, "
@@ -226,12 +247,15 @@ def main() -> None:
         for engine in args.engines.split(","):
             for s, pairs in measure(engine, sets, args.rounds, args.width, args.rows, lab, args.postgres_version).items():
                 low, mid, high = interval(ratios(pairs))
+                s_low, s_mid, s_high = interval(cpu_ratios(pairs))
                 cores = os.cpu_count() or 1
                 others = summarize([on.others_cores - off.others_cores for off, on in pairs])
                 c_low, c_mid, c_high = (100 * c / cores for c in (others.ci_low, others.mean, others.ci_high))
                 summary.append(f"{engine:8} {s:14}: throughput with / without {mid:.3f} [{low:.3f}, {high:.3f}] (geometric "
                                f"mean, 95 % CI, width {high - low:.3f}; median {statistics.median(ratios(pairs)):.3f}) over "
                                f"{len(pairs)} rounds, 16 connections x {args.rows} rows, 4 data files\n"
+                               f"{'':25} the instance's CPU per row with / without: {s_mid:.3f} [{s_low:.3f}, {s_high:.3f}] "
+                               f"(geometric mean, 95 % CI, width {s_high - s_low:.3f})\n"
                                f"{'':25} CPU beside the sessions' with - without: {c_mid:+.2f} % of the machine "
                                f"[{c_low:+.2f}, {c_high:+.2f}] (mean, 95 % CI)")
     print("\n".join(summary))

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from storlab.engines import provision
-from storlab.engines.postgres.traced_waits import program, why_not_traced
+from storlab.engines.postgres.traced_waits import WITH_READS, program, why_not_traced
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, traced_waits
 from storlab.probes.waits import Wait, WaitCapture
@@ -234,7 +234,7 @@ def test_reads_are_traced_only_when_asked_for():
     and --no-trace with it is refused in one line."""
     binary = Path("/usr/lib/postgresql/15/bin/postgres")
     assert "smgr__md__read__start" not in program(binary)
-    with_reads = program(binary, reads=True)
+    with_reads = program(binary, WITH_READS)
     assert "smgr__md__read__start /(@postmaster[pid] || @postmaster[(uint64)curtask->real_parent->tgid])/" in with_reads
     refused = invoke("run", "any.toml", "--no-trace", "--trace-reads")
     assert refused.exit_code == 2

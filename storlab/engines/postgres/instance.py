@@ -31,7 +31,7 @@ from storlab import processes
 from storlab.engines.base import ClientAddress, Table
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
-from storlab.engines.postgres.traced_waits import TracedWaitProbe
+from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec
@@ -230,7 +230,7 @@ class PostgresInstance:
         (and `tracing` asks for them; its reads only with Tracing.READS)."""
         sampled = WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
         return TracedWaitProbe(sampled, self, None if tracing is Tracing.OFF else "bpftrace",
-                               reads=tracing is Tracing.READS)
+                               WITH_READS if tracing is Tracing.READS else DEFAULT_GROUPS)
 
     def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:
         conn.execute(SET_PARALLEL_WORKERS.format(workers=int(workers)))

@@ -59,7 +59,9 @@ WAL_DIR = "wal"  # provision() puts the WAL in <log placement>/wal, pg_wal linki
 # The probes this module attaches: a binary without them is named in the note.
 _NEEDED = (b"lock__wait__start", b"lwlock__wait__start", b"smgr__md__read__start")
 
-_PROGRAM = """
+# The program, in groups that can be traced apart (benchmarks/probe_overhead.py measures each one's cost).
+GROUPS = {
+    "locks": """
 usdt:{bin}:postgresql:lock__wait__start /{sessions}/ {{ @lock_at[tid] = nsecs; }}
 usdt:{bin}:postgresql:lock__wait__done /@lock_at[tid]/ {{
   $d = nsecs - @lock_at[tid]; delete(@lock_at[tid]);
@@ -67,13 +69,17 @@ usdt:{bin}:postgresql:lock__wait__done /@lock_at[tid]/ {{
   $db = ({relation_lock}) ? arg0 : 0;
   @lock[arg4, $db, $rel] = stats($d); @lock_hist[arg4, $db, $rel] = hist($d);
 }}
+""",
+    "lwlocks": """
 usdt:{bin}:postgresql:lwlock__wait__start /{sessions}/ {{ @lwlock_at[tid] = nsecs; }}
 usdt:{bin}:postgresql:lwlock__wait__done /@lwlock_at[tid]/ {{
   $d = nsecs - @lwlock_at[tid]; delete(@lwlock_at[tid]);
   $t = str(arg0);
   @lwlock[$t] = stats($d); @lwlock_hist[$t] = hist($d);
 }}
-{reads}tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{instance}/ {{
+""",
+    "writes": """
+tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{instance}/ {{
   @write_at[tid] = nsecs; @write_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
 }}
 tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@write_at[tid]/ {{
@@ -82,11 +88,6 @@ tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@wri
   $dir = str($f->f_path.dentry->d_parent->d_name.name); $name = str($f->f_path.dentry->d_name.name);
   @write[$dir, $name] = stats($d); @write_hist[$dir, $name] = hist($d); @write_bytes[$dir, $name] = sum(args->ret);
 }}
-usdt:{bin}:postgresql:checkpoint__start /{instance}/ {{ @checkpoint_at[tid] = nsecs; }}
-usdt:{bin}:postgresql:checkpoint__done /@checkpoint_at[tid]/ {{
-  @checkpoint[@checkpoint_at[tid]] = nsecs - @checkpoint_at[tid]; delete(@checkpoint_at[tid]);
-}}
-usdt:{bin}:postgresql:wal__switch /{instance}/ {{ @wal_switch[nsecs] = 1; }}
 tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{instance}/ {{
   @sync_at[tid] = nsecs; @sync_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
 }}
@@ -95,16 +96,26 @@ tracepoint:syscalls:sys_exit_fdatasync,tracepoint:syscalls:sys_exit_fsync /@sync
   delete(@sync_at[tid]); delete(@sync_file[tid]);
   @sync[str($f->f_path.dentry->d_parent->d_name.name), str($f->f_path.dentry->d_name.name)] = stats($d);
 }}
-"""
-
-_READS = """
+""",
+    "events": """
+usdt:{bin}:postgresql:checkpoint__start /{instance}/ {{ @checkpoint_at[tid] = nsecs; }}
+usdt:{bin}:postgresql:checkpoint__done /@checkpoint_at[tid]/ {{
+  @checkpoint[@checkpoint_at[tid]] = nsecs - @checkpoint_at[tid]; delete(@checkpoint_at[tid]);
+}}
+usdt:{bin}:postgresql:wal__switch /{instance}/ {{ @wal_switch[nsecs] = 1; }}
+""",
+    "reads": """
 usdt:{bin}:postgresql:smgr__md__read__start /{instance}/ {{ @read_at[tid] = nsecs; }}
 usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
   $d = nsecs - @read_at[tid]; delete(@read_at[tid]);
   $seg = arg1 / {segment};
   @read[arg3, arg4, arg0, $seg] = stats($d); @read_hist[arg3, arg4, arg0, $seg] = hist($d);
 }}
-"""
+""",
+}
+# What a run traces by default (Tracing.ON), and with --trace-reads (Tracing.READS).
+DEFAULT_GROUPS = ("locks", "lwlocks", "writes", "events")
+WITH_READS = (*DEFAULT_GROUPS, "reads")
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
@@ -119,15 +130,13 @@ TABLESPACES = "SELECT oid, spcname FROM pg_tablespace"
 SESSIONS, POSTMASTER = "session", "postmaster"
 
 
-def program(binary: Path, reads: bool = False) -> str:
-    """The program for one server binary: the same for every run (which processes count is in its
-    filter maps), so one process can trace run after run."""
+def program(binary: Path, groups: tuple[str, ...] = DEFAULT_GROUPS) -> str:
+    """The program for one server binary and these GROUPS: the same for every run (which processes
+    count is in its filter maps), so one process can trace run after run."""
     instance = f"(@{POSTMASTER}[pid] || @{POSTMASTER}[(uint64)curtask->real_parent->tgid])"
-    return _PROGRAM.format(
+    return "".join(GROUPS[group] for group in groups).format(
         bin=binary, relation_lock=" || ".join(f"arg4 == {kind}" for kind in RELATION_LOCKS),
-        sessions=f"@{SESSIONS}[pid]", instance=instance,
-        reads=_READS.format(bin=binary, instance=instance, segment=SEGMENT_BLOCKS) if reads else "",
-    )
+        sessions=f"@{SESSIONS}[pid]", instance=instance, segment=SEGMENT_BLOCKS)
 
 
 def filters(sessions: list[int], postmaster: int) -> dict[str, list[int]]:
@@ -171,11 +180,12 @@ class TracedWaitProbe:
     waits and per-file IO into the capture. `command`: the bpftrace to run, None when traces are
     turned off (the sampled figures only)."""
 
-    def __init__(self, sampled: WaitProbe, instance: Probed, command: str | None = "bpftrace", reads: bool = False):
+    def __init__(self, sampled: WaitProbe, instance: Probed, command: str | None = "bpftrace",
+                 groups: tuple[str, ...] = DEFAULT_GROUPS):
         self.sampled = sampled
         self.instance = instance
         self.command = command
-        self.reads = reads
+        self.groups = groups
         self.source = sampled.source
         self.trace: bpftrace.Trace | None = None
         self.note = ""
@@ -192,7 +202,7 @@ class TracedWaitProbe:
         except psutil.Error as exc:
             self.note = f"the server's processes could not be found: {exc}"
             return
-        self.trace = bpftrace.Trace(program(binary, self.reads), self.command, filters(sessions, postmaster),
+        self.trace = bpftrace.Trace(program(binary, self.groups), self.command, filters(sessions, postmaster),
                                     across_runs=True)
         try:
             self.trace.start()
@@ -218,7 +228,7 @@ class TracedWaitProbe:
         with self.instance.admin() as conn:
             names = _Names(conn, self.instance)
             waited = lock_waits(maps, names) + lwlock_waits(maps)
-            files = instance_files(maps, names, self.reads)
+            files = instance_files(maps, names, "reads" in self.groups)
         traced = traced_waits.with_counts(capture, waited)
         traced.files = files
         traced.events = events(maps)
