@@ -1,5 +1,6 @@
-"""What does the instrumentation storlab starts MariaDB with cost a load? (goal: the ratio of
-throughput with it / without within [0.98, 1.02])
+"""What does the instrumentation storlab starts a server with cost a load? (goal: the ratio of
+throughput with it / without within [0.98, 1.02]) MariaDB's performance_schema, PostgreSQL's
+pg_wait_sampling collector.
 
 Every MariaDB instance storlab makes runs performance_schema with the synch and file IO
 instruments and the current and history wait consumers: they can only be turned on when the server
@@ -14,8 +15,13 @@ load once on each, no probe on either, in an order that alternates; before each 
 settles it. Prints each round, then the ratio as the geometric mean over the rounds with its 95 %
 interval (round 0 is a warm-up and not counted).
 
-    .venv/bin/python benchmarks/instrumentation_overhead.py [--without performance_schema|synch|table-io|statements] [--rounds 40]
-        [--rows 12000] [--image-dir DIR]
+PostgreSQL 15 runs pg_wait_sampling's collector, which samples every backend's wait event every
+10 ms (its profile, and its history), from the server's start: --engine postgres --without
+pg_wait_sampling compares storlab's instance with one whose collector samples once in 1,000 s (it is
+preloaded all the same: the collector is there, idle).
+
+    .venv/bin/python benchmarks/instrumentation_overhead.py [--engine mariadb|postgres]
+        [--without performance_schema|synch|table-io|statements|pg_wait_sampling] [--rounds 40] [--rows 12000] [--image-dir DIR]
 """
 
 from __future__ import annotations
@@ -35,16 +41,18 @@ from storlab.workloads.random_insert import RandomInsertParams
 
 INSTRUMENTED = "as storlab starts it"
 # What the other instance leaves out (its engine_settings, after storlab's own lines in my.cnf).
-WITHOUT = {"performance_schema": {"performance_schema": False},
-           "synch": {"performance_schema_instrument": "wait/synch/%=OFF"},
-           "table-io": {"performance_schema_instrument": "wait/io/table/%=OFF"},
-           "statements": {"performance_schema_instrument": "statement/%=OFF"}}
+WITHOUT = {"performance_schema": ("mariadb", {"performance_schema": False}),
+           "synch": ("mariadb", {"performance_schema_instrument": "wait/synch/%=OFF"}),
+           "table-io": ("mariadb", {"performance_schema_instrument": "wait/io/table/%=OFF"}),
+           "statements": ("mariadb", {"performance_schema_instrument": "statement/%=OFF"}),
+           "pg_wait_sampling": ("postgres", {"pg_wait_sampling.profile_period": 1_000_000,
+                                             "pg_wait_sampling.history_period": 1_000_000})}
 
 
 def load(instance, params: RandomInsertParams) -> float:
     """One load's rows per second, from an empty table on a settled instance."""
     with instance.connect() as conn:
-        conn.execute(RESET["mariadb"])
+        conn.execute(RESET[instance.engine])
     settle.settle(instance.checkpoint, instance.roots.values())
     work = kind("random-insert").load(instance, params, {})
     try:
@@ -58,11 +66,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=40, help="paired rounds")
     parser.add_argument("--rows", type=int, default=12_000, help="rows per connection (16 connections)")
-    parser.add_argument("--without", choices=sorted(WITHOUT), default="performance_schema",
-                        help="what the other instance is without")
+    parser.add_argument("--engine", choices=["mariadb", "postgres"], default="mariadb")
+    parser.add_argument("--without", choices=sorted(WITHOUT), default=None,
+                        help="what the other instance is without (default: performance_schema on MariaDB, "
+                             "pg_wait_sampling on PostgreSQL)")
     parser.add_argument("--image-dir", default="/dev/shm/storlab-benchmarks",
                         help="where the loop device's image goes (default in memory)")
     args = parser.parse_args()
+    args.without = args.without or ("performance_schema" if args.engine == "mariadb" else "pg_wait_sampling")
+    engine, settings_without = WITHOUT[args.without]
+    if engine != args.engine:
+        parser.error(f"--without {args.without} is {engine}'s")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill takes Ctrl-C's path
     params = RandomInsertParams(kind="random-insert", connections=16, rows_per_connection=args.rows, batch=1000)
     ratios = []
@@ -70,9 +84,9 @@ def main() -> None:
     with ExitStack() as stack:
         lab = stack.enter_context(in_memory_lab(Path(args.image_dir), "4GB"))
         instances = {}
-        for name, settings in ((INSTRUMENTED, {}), (bare, WITHOUT[args.without])):
+        for name, settings in ((INSTRUMENTED, {}), (bare, settings_without)):
             spec = spec_for(CellLayout(data_on="lab", data_files=4), settings, {"lab": lab})
-            instances[name] = stack.enter_context(provision("mariadb", spec, keep=False, connections=16))
+            instances[name] = stack.enter_context(provision(engine, spec, keep=False, connections=16))
             kind("random-insert").prepare(instances[name], params, {})
         for round_no in range(args.rounds + 1):
             order = [INSTRUMENTED, bare] if round_no % 2 == 0 else [bare, INSTRUMENTED]
@@ -85,7 +99,8 @@ def main() -> None:
             if round_no:
                 ratios.append(ratio)
     low, mid, high = interval(ratios)
-    print(f"MariaDB: throughput with performance_schema as storlab starts it / {bare} {mid:.3f} [{low:.3f}, {high:.3f}] "
+    what = "performance_schema" if engine == "mariadb" else "pg_wait_sampling"
+    print(f"{engine}: throughput with {what} as storlab starts it / {bare} {mid:.3f} [{low:.3f}, {high:.3f}] "
           f"(geometric mean, 95 % CI) over {len(ratios)} rounds, 16 connections x {args.rows} rows, 4 data files")
 
 
