@@ -44,10 +44,6 @@ MAX_TABLE_SIZE = 10**9
 MAX_ROWS = 10**10
 SEED = 1
 PREPARE_ROWS_PER_S = 10_000  # generous: one thread inserts some 50,000 rows a second here
-# Measured (50,000-row tables, after prepare): a row of sbtest (an int key, an int, 120 and 60 characters)
-# with its keys, and the log its insert writes: PostgreSQL 255 and 328 bytes, InnoDB 290 (its redo log
-# is a fixed size: the engine holds no more).
-ROW_BYTES = {"postgres": Footprint(260, 330), "mariadb": Footprint(300, 0)}
 
 RECONNECTS = Figure("reconnects", "", "reconnects", shown=False)
 QUEUE_FULL = Figure("queue_full", "", "queue full", shown=False)
@@ -83,15 +79,18 @@ class SysbenchOn:
 
     driver: Callable[[ClientAddress], list[str]]
     env: Callable[[str], dict[str, str]]
+    row_bytes: Footprint  # a row of sbtest with its keys, and the log its insert writes
 
 
+# Rows measured with 50,000-row tables, after prepare (an int key, an int, 120 and 60 characters):
+# PostgreSQL 255 bytes and 328 of WAL a row, InnoDB 290 (its redo log is a fixed size: it holds no more).
 ENGINES = {
     "postgres": SysbenchOn(lambda a: ["--db-driver=pgsql", f"--pgsql-host={a.socket}", f"--pgsql-port={a.port}",
                                       f"--pgsql-user={a.user}", f"--pgsql-db={a.database}"],
-                           lambda tag: {"PGAPPNAME": tag}),
+                           lambda tag: {"PGAPPNAME": tag}, Footprint(260, 330)),
     "mariadb": SysbenchOn(lambda a: ["--db-driver=mysql", f"--mysql-socket={a.socket}", f"--mysql-user={a.user}",
                                      f"--mysql-db={a.database}"],
-                          lambda tag: {}),
+                          lambda tag: {}, Footprint(300, 0)),
 }
 
 
@@ -254,7 +253,7 @@ class Sysbench(Workload):
         return params.threads
 
     def footprint(self, engine: str, params: SysbenchParams) -> Footprint:
-        per_row = ROW_BYTES[engine]
+        per_row = self.engines[engine].row_bytes
         return Footprint(data=params.rows * per_row.data, log=params.rows * per_row.log)
 
     def prepare(self, instance: Instance, params: SysbenchParams, files: dict[str, str]) -> None:
