@@ -1,6 +1,7 @@
 """The engines storlab drives, one package each, found here by the name an experiment file gives:
 `engine(name)` is everything storlab knows of it (storlab.engines.base.Engine). An engine is added
-by writing its package and naming it below."""
+by writing its package, registering it below, and giving each workload kind that should run on it an
+entry in that kind's `engines` table (docs/development.md, "Adding an engine")."""
 
 from __future__ import annotations
 
