@@ -195,33 +195,22 @@ def running(command: str) -> list[int]:
     return [int(pid) for pid in done.stdout.split()]
 
 
-@pytest.mark.parametrize("options, said", [
-    ("noatime,suid", '"suid" is not a filesystem\'s tuning'),
-    ("loop=/dev/sda", '"loop=/dev/sda" is not a filesystem\'s tuning'),
-    ("exec", '"exec" is not a filesystem\'s tuning'),
+@pytest.mark.parametrize("key, value, said", [
+    ("mount_options", "noatime,suid", '"suid" is not a filesystem\'s tuning'),
+    ("mount_options", "loop=/dev/sda", '"loop=/dev/sda" is not a filesystem\'s tuning'),
+    ("mount_options", "exec", '"exec" is not a filesystem\'s tuning'),
+    ("image_dir", "/etc/x", "a system folder"),
+    ("image_dir", "/usr/lib/storlab", "a system folder"),
+    ("image_dir", "/proc/x", "a system folder"),
 ])
-def test_mount_options_that_are_powers_are_refused(write_experiment, lab_root, options, said):
+def test_a_device_tables_powers_and_system_folders_are_refused(write_experiment, lab_root, key, value, said):
+    """Mount options that are mount(8)'s powers, not the filesystem's tuning, and an image folder in a
+    system folder: one line naming the key, before anything starts."""
     path = write_experiment(f"""
         name = "powers"
         engine = "postgres"
         [placements]
-        fast = {{ loop = "64MB", mount_options = "{options}" }}
-        [layout]
-        data_on = "fast"
-        [workload]
-        kind = "random-insert"
-    """)
-    done = invoke("run", path, "--dry-run", "--out", lab_root / "results")
-    assert done.exit_code == 2 and said in done.output and "placements.fast.mount_options" in done.output
-
-
-@pytest.mark.parametrize("image_dir", ["/etc/x", "/usr/lib/storlab", "/proc/x"])
-def test_an_image_folder_in_a_system_folder_is_refused(write_experiment, lab_root, image_dir):
-    path = write_experiment(f"""
-        name = "system"
-        engine = "postgres"
-        [placements]
-        fast = {{ loop = "64MB", image_dir = "{image_dir}" }}
+        fast = {{ loop = "64MB", {key} = "{value}" }}
         [layout]
         data_on = "fast"
         [workload]
@@ -229,7 +218,7 @@ def test_an_image_folder_in_a_system_folder_is_refused(write_experiment, lab_roo
     """)
     done = invoke("run", path, "--dry-run", "--out", lab_root / "results")
     assert done.exit_code == 2, done.output
-    assert "placements.fast.image_dir" in done.output and "a system folder" in done.output
+    assert said in done.output and f"placements.fast.{key}" in done.output and len(done.output.splitlines()) == 1
 
 
 def test_a_templates_folder_another_user_owns_is_refused_before_anything_starts(write_experiment, lab_root,
