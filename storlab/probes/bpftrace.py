@@ -357,6 +357,8 @@ def parse(text: str) -> Maps:
 
 
 def _last_error(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and "RLIMIT_MEMLOCK" not in ln]
+    """bpftrace's last error line, else its last line of text; its maps (JSON) are data, never said."""
+    lines = [ln.strip() for ln in text.strip().splitlines()
+             if ln.strip() and "RLIMIT_MEMLOCK" not in ln and not ln.lstrip().startswith("{")]
     errors = [ln for ln in lines if "ERROR" in ln]
-    return (errors or lines or ["no output"])[-1]
+    return (errors or lines or ["no error said"])[-1][:300]
