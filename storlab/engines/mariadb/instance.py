@@ -81,6 +81,11 @@ WAITING_SESSIONS = """
     FROM performance_schema.events_waits_current
     WHERE THREAD_ID IN %s"""
 
+# What went to temporary files, server-wide: implicit temporary tables that outgrew memory (written in
+# tmpdir), temporary files (a sort's merge chunks among them) and the merge passes of sorts over
+# sort_buffer_size. Counted as they happen, so read at once.
+TEMPORARY_COUNTERS = {"Created_tmp_disk_tables": "tmp_disk_tables", "Created_tmp_files": "tmp_files",
+                      "Sort_merge_passes": "sort_merge_passes"}
 # Commits counted server-wide, statements inside stored procedures included: a load's progress.
 COMMITS = "SHOW GLOBAL STATUS LIKE 'Com_commit'"
 CANCEL = "KILL QUERY {session}"
@@ -252,6 +257,24 @@ class MariadbInstance:
                     conn.execute(CANCEL.format(session=int(session)))
                 except pymysql.err.OperationalError:
                     pass  # the session has already ended
+
+    def log_position(self) -> int:
+        return self.workspace.log_position()
+
+    def logged_since(self, position: int, max_bytes: int) -> str:
+        return self.workspace.logged_since(position, max_bytes)
+
+    def log_statements(self) -> int:
+        raise UserError("capture writes a PostgreSQL statement log for the replay kind; MariaDB has no replayer "
+                        "that keeps its timing (docs/experiment-file.md, replay)")
+
+    def statements_logged_since(self, position: int) -> str:
+        return ""
+
+    def temporary_files(self) -> dict[str, float]:
+        with self.admin() as conn:
+            rows = conn.execute(GLOBAL_STATUS, (tuple(TEMPORARY_COUNTERS),)).fetchall()
+        return {TEMPORARY_COUNTERS[name]: float(value) for name, value in rows}
 
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> FileSummaryProbe:
         """The workload's waits, with the IO of each file of the instance (performance_schema: nothing
