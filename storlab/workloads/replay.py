@@ -99,12 +99,12 @@ STATISTICS = {
 }
 # pgreplay's lines that say what went wrong (its statistics and schedule warnings are not among them).
 FAILED = re.compile(r"^(Error|Connection .* failed|Cannot )", re.M)
-PARSE_ERROR_LINE = re.compile(r"(?:line|near line) (\d+)")
+PARSE_ERROR_LINE = re.compile(r"line (\d+)")
 SERVER_ERROR = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] ERROR:  (.*)$")
 SERVER_STATEMENT = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] STATEMENT:  (.*)$")
 # A plain pg_dump's COPY ... FROM stdin; its rows follow, up to a line "\.".
 COPY_BLOCK = re.compile(r"^(COPY\b[^;]*\bFROM\s+stdin\b[^;]*);[ \t]*\n(.*?)^\\\.[ \t]*(?:\n|\Z)", re.M | re.S | re.I)
-COPY_MARK = "/* storlab: COPY {n} */"
+COPY_MARK = "storlab_copy {n}"  # in the setup's place, a statement of its own (a comment would be skipped)
 
 
 @dataclass(frozen=True)
@@ -206,8 +206,10 @@ def _parse_check(text: str, csv: bool, origin: list[int]) -> str | None:
     said = next((line for line in done.stderr.splitlines() if line.startswith(("Error", "Warning: "))), None) \
         or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
     at = PARSE_ERROR_LINE.search(said)
-    if at is not None and 0 < int(at.group(1)) <= len(origin):
-        said = PARSE_ERROR_LINE.sub(f"line {origin[int(at.group(1)) - 1]}", said, count=1)
+    # A stderr log's entry is parsed once pgreplay has read the line after it (a continuation line?).
+    index = int(at.group(1)) - (1 if csv else 2) if at is not None else -1
+    if 0 <= index < len(origin):
+        said = f"{said[:at.start(1)]}{origin[index]}{said[at.end(1):]}"
     return f"pgreplay cannot parse it: {said}"
 
 
@@ -223,7 +225,7 @@ def setup_statements(text: str, name: str) -> list[Statement | tuple[Statement, 
     marked = COPY_BLOCK.sub(mark, text)
     found: list[Statement | tuple[Statement, str]] = []
     for statement in split(marked, GRAMMARS["postgres"], name):
-        copy = re.fullmatch(r"/\* storlab: COPY (\d+) \*/", statement.sql)
+        copy = re.fullmatch(r"storlab_copy (\d+)", statement.sql)
         if copy is None:
             found.append(statement)
         else:
@@ -380,16 +382,18 @@ class Replay(Workload):
     def check_files(self, params: ReplayParams, files: Mapping[str, str]) -> None:
         for name in factors.values(params.log):
             try:
-                log = captured_log.read(files[name], is_csv(name), params.database)
+                log = captured_log.read(files[name], is_csv(name))
+                if params.database is not None and params.database not in log.databases:
+                    raise factors.KeyProblem(("workload", "database"), f"{name} has no session in database "
+                                             f"{factors.show(params.database)} (its databases: {', '.join(log.databases)})")
+                if params.database is not None:
+                    log = captured_log.read(files[name], is_csv(name), params.database)
             except captured_log.LogProblem as exc:
                 raise factors.KeyProblem(("workload", "log"), f"{name} {exc}") from None
             if params.database is None and len(log.databases) > 1:
                 raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
                                          f"{', '.join(log.databases)}: name the one to replay with database = "
                                          f"{factors.show(log.databases[0])}")
-            if params.database is not None and not log.databases:
-                raise factors.KeyProblem(("workload", "database"), f"{name} has no session in database "
-                                         f"{factors.show(params.database)}")
             # Any role and database: pgreplay only parses it here.
             text, origin = captured_log.for_replay(files[name], log.csv, "lab", "lab", params.database)
             problem = _parse_check(text, log.csv, origin)

@@ -4,6 +4,9 @@ Layout, fixed when the instance is installed (`innodb_page_size` cannot change a
 - the datadir (catalog, undo, the default system tablespace) on the first data placement;
 - the redo log (`innodb_log_group_home_dir`, one circular file of `innodb_log_file_size`) on the log
   placement;
+- the temporary files on the temp placement, when the layout names one: the server's `tmpdir` (a
+  sort's merge chunks, implicit temporary tables that outgrew memory) and InnoDB's temporary
+  tablespace (`innodb_temp_data_file_path`, ibtmp1: explicit temporary tables' pages);
 - file_kind "partitions" (file-per-table): N data files are N partitions of a workload's table, each
   with `DATA DIRECTORY` on its placement; one data file is a plain table in the datadir. A random UUID
   key is cut into N equal ranges, not `PARTITION BY KEY`: KEY's hash modulo a power of two is skewed
@@ -410,8 +413,17 @@ def _private(socket_dir: Path) -> list[str]:
     return [f"--socket={socket_dir / SOCKET}", "--skip-networking"]
 
 
+def _temporary(temp_dir: Path) -> list[tuple[str, Any]]:
+    """The temporary files in `temp_dir`: the server's (tmpdir: a sort's merge chunks, implicit temporary
+    tables on disk) and InnoDB's temporary tablespace (ibtmp1, by absolute path)."""
+    if any(c in str(temp_dir) for c in ":;\"'#") or any(c.isspace() for c in str(temp_dir)):
+        raise UserError(f"{temp_dir} cannot be named in innodb_temp_data_file_path (no ':', ';', quotes, '#' or "
+                        "spaces); choose another directory for layout.temp_on's placement")
+    return [("tmpdir", temp_dir), ("innodb_temp_data_file_path", f"{temp_dir / 'ibtmp1'}:{SYSTEM_FILE_SIZE}:autoextend")]
+
+
 def _options(spec: InstanceSpec, datadir: Path, socket_dir: Path, redo: Path, table_dirs: dict[str, Path],
-             connections: int) -> list[tuple[str, Any]]:
+             connections: int, temp_dir: Path | None = None) -> list[tuple[str, Any]]:
     """my.cnf's [mysqld] lines, in order; the experiment's engine_settings last, so they win."""
     system = spec.file_kind == "system-tablespace"
     options: list[tuple[str, Any]] = [
@@ -440,6 +452,8 @@ def _options(spec: InstanceSpec, datadir: Path, socket_dir: Path, redo: Path, ta
         options.append(("innodb_page_size", spec.page_size))
     if spec.log_size_bytes:
         options.append(("innodb_log_file_size", spec.log_size_bytes))
+    if temp_dir is not None:
+        options += _temporary(temp_dir)
     options += list(spec.settings.items())
     return options
 
@@ -506,8 +520,9 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         kind_dir = "ibdata" if spec.file_kind == "system-tablespace" else "tables"
         table_dirs = {p.name: instances.make_server_dir(ws.roots[p.name] / kind_dir, ws.user)
                       for p in spec.data_placements}
+        temp_dir = instances.make_server_dir(ws.roots[spec.temp.name] / "tmp", ws.user) if spec.temp else None
         config = home / "my.cnf"
-        write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections))
+        write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections, temp_dir))
         if template is None:
             _install(installer, config, ws.user, home)
         server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])
