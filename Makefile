@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv bpftrace xfsprogs chromium sysbench
+DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv bpftrace xfsprogs chromium sysbench pgreplay
 QUICKSTART_PLACEMENTS := /var/tmp/storlab/quickstart /dev/shm
 
 .PHONY: demo test system-packages venv

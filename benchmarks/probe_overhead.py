@@ -21,7 +21,7 @@ round so drift favours none. Before each load the table is emptied and the insta
                  one probe of the registry alone, with its own recorder (waiting_tasks: pg_stat_activity
                  + pg_locks, or events_waits_current, every 0.5 s)
   trace:GROUP    PostgreSQL: the wait probe with one group of its bpftrace program alone (locks,
-                 lwlocks, writes, events, reads: storlab.engines.postgres.traced_waits.GROUPS), to find
+                 lwlocks, writes, temp_reads, events, reads: storlab.engines.postgres.traced_waits.GROUPS), to find
                  which group a cost comes from
 
 Prints each round, then per engine and probe set three figures:

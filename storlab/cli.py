@@ -332,6 +332,28 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 
 
 @main.command()
+@click.argument("experiment_file")
+@click.option("--out", "log", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The log to write (a new file; the replay kind's `log`).")
+@click.option("--cell", help="The cell whose workload is captured (its id or a unique prefix; default the first).")
+@click.option("--keep", is_flag=True, help="Keep the instance's directories after the capture (stopped).")
+@click.option("--allow-server-programs", is_flag=True,
+              help="Take engine_settings that run a program or load a library on the server (as storlab run's).")
+def capture(experiment_file: str, log: Path, cell: str | None, keep: bool, allow_server_programs: bool) -> None:
+    """Run one cell of EXPERIMENT_FILE (PostgreSQL) once with every statement of its workload logged, and
+    write the statement log the replay kind replays (stderr format, log_line_prefix '%m|%u|%d|%c|'). The
+    workload's prepare runs before the log starts: the replay's setup must build what it built."""
+    from storlab.running import capture as capturing
+
+    exp = _load(experiment_file, allow_server_programs=allow_server_programs)
+    captured = capturing.capture(exp, log.absolute(), cell, keep)
+    found = captured.log
+    of = f" of {captured.cell}" if captured.cell else ""
+    _console().print(f"captured {found.statements:,} statements{of} in {found.sessions} sessions over {found.span_s:.1f} s "
+                     f"into {captured.path}; replay it with kind = \"replay\", log = \"{log}\"", markup=False)
+
+
+@main.command()
 @_store_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole answer as JSON (docs/answer-json.md; its "
                                                       "schema: storlab schema --answer).")

@@ -46,7 +46,7 @@ CASES = [
     ("repetitions a date", "repetitions = 2", "repetitions = 1979-05-27",
      "fz.toml:3: repetitions: expected an integer from 1 to 100, or { min = 3, max = 10 } with race = true, or { max = 12, until = \"settled\" }, got 1979-05-27"),
     ("kind a datetime", 'kind = "random-insert"', "kind = 1979-05-27T07:32:00",
-     "fz.toml:15: workload.kind: expected one of bulk-insert, custom, pgbench, random-insert, scan, sequential-insert, sysbench, got 1979-05-27T07:32:00"),
+     "fz.toml:15: workload.kind: expected one of bulk-insert, custom, pgbench, random-insert, replay, scan, sequential-insert, sysbench, got 1979-05-27T07:32:00"),
     ("connections a time", "connections = 2", "connections = 07:32:00",
      "fz.toml:16: workload.connections: expected a positive integer or a list of them, got 07:32:00"),
     ("a date inside a factor", "data_files = [1, 2]", "data_files = [1, 1979-05-27]",

@@ -174,11 +174,17 @@ def traces_line(results: Results) -> str | None:
     return f"wait counts, lock waits by relation and IO per file unavailable: {'; '.join(reasons)} (sampled waits kept)"
 
 
+def shown_figures(results: Results) -> list:
+    """The workload's figures after the headline that `show` has a column for: those it shows, where some
+    cell has them (an engine's own counters, such as PostgreSQL's temporary MB, are not every engine's)."""
+    return [f for f in results.figures[1:] if f.shown and any(f.name in c.figures for c in results.measured)]
+
+
 def _ranked(results: Results) -> tuple[list[model.Ranked], str | None]:
     ranking = results.ranking()
     if not ranking:
         return [], None
-    shown = [f for f in results.figures[1:] if f.shown]
+    shown = shown_figures(results)
     pooled = results.pooled_hosts
     rows = []
     for place, ranked in enumerate(ranking, 1):
@@ -292,7 +298,7 @@ def compose(results: Results) -> model.Answer:
                                     factors={short_name(k): v for k, v in results.factors.items()},
                                     order_seed=exp.order_seed if exp else None),
         headline=_headline(results),
-        figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in results.figures[1:] if f.shown],
+        figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in shown_figures(results)],
         rounds=results.rounds, settled=results.settled,
         status=status_line(results) if answer is not None else
         unavailable_line(results) if results.no_ratios is not None else None, stopped=results.stopped,

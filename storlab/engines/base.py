@@ -69,6 +69,25 @@ class Instance(Probed, Protocol):
     def table_bytes(self, conn: Any, name: str) -> int:
         """What a table holds on disk, its indexes and partitions included."""
 
+    def log_position(self) -> int:
+        """Where the server's log ends now (bytes): what it logs later is read with logged_since."""
+
+    def logged_since(self, position: int, max_bytes: int) -> str:
+        """At most `max_bytes` of what the server logged after `position`, as it wrote it."""
+
+    def log_statements(self) -> int:
+        """From now on the server logs every statement of the workload's sessions, as the replay kind
+        reads a captured log; where its log is now. PostgreSQL only: MariaDB raises UserError."""
+
+    def statements_logged_since(self, position: int) -> str:
+        """The statement log of the workload's sessions written after `position` (log_statements)."""
+
+    def temporary_files(self) -> dict[str, float]:
+        """What the server has sent to temporary files so far, counters named as kind.TEMPORARY names
+        them (a run's figures are their difference): PostgreSQL's temp_mb and temp_files of the workload's
+        database, read once the workload's sessions have ended (a session reports its files as it ends);
+        MariaDB's disk temporary tables, temporary files and sort merge passes."""
+
     def restart(self) -> None:
         """Stop the server cleanly and start it again: its buffers empty, its files as they were."""
 

@@ -24,7 +24,8 @@ from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
 from storlab.experiment.on_this_host import data_folders_problem, placements_problem
 from storlab.experiment.sql_files import confined, read_sql
 from storlab.experiment.swept import check_excludes, check_factors, check_reference, short_name, swept
-from storlab.experiment.text import MAX_DEPTH, control_character, first_error, read_text, too_deep, where
+from storlab.experiment.text import MAX_DEPTH, MAX_FILE_BYTES, control_character, first_error, read_text, too_deep, where
+from storlab.factors import KeyProblem
 from storlab.lab import placements
 from storlab.rounds import RaceSettings, Settling
 from storlab.workloads import KINDS, Workload
@@ -175,13 +176,18 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     sql = {}
     for key, name in model.workload.sql_files():
         try:
-            sql[name] = read_sql(path, name) if files is None else files[confined(name)]
+            sql[name] = read_sql(path, name, model.workload.file_bytes.get(key, MAX_FILE_BYTES)) \
+                if files is None else files[confined(name)]
         except KeyError:
             raise fail(("workload", key), f"SQL file {name}: not kept in the store") from None
         except ValueError as exc:
             raise fail(("workload", key), f"SQL file {name}: {exc}") from None
         except OSError as exc:
             raise fail(("workload", key), f"cannot read SQL file {name}: {exc.strerror or exc}") from None
+    try:
+        KINDS[model.workload.kind].check_files(model.workload, sql)
+    except KeyProblem as exc:
+        raise fail(exc.loc, str(exc)) from None
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=declared, sql=sql)
     problem = (placements_problem(experiment) or data_folders_problem(experiment)) if check_placements else None
     if problem:

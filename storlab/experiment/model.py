@@ -72,6 +72,8 @@ class Layout(_Strict):
     # A placement name or a ratio across placements ({disk = 7, ram = 1}); a list is a factor.
     data_on: str | dict[str, int] | list[str | dict[str, int]] | None = None
     log_on: str | dict[str, int] | list[str | dict[str, int]] | None = None
+    # Where the engine's temporary files go (sorts and hashes that outgrow their memory); a factor like log_on.
+    temp_on: str | dict[str, int] | list[str | dict[str, int]] | None = None
     log_size: str | list[str] | None = None
     log_growth: str | list[str] | None = None
     page_size: str | list[str] | None = None
@@ -83,7 +85,7 @@ class Layout(_Strict):
     def _data_files(cls, v):
         return factors.factor(v, factors.at_most(MAX_DATA_FILES), "a positive integer")
 
-    @field_validator("data_on", "log_on", mode="before")
+    @field_validator("data_on", "log_on", "temp_on", mode="before")
     @classmethod
     def _placements(cls, v):
         if v is None:
@@ -225,7 +227,7 @@ class ExperimentModel(RacingKeys, _Strict):
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo):
         declared = set(self.placements)
-        for key in ("data_on", "log_on"):
+        for key in ("data_on", "log_on", "temp_on"):
             for ref in factors.values(getattr(self.layout, key)):
                 names = [] if ref is None else ([ref] if isinstance(ref, str) else list(ref))
                 for name in names:
@@ -233,6 +235,8 @@ class ExperimentModel(RacingKeys, _Strict):
                         raise KeyProblem(("layout", key), f"unknown placement {json.dumps(name)} (declared: {', '.join(sorted(declared))})")
             if key == "log_on" and any(isinstance(r, dict) for r in factors.values(self.layout.log_on)):
                 raise KeyProblem(("layout", "log_on"), "the log lives on one placement; a ratio is only for data_on")
+            if key == "temp_on" and any(isinstance(r, dict) for r in factors.values(self.layout.temp_on)):
+                raise KeyProblem(("layout", "temp_on"), "the temporary files live on one placement; a ratio is only for data_on")
         engine = engines.engine(self.engine)
         honoured = engine.layout_keys
         for key in self.layout.model_fields_set:

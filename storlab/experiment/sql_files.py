@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from storlab.errors import UserError
-from storlab.experiment.text import read_text
+from storlab.experiment.text import MAX_FILE_BYTES, read_text
 
 
 def confined(name: str) -> str:
@@ -24,9 +24,9 @@ def confined(name: str) -> str:
     return name
 
 
-def read_sql(path: Path, name: str) -> str:
+def read_sql(path: Path, name: str, max_bytes: int = MAX_FILE_BYTES) -> str:
     """A SQL file the workload names, inside the experiment file's folder (no link leading out of
-    it either), read as an experiment file is (a regular file, not huge, UTF-8)."""
+    it either), read as an experiment file is (a regular file of at most `max_bytes`, UTF-8)."""
     folder = path.resolve().parent
     real = Path(os.path.realpath(folder / confined(name)))
     if folder not in real.parents:
@@ -36,7 +36,7 @@ def read_sql(path: Path, name: str) -> str:
         opened = Path(os.readlink(f"/proc/self/fd/{fd}"))  # what was opened, even if a name changed meanwhile
         if folder not in opened.parents:
             raise ValueError("it changed while read, to a file outside the experiment file's folder")
-        return read_text(Path(f"/proc/self/fd/{fd}"))
+        return read_text(Path(f"/proc/self/fd/{fd}"), max_bytes)
     except UserError as exc:
         raise OSError(str(exc).split(": ", 1)[-1]) from None
     finally:

@@ -85,8 +85,12 @@ def first_error(exc: ValidationError) -> tuple[tuple, str]:
     return loc, message
 
 
-def read_text(path: Path) -> str:
-    """The file's text: a regular file of at most MAX_FILE_BYTES of UTF-8. A FIFO, a device (/dev/zero)
+def _limited(max_bytes: int) -> str:
+    return "an experiment file is" if max_bytes == MAX_FILE_BYTES else "this file may be"
+
+
+def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The file's text: a regular file of at most `max_bytes` of UTF-8. A FIFO, a device (/dev/zero)
     or a huge file is refused from its metadata, before a byte is read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
@@ -100,13 +104,13 @@ def read_text(path: Path) -> str:
             raise UserError(f"{path}: is a directory, not an experiment file")
         if not stat.S_ISREG(st.st_mode):
             raise UserError(f"{path}: not a regular file (a FIFO, device or socket); give a TOML file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise UserError(f"{path}: {st.st_size:,} bytes; an experiment file is at most {MAX_FILE_BYTES:,} bytes")
-        data = os.read(fd, MAX_FILE_BYTES + 1)
+        if st.st_size > max_bytes:
+            raise UserError(f"{path}: {st.st_size:,} bytes; {_limited(max_bytes)} at most {max_bytes:,} bytes")
+        data = os.read(fd, max_bytes + 1)
     finally:
         os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError(f"{path}: more than {MAX_FILE_BYTES:,} bytes; an experiment file is at most that")
+    if len(data) > max_bytes:
+        raise UserError(f"{path}: more than {max_bytes:,} bytes; {_limited(max_bytes)} at most that")
     if b"\0" in data:
         raise UserError(f"{path.name}: a binary file, not TOML text")
     try:

@@ -435,6 +435,14 @@ class Workspace:
         with self.start(argv).starting(accepts, what):
             pass  # its instance is set up already
 
+    def log_position(self) -> int:
+        """Where the server's log ends now: what it writes later is read from here (logged_since)."""
+        return safe_files.size_of(self.server.log_path, self.user.uid) if self.server is not None else 0
+
+    def logged_since(self, position: int, max_bytes: int) -> str:
+        """At most `max_bytes` of what the server logged after `position`."""
+        return safe_files.read_from(self.server.log_path, self.user.uid, position, max_bytes) if self.server else ""
+
     def failure(self, exc: Exception, engine: Server, settings: dict) -> Exception | None:
         """The failure in the server's own words, read while its log still exists; None to keep `exc`."""
         text = getattr(exc, "output", "")

@@ -17,6 +17,7 @@ class CellLayout:
     data_on: str | dict[str, int]  # a placement, or a ratio across placements ({disk: 7, ram: 1})
     data_files: int = 1
     log_on: str | None = None  # None: with the first data file
+    temp_on: str | None = None  # None: where the engine keeps them by default (in its catalog's placement)
     log_size_bytes: int | None = None  # None: the engine's default
     log_growth_bytes: int | None = None
     page_size: str | None = None
@@ -42,6 +43,7 @@ class InstanceSpec:
     file_kind: str
     settings: dict[str, Any]
     engine_version: str | None = None  # the engine's version the cell runs (None: the engine's only one)
+    temp: Placement | None = None  # where the temporary files go; None: the engine's default place
 
     @property
     def data_placements(self) -> list[Placement]:
@@ -53,8 +55,8 @@ class InstanceSpec:
 
     @property
     def placements(self) -> dict[str, Path]:
-        """Every placement the instance uses, data and log."""
-        return {p.name: p.path for p in [*self.data_placements, self.log]}
+        """Every placement the instance uses: data, log and temporary files."""
+        return {p.name: p.path for p in [*self.data_placements, self.log, *([self.temp] if self.temp else [])]}
 
     @property
     def home(self) -> Placement:
@@ -100,4 +102,5 @@ def spec_for(layout: CellLayout, settings: dict[str, Any], placements: dict[str,
         file_kind=layout.file_kind,
         settings=settings,
         engine_version=engine_version,
+        temp=Placement(layout.temp_on, placements[layout.temp_on]) if layout.temp_on else None,
     )

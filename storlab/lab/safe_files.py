@@ -202,17 +202,32 @@ def open_log(path: Path, uid: int, gid: int) -> int:
 def read_tail(path: Path, uid: int, max_bytes: int) -> str:
     """At most the last `max_bytes` of a file the user `uid` owns (so nothing that user could not read
     anyway); "" for anything else there: a link, a FIFO, another user's file, nothing."""
+    return _read_owned(path, uid, lambda size: max(0, size - max_bytes), max_bytes)[0]
+
+
+def read_from(path: Path, uid: int, offset: int, max_bytes: int) -> str:
+    """At most `max_bytes` of a file the user `uid` owns, from byte `offset` on; "" as read_tail says."""
+    return _read_owned(path, uid, lambda size: offset, max_bytes)[0]
+
+
+def size_of(path: Path, uid: int) -> int:
+    """How long a file the user `uid` owns is now (0 for anything else there, as read_tail says)."""
+    return _read_owned(path, uid, lambda size: size, 0)[1]
+
+
+def _read_owned(path: Path, uid: int, start_at, max_bytes: int) -> tuple[str, int]:
+    """(text read from start_at(its size), at most max_bytes; its size), of a regular file `uid` owns."""
     try:
         with _in_dir(path) as parent:
             fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
                          dir_fd=parent)
     except OSError:
-        return ""
+        return "", 0
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
-            return ""
-        start = max(0, st.st_size - max_bytes)
+            return "", 0
+        start = start_at(st.st_size)
         chunks, left = [], max_bytes
         while left > 0:
             chunk = os.pread(fd, left, start + max_bytes - left)
@@ -220,9 +235,9 @@ def read_tail(path: Path, uid: int, max_bytes: int) -> str:
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return b"".join(chunks).decode(errors="replace")
+        return b"".join(chunks).decode(errors="replace"), st.st_size
     except OSError:
-        return ""
+        return "", 0
     finally:
         os.close(fd)
 

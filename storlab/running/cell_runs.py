@@ -129,7 +129,7 @@ def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Instance]:
     experiment = lab.experiment
     spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version)
     kind, params = experiment.workload, cell.workload
-    with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params)) as instance:
+    with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params, experiment.sql)) as instance:
         yield instance
 
 
@@ -145,12 +145,15 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
     conditions.update(_device_conditions(cell, instance), tracing=tracing.value)
     if isinstance(params, Warmup) and params.warmup_s:
         conditions["warmup_s"] = params.warmup_s
+    spilled = instance.temporary_files()
     with closing(kind.load(instance, params, experiment.sql)) as load:
         sessions = load.open()
         recorders = run_probes.around_run(instance, tracing is not Tracing.OFF and traces_io(experiment), tracing)
         started_at, t0 = time.time(), time.monotonic()
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)
+    # Once the load's sessions are closed: they report their temporary files as they end.
+    measured.figures.update({name: count - spilled.get(name, 0.0) for name, count in instance.temporary_files().items()})
     # The samplers count from t0; the run's axis from the load's first start (by the server's clock).
     offset = started_at - measured.start_epoch
     capture = recorded[run_probes.CAPTURE]

@@ -8,7 +8,7 @@ import pkgutil
 
 from storlab.workloads.kind import KINDS, Figure, Measurement, Workload
 
-_MACHINERY = {"kind", "driver", "client", "inserts", "tables", "rates", "tool"}
+_MACHINERY = {"kind", "driver", "client", "inserts", "tables", "rates", "tool", "captured_log"}
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _MACHINERY:

@@ -4,7 +4,7 @@ PostgreSQL 15 plans an INSERT without parallel workers, and MariaDB runs a state
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Mapping
 
 from pydantic import field_validator
 
@@ -75,7 +75,7 @@ class BulkInsert(InsertWorkload):
                              Footprint(350, 0)),
     }
 
-    def sessions(self, params: BulkInsertParams) -> int:
+    def sessions(self, params: BulkInsertParams, files: Mapping[str, str] | None = None) -> int:
         return 1
 
     def rows(self, params: BulkInsertParams) -> int:

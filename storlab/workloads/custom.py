@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
@@ -19,7 +19,8 @@ from storlab.engines.base import Instance
 from storlab.errors import UserError
 from storlab.workloads.client import ClientLoad, Statement
 from storlab.workloads.driver import session_error
-from storlab.workloads.kind import ELAPSED, Connections, Figure, Load, Warmup, Workload, WorkloadParams, register
+from storlab.workloads.kind import (ELAPSED, TEMPORARY, Connections, Figure, Load, Warmup, Workload, WorkloadParams,
+                                    register)
 
 MAX_TRANSACTIONS = 10**7  # per run, as the insert kinds (inserts.py says why)
 
@@ -111,11 +112,12 @@ class Custom(Workload):
         Figure("latency_p50_ms", "ms", "p50 txn ms", "lower", shown=False),
         Figure("latency_p95_ms", "ms", "p95 txn ms", "lower", shown=False),
         Figure("transactions", "txn", "transactions", shown=False),
+        *TEMPORARY,
     )
     note = "custom: the transactions are sent by storlab's client (a thread per connection), not looped in the server"
     engines = GRAMMARS
 
-    def sessions(self, params: CustomParams) -> int:
+    def sessions(self, params: CustomParams, files: Mapping[str, str] | None = None) -> int:
         return params.connections
 
     def _transaction(self, engine: str, params: CustomParams, files: dict[str, str]) -> list[Statement]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 from pydantic import field_validator, model_validator
 
@@ -135,7 +135,7 @@ class InsertWorkload(Workload):
     figures = INSERT_FIGURES
     engines: ClassVar[dict[str, InsertSQL]]
 
-    def sessions(self, params: InsertParams) -> int:
+    def sessions(self, params: InsertParams, files: Mapping[str, str] | None = None) -> int:
         return params.connections
 
     def rows(self, params: InsertParams) -> int:

@@ -25,6 +25,16 @@ class Figure:
 
 
 ELAPSED = Figure("elapsed_s", "s", "elapsed s", "lower")
+# What the server sent to temporary files during a run (sorts and hashes beyond their memory), as the
+# engine counts it (Instance.temporary_files): a kind that runs the user's SQL declares them. A column
+# of `storlab show` only where some run has it (PostgreSQL's MB, MariaDB's disk tables).
+TEMPORARY = (
+    Figure("temp_mb", "MB", "temp MB"),
+    Figure("temp_files", "files", "temp files", shown=False),
+    Figure("tmp_disk_tables", "tables", "disk tmp tables"),
+    Figure("tmp_files", "files", "tmp files", shown=False),
+    Figure("sort_merge_passes", "passes", "sort merge passes", shown=False),
+)
 
 
 @dataclass
@@ -101,6 +111,11 @@ class WorkloadParams(BaseModel):
         """(key, file) for each SQL file these parameters name, as written (relative to the experiment file)."""
         return []
 
+    @property
+    def file_bytes(self) -> dict[str, int]:
+        """key -> the largest file it may name, in bytes, where that is not an experiment file's limit."""
+        return {}
+
 
 def _seconds(v, least: float, most: float) -> float | None:
     """One number of seconds from `least` to `most` (nan fails both comparisons), or None."""
@@ -160,9 +175,14 @@ class Workload:
         """Raise factors.KeyProblem naming a `[layout]` key the kind cannot honour (the default: it spreads
         its tables over whatever data files the layout declares)."""
 
-    def sessions(self, params: WorkloadParams) -> int:
-        """How many sessions the load opens (the server's max_connections must allow them)."""
+    def sessions(self, params: WorkloadParams, files: Mapping[str, str] | None = None) -> int:
+        """How many sessions the load opens at most (the server's max_connections must allow them);
+        `files`: the text of the files the experiment names, for a kind whose files tell."""
         return 1
+
+    def check_files(self, params: WorkloadParams, files: Mapping[str, str]) -> None:
+        """Raise factors.KeyProblem naming the key of a file the kind cannot use, when the experiment
+        loads (the default: every file is the engine's to judge, when it runs)."""
 
     def footprint(self, engine: str, params: WorkloadParams) -> Footprint | None:
         """What one run writes, measured for the kind's own SQL; None when it cannot be told (the

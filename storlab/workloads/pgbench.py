@@ -323,7 +323,7 @@ class Pgbench(Workload):
     def check_layout(self, layout: Any) -> None:
         rates.check_layout(self.name, layout)
 
-    def sessions(self, params: PgbenchParams) -> int:
+    def sessions(self, params: PgbenchParams, files: Mapping[str, str] | None = None) -> int:
         return params.clients
 
     def footprint(self, engine: str, params: PgbenchParams) -> Footprint:

@@ -249,7 +249,7 @@ class Sysbench(Workload):
     def check_layout(self, layout: Any) -> None:
         rates.check_layout(self.name, layout)
 
-    def sessions(self, params: SysbenchParams) -> int:
+    def sessions(self, params: SysbenchParams, files: Mapping[str, str] | None = None) -> int:
         return params.threads
 
     def footprint(self, engine: str, params: SysbenchParams) -> Footprint:

@@ -114,16 +114,16 @@ class Client:
                                 f"{CONNECT_TIMEOUT_S:g} s")
             time.sleep(POLL_S)
 
-    def wait(self, run_s: float | None, on_progress: Progress | None = None) -> Ended:
+    def wait(self, run_s: float | None, on_progress: Progress | None = None, grace_s: float | None = GRACE_S) -> Ended:
         """Its end; `run_s`: how long it was told to run (None: until its transactions are done), past
-        which (and GRACE_S) it is stopped and the run fails."""
+        which (and `grace_s`; None: never) it is stopped and the run fails."""
         total = max(1, round(run_s)) if run_s else 1
         while True:
             ended = self._reap()
             if ended is not None:
                 return ended
             elapsed = time.time() - self.started
-            if run_s is not None and elapsed > run_s + GRACE_S:
+            if run_s is not None and grace_s is not None and elapsed > run_s + grace_s:
                 self.stop()
                 raise RunFailed(f"{Path(self.argv[0]).name} was still running {elapsed:.0f} s after it started, "
                                 f"told to run {run_s:g} s; stopped")
@@ -145,12 +145,14 @@ class ClientLoad:
     the folder. `prepare_folder` writes what the client reads (scripts) into the folder first;
     `failure` makes the exception of what a client that ended early said (its words, the folder's
     path taken out: RunFailed, or UserError for a mistake in the user's script); `errors` finds the
-    lines of its output that say what went wrong."""
+    lines of its output that say what went wrong; `grace_s`: how long past `run_s` it may run before
+    it is taken for stuck (None: as long as it takes)."""
 
     def __init__(self, instance: Instance, argv: Callable[[Path], list[str]], env: dict[str, str], tag: str,
                  sessions: int, run_s: float | None, measure: Callable[[Ended, Path, float], Measurement],
                  prepare_folder: Callable[[Path], None] | None = None,
-                 failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None):
+                 failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None,
+                 grace_s: float | None = GRACE_S):
         self.instance = instance
         self.argv = argv
         self.env = env
@@ -161,23 +163,28 @@ class ClientLoad:
         self.prepare_folder = prepare_folder
         self.failure = failure
         self.errors = errors
+        self.grace_s = grace_s
         self.folder: Path | None = None
         self.client: Client | None = None
         self.server_cpu_before = 0.0
 
     def open(self) -> list[int]:
+        self.start()
+        folder = self.folder
+        return self.client.sessions(self.instance, self.tag, self.expected,
+                                    lambda said: self.failure(said.replace(f"{folder}/", "")))
+
+    def start(self) -> None:
+        """The client started in its private folder (what it reads written there first)."""
         self.folder = Path(tempfile.mkdtemp(prefix="storlab-client-"))  # root's own, mode 0700
         if self.prepare_folder is not None:
             self.prepare_folder(self.folder)
         self.client = Client(self.argv(self.folder), self.env, self.folder, self.errors)
         self.server_cpu_before = self.instance.cpu_s()
         self.client.start()
-        folder = self.folder
-        return self.client.sessions(self.instance, self.tag, self.expected,
-                                    lambda said: self.failure(said.replace(f"{folder}/", "")))
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
-        ended = self.client.wait(self.run_s, on_progress)
+        ended = self.client.wait(self.run_s, on_progress, self.grace_s)
         self._let_go()
         server_cpu_s = self.instance.cpu_s() - self.server_cpu_before
         return self.measure(ended, self.folder, server_cpu_s)

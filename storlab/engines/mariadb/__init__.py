@@ -24,7 +24,8 @@ INNODB_REDO = 96 * MB  # the default innodb_log_file_size, allocated whole at in
 class Mariadb(Engine):
     name = "mariadb"
     title = "MariaDB"
-    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "page_size", "file_kind", "striping"})
+    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "page_size", "file_kind", "striping",
+                             "temp_on"})
     unhonoured = {
         "log_growth": "MariaDB's redo log is one fixed, circular file that never grows: declare its size with log_size",
     }

@@ -20,28 +20,57 @@ FILE_SUMMARY = """
     SELECT FILE_NAME, EVENT_NAME, COUNT_READ, SUM_NUMBER_OF_BYTES_READ, SUM_TIMER_READ,
            COUNT_WRITE, SUM_NUMBER_OF_BYTES_WRITE, SUM_TIMER_WRITE
     FROM performance_schema.file_summary_by_instance"""
+# A file's row leaves file_summary_by_instance when the file is deleted, as an implicit temporary
+# table's Aria files are once its query ends: the IO of these instruments that no file still there
+# accounts for is the deleted temporary tables'. (A sort's merge chunks in tmpdir are not instrumented.)
+TEMPORARY_TABLES = ("wait/io/file/aria/MAD", "wait/io/file/aria/MAI")
+BY_INSTRUMENT = """
+    SELECT EVENT_NAME, COUNT_READ, SUM_NUMBER_OF_BYTES_READ, SUM_TIMER_READ,
+           COUNT_WRITE, SUM_NUMBER_OF_BYTES_WRITE, SUM_TIMER_WRITE
+    FROM performance_schema.file_summary_by_event_name WHERE EVENT_NAME IN %s"""
+TEMP_DIR = "tmp"  # the instance's tmpdir on the temp placement (instance.provision)
+TEMP_FILES = "temporary files"
+DELETED = "temporary tables (deleted)"
 
 Reading = dict[tuple[str, str], tuple[int, ...]]
 
 
 def read(conn: Any) -> Reading:
-    """(file, instrument) -> (reads, bytes read, read ps, writes, bytes written, write ps)."""
-    return {(name, event): tuple(int(v or 0) for v in rest)
-            for name, event, *rest in conn.execute(FILE_SUMMARY).fetchall()}
+    """(file, instrument) -> (reads, bytes read, read ps, writes, bytes written, write ps); the
+    temporary tables' instruments' totals under the file name ""."""
+    found = {(name, event): tuple(int(v or 0) for v in rest)
+             for name, event, *rest in conn.execute(FILE_SUMMARY).fetchall()}
+    found.update({("", event): tuple(int(v or 0) for v in rest)
+                  for event, *rest in conn.execute(BY_INSTRUMENT, (TEMPORARY_TABLES,)).fetchall()})
+    return found
 
 
-def files(before: Reading, after: Reading, roots: dict[str, Path]) -> list[FileIO]:
-    """The files that moved between two readings, named relative to the placement they are on."""
+def _moved(before: Reading, after: Reading, key: tuple[str, str]) -> list[int]:
+    return [b - a for a, b in zip(before.get(key, (0,) * 6), after[key])]
+
+
+def files(before: Reading, after: Reading, roots: dict[str, Path], temp: str = "") -> list[FileIO]:
+    """The files that moved between two readings, named relative to the placement they are on; the
+    files in the instance's temporary directory, and the deleted temporary tables (on `temp`, the
+    temp placement: "" when tmpdir is the machine's), as temporary files."""
     found = []
+    deleted = {event: _moved(before, after, ("", event)) for event in TEMPORARY_TABLES if ("", event) in after}
     for (name, event), now in after.items():
-        then = before.get((name, event), (0,) * 6)
-        moved = [b - a for a, b in zip(then, now)]
+        if not name:
+            continue
+        moved = _moved(before, after, (name, event))
+        if event in deleted:
+            deleted[event] = [d - m for d, m in zip(deleted[event], moved)]
         if moved[0] <= 0 and moved[3] <= 0:
             continue
         placement, relative = _where(Path(name), roots)
-        found.append(FileIO(relative, Path(name).stem, placement,
-                            reads=moved[0], read_bytes=moved[1], read_s=moved[2] / 1e12,
+        found.append(FileIO(relative, TEMP_FILES if Path(relative).parts[:1] == (TEMP_DIR,) else Path(name).stem,
+                            placement, reads=moved[0], read_bytes=moved[1], read_s=moved[2] / 1e12,
                             writes=moved[3], write_bytes=moved[4], write_s=moved[5] / 1e12, source=SOURCE))
+    left = [sum(column) for column in zip(*deleted.values())] if deleted else [0] * 6
+    if left[0] > 0 or left[3] > 0:
+        found.append(FileIO(DELETED, TEMP_FILES, temp, reads=left[0], read_bytes=left[1], read_s=left[2] / 1e12,
+                            writes=left[3], write_bytes=left[4], write_s=left[5] / 1e12, source=SOURCE))
     return found
 
 
@@ -72,5 +101,6 @@ class FileSummaryProbe:
         capture = self.waits.stop()
         with self.instance.admin() as conn:
             after = read(conn)
-        capture.files = files(self.before, after, {name: root.resolve() for name, root in self.instance.roots.items()})
+        temp = self.instance.spec.temp.name if self.instance.spec.temp is not None else ""
+        capture.files = files(self.before, after, {name: root.resolve() for name, root in self.instance.roots.items()}, temp)
         return capture

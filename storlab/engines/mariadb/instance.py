@@ -4,6 +4,9 @@ Layout, fixed when the instance is installed (`innodb_page_size` cannot change a
 - the datadir (catalog, undo, the default system tablespace) on the first data placement;
 - the redo log (`innodb_log_group_home_dir`, one circular file of `innodb_log_file_size`) on the log
   placement;
+- the temporary files on the temp placement, when the layout names one: the server's `tmpdir` (a
+  sort's merge chunks, implicit temporary tables that outgrew memory) and InnoDB's temporary
+  tablespace (`innodb_temp_data_file_path`, ibtmp1: explicit temporary tables' pages);
 - file_kind "partitions" (file-per-table): N data files are N partitions of a workload's table, each
   with `DATA DIRECTORY` on its placement; one data file is a plain table in the datadir. A random UUID
   key is cut into N equal ranges, not `PARTITION BY KEY`: KEY's hash modulo a power of two is skewed
@@ -81,6 +84,11 @@ WAITING_SESSIONS = """
     FROM performance_schema.events_waits_current
     WHERE THREAD_ID IN %s"""
 
+# What went to temporary files, server-wide: implicit temporary tables that outgrew memory (written in
+# tmpdir), temporary files (a sort's merge chunks among them) and the merge passes of sorts over
+# sort_buffer_size. Counted as they happen, so read at once.
+TEMPORARY_COUNTERS = {"Created_tmp_disk_tables": "tmp_disk_tables", "Created_tmp_files": "tmp_files",
+                      "Sort_merge_passes": "sort_merge_passes"}
 # Commits counted server-wide, statements inside stored procedures included: a load's progress.
 COMMITS = "SHOW GLOBAL STATUS LIKE 'Com_commit'"
 CANCEL = "KILL QUERY {session}"
@@ -253,6 +261,24 @@ class MariadbInstance:
                 except pymysql.err.OperationalError:
                     pass  # the session has already ended
 
+    def log_position(self) -> int:
+        return self.workspace.log_position()
+
+    def logged_since(self, position: int, max_bytes: int) -> str:
+        return self.workspace.logged_since(position, max_bytes)
+
+    def log_statements(self) -> int:
+        raise UserError("capture writes a PostgreSQL statement log for the replay kind; MariaDB has no replayer "
+                        "that keeps its timing (docs/experiment-file.md, replay)")
+
+    def statements_logged_since(self, position: int) -> str:
+        return ""
+
+    def temporary_files(self) -> dict[str, float]:
+        with self.admin() as conn:
+            rows = conn.execute(GLOBAL_STATUS, (tuple(TEMPORARY_COUNTERS),)).fetchall()
+        return {TEMPORARY_COUNTERS[name]: float(value) for name, value in rows}
+
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> FileSummaryProbe:
         """The workload's waits, with the IO of each file of the instance (performance_schema: nothing
         to trace, whatever `tracing` says)."""
@@ -387,8 +413,17 @@ def _private(socket_dir: Path) -> list[str]:
     return [f"--socket={socket_dir / SOCKET}", "--skip-networking"]
 
 
+def _temporary(temp_dir: Path) -> list[tuple[str, Any]]:
+    """The temporary files in `temp_dir`: the server's (tmpdir: a sort's merge chunks, implicit temporary
+    tables on disk) and InnoDB's temporary tablespace (ibtmp1, by absolute path)."""
+    if any(c in str(temp_dir) for c in ":;\"'#") or any(c.isspace() for c in str(temp_dir)):
+        raise UserError(f"{temp_dir} cannot be named in innodb_temp_data_file_path (no ':', ';', quotes, '#' or "
+                        "spaces); choose another directory for layout.temp_on's placement")
+    return [("tmpdir", temp_dir), ("innodb_temp_data_file_path", f"{temp_dir / 'ibtmp1'}:{SYSTEM_FILE_SIZE}:autoextend")]
+
+
 def _options(spec: InstanceSpec, datadir: Path, socket_dir: Path, redo: Path, table_dirs: dict[str, Path],
-             connections: int) -> list[tuple[str, Any]]:
+             connections: int, temp_dir: Path | None = None) -> list[tuple[str, Any]]:
     """my.cnf's [mysqld] lines, in order; the experiment's engine_settings last, so they win."""
     system = spec.file_kind == "system-tablespace"
     options: list[tuple[str, Any]] = [
@@ -417,6 +452,8 @@ def _options(spec: InstanceSpec, datadir: Path, socket_dir: Path, redo: Path, ta
         options.append(("innodb_page_size", spec.page_size))
     if spec.log_size_bytes:
         options.append(("innodb_log_file_size", spec.log_size_bytes))
+    if temp_dir is not None:
+        options += _temporary(temp_dir)
     options += list(spec.settings.items())
     return options
 
@@ -483,8 +520,9 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         kind_dir = "ibdata" if spec.file_kind == "system-tablespace" else "tables"
         table_dirs = {p.name: instances.make_server_dir(ws.roots[p.name] / kind_dir, ws.user)
                       for p in spec.data_placements}
+        temp_dir = instances.make_server_dir(ws.roots[spec.temp.name] / "tmp", ws.user) if spec.temp else None
         config = home / "my.cnf"
-        write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections))
+        write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections, temp_dir))
         if template is None:
             _install(installer, config, ws.user, home)
         server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])

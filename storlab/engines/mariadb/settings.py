@@ -74,7 +74,8 @@ class MariadbSettings(common.Settings):
     server_program_prefixes = (("wsrep_", f"{common.LIBRARY} and runs programs (Galera replication)"),)
     never = {"init_file": ("runs a file's SQL as the server's superuser when it starts, which could change the "
                            "settings storlab sets; put your SQL in a custom workload's setup file")}
-    layout_owned = {"innodb_log_file_size": "log_size", "innodb_page_size": "page_size"}
+    layout_owned = {"innodb_log_file_size": "log_size", "innodb_page_size": "page_size", "tmpdir": "temp_on",
+                    "innodb_temp_data_file_path": "temp_on"}
     # MariaDB reads `loose-x`, `skip-x`, `enable-x`, `disable-x` and `maximum-x` as forms of x.
     prefixes = ("loose_", "skip_", "enable_", "disable_", "maximum_")
 

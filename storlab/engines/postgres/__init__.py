@@ -40,7 +40,7 @@ MAX_WAL = 1024 * MB  # the default max_wal_size: a checkpoint then lets WAL be r
 class Postgres(Engine):
     name = "postgres"
     title = "PostgreSQL"
-    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "log_growth", "striping"})
+    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "log_growth", "striping", "temp_on"})
     unhonoured = {
         "page_size": "PostgreSQL's page is fixed at 8 kB when the server is built",
         "file_kind": "PostgreSQL spreads a table over data files as partitions only",

@@ -2,7 +2,9 @@
 
 Layout: the cluster's catalog on the first data placement, `initdb --waldir` on the log placement
 (`--wal-segsize` is the log's growth: the unit in which new WAL is created and zero-filled), one
-tablespace per data placement; a workload's table over N data files is N hash partitions.
+tablespace per data placement; a workload's table over N data files is N hash partitions. The
+temporary files (sorts and hashes beyond work_mem) go to the temp placement's tablespace through
+temp_tablespaces, in its pgsql_tmp directory.
 
 What keeps the instance private (its socket directory, its port, no TCP address) is on the server's
 command line, which outranks every configuration file: a line added to postgresql.auto.conf cannot
@@ -19,6 +21,7 @@ from __future__ import annotations
 import functools
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -34,7 +37,7 @@ from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
-from storlab.lab.layout import InstanceSpec
+from storlab.lab.layout import InstanceSpec, Placement
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import Sampler, SessionsSched
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
@@ -99,6 +102,27 @@ ACTIVITY_SAMPLE = """
 # while a load procedure runs (the statistics views are flushed only when the procedure returns).
 NEXT_XID = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
 CANCEL = "SELECT pg_cancel_backend(pid) FROM unnest(%s::int[]) AS pid"
+# Every statement of the workload's sessions, their connections and disconnections, in the stderr log
+# with the prefix pgreplay reads, in English (workloads/captured_log.py): its connections and new
+# sessions only, so the set-up before it is not logged. A backend takes its settings from the
+# postmaster as it starts: a new session shows the prefix once the postmaster has read it again.
+STATEMENT_LOG_PREFIX = "%m|%u|%d|%c|"
+LOG_STATEMENTS = [
+    f"ALTER SYSTEM SET log_line_prefix = '{STATEMENT_LOG_PREFIX}'",
+    "ALTER SYSTEM SET lc_messages = 'C'",
+    "ALTER SYSTEM SET log_connections = on",
+    "ALTER SYSTEM SET log_disconnections = on",
+    f"ALTER ROLE {WORKLOAD_ROLE} SET log_statement = 'all'",
+    "SELECT pg_reload_conf()",
+]
+SHOW_LOG_PREFIX = "SHOW log_line_prefix"
+RELOAD_S = 10.0
+STATEMENT_LOG_BYTES = 256 * 2**20
+WORKLOAD_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
+TEMPORARY_FILES = "SELECT temp_files, temp_bytes FROM pg_stat_database WHERE datname = current_database()"
+# A session reports the temporary files it deleted at its next idle moment, at most once a second, or
+# as it exits: the workload's sessions have exited within this, once their client let them go.
+SESSIONS_END_S = 5.0
 CHECKPOINT = "CHECKPOINT"
 SET_PARALLEL_WORKERS = "SET max_parallel_workers_per_gather = {workers}"
 EXPLAIN = "EXPLAIN (FORMAT JSON) "
@@ -224,6 +248,51 @@ class PostgresInstance:
     def cancel(self, sessions: list[int]) -> None:
         with self.admin() as conn:
             conn.execute(CANCEL, (sessions,))
+
+    def log_position(self) -> int:
+        return self.workspace.log_position()
+
+    def logged_since(self, position: int, max_bytes: int) -> str:
+        return self.workspace.logged_since(position, max_bytes)
+
+    def log_statements(self) -> int:
+        """From now on the server logs what captured_log reads of the workload's sessions; where its
+        log is now (statements_logged_since reads from there)."""
+        position = self.log_position()
+        with self.admin() as conn:
+            for statement in LOG_STATEMENTS:
+                conn.execute(statement)
+        deadline = time.monotonic() + RELOAD_S
+        while True:
+            with self.admin() as conn:
+                if conn.execute(SHOW_LOG_PREFIX).fetchone()[0] == STATEMENT_LOG_PREFIX:
+                    return position
+            if time.monotonic() > deadline:
+                raise RunFailed(f"the server did not take the statement log's settings within {RELOAD_S:g} s")
+            time.sleep(0.05)
+
+    def statements_logged_since(self, position: int) -> str:
+        """The workload's sessions' lines (each with its continuation lines) the server logged after
+        `position`, as pgreplay reads them."""
+        kept, keeping = [], False
+        for line in self.logged_since(position, STATEMENT_LOG_BYTES).splitlines():
+            if line.startswith("\t"):
+                if keeping:
+                    kept.append(line)
+                continue
+            parts = line.split("|", 4)
+            keeping = len(parts) == 5 and parts[1] == WORKLOAD_ROLE
+            if keeping:
+                kept.append(line)
+        return "".join(line + "\n" for line in kept)
+
+    def temporary_files(self) -> dict[str, float]:
+        deadline = time.monotonic() + SESSIONS_END_S
+        with self.admin() as conn:
+            while conn.execute(WORKLOAD_BACKENDS, (WORKLOAD_ROLE,)).fetchone()[0] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            files, written = conn.execute(TEMPORARY_FILES).fetchone()
+        return {"temp_files": float(files), "temp_mb": written / 2**20}
 
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> TracedWaitProbe:
         """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run
@@ -361,6 +430,10 @@ def _settings(spec: InstanceSpec, preload_wait_sampling: bool, connections: int)
         "max_connections": max(100, connections + 10),
         "logging_collector": False,
     }
+    if spec.temp is not None:
+        # Named before the tablespace exists: the server takes a name from its files on faith, and
+        # every session opened after provision() made the tablespace finds it.
+        conf["temp_tablespaces"] = _tablespace(spec.temp.name)
     if preload_wait_sampling:
         conf.update({
             "shared_preload_libraries": "pg_wait_sampling",
@@ -405,6 +478,13 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
     return templates.template("postgres", options, build)
 
 
+def _tablespace_placements(spec: InstanceSpec) -> list[Placement]:
+    """One tablespace on each placement that holds data or the temporary files (the workload's role may
+    create in each: a temporary file is created in temp_tablespaces by the session that needs it)."""
+    temp = [spec.temp] if spec.temp is not None and spec.temp.name not in {p.name for p in spec.data_placements} else []
+    return [*spec.data_placements, *temp]
+
+
 def tablespace_problem(folder: Path) -> str | None:
     """Why `folder` cannot hold a tablespace's directory: PostgreSQL refuses a ' in its location."""
     if "'" in str(folder):
@@ -419,7 +499,7 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
     throwaway instance gets an immediate shutdown (no checkpoint: nothing of it is kept); a kept one a
     fast shutdown, so its files are consistent."""
     bins = bin_dir(spec.engine_version or DEFAULT_VERSION)
-    for placement in spec.data_placements:  # refused when the experiment loaded; here for a caller that did not load one
+    for placement in _tablespace_placements(spec):  # refused when the experiment loaded; here for a caller that did not load one
         problem = tablespace_problem(placement.path)
         if problem:
             raise UserError(f"placement {placement.name}: {problem}")
@@ -440,7 +520,7 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         with server.starting(functools.partial(_accepts, ws.socket_dir), "PostgreSQL"), \
                 _connect(ws.socket_dir) as conn:
             version = conn.execute(SERVER_VERSION).fetchone()[0]
-            for placement in spec.data_placements:
+            for placement in _tablespace_placements(spec):
                 location = instances.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)
                 name = sql.SQL(_tablespace(placement.name))
                 conn.execute(sql.SQL(CREATE_TABLESPACE).format(name=name, path=sql.Literal(str(location))))

@@ -69,7 +69,7 @@ class PostgresSettings(common.Settings):
         "pg_wait_sampling.profile_pid": common.PROBE,
         "pg_wait_sampling.profile_queries": common.PROBE,
     }
-    layout_owned = {"min_wal_size": "log_size"}
+    layout_owned = {"min_wal_size": "log_size", "temp_tablespaces": "temp_on"}
     server_programs = {
         "archive_command": common.PROGRAM,
         "restore_command": common.PROGRAM,

@@ -18,6 +18,9 @@ filter maps. Everything is counted in BPF maps, printed and cleared at the end o
   extending a relation has none), and the WAL's (its own trace point fires only when a backend must
   write out a full WAL buffer). A new WAL segment is zero-filled as xlogtemp.<pid> before it is
   renamed: its writes are listed under that name.
+- Temporary files (sorts and hashes beyond work_mem, in a tablespace's `pgsql_tmp`): their writes
+  and their reads (`pread64`, tested against the file's directory) together, as one object on the
+  temp placement.
 - Checkpoints (`checkpoint__start/done`, in the checkpointer) and WAL switches (`wal__switch`): when
   each happened, for the run's timeline (the capture's `events`). A checkpoint still going when the
   load ends is left out (its duration is not known).
@@ -56,6 +59,11 @@ RELATION_LOCKS = (0, 1, 3, 4)  # lock tags whose second field is a relation's OI
 FORKS = {0: "", 1: "_fsm", 2: "_vm", 3: "_init"}
 RELATION_FILE = re.compile(r"(\d+)(_fsm|_vm|_init)?(?:\.(\d+))?")  # a relation's file: node, fork, segment
 WAL_DIR = "wal"  # provision() puts the WAL in <log placement>/wal, pg_wal linking to it
+# Where a session's temporary files are (sorts and hashes beyond work_mem): every tablespace's
+# pgsql_tmp, each file named pgsql_tmp<pid>.<n>. They come and go by the hundred, so they are counted
+# together, as one object, and their reads (pread64) are traced too, whatever --trace-reads says.
+TEMP_DIR = "pgsql_tmp"
+TEMP_FILES = "temporary files"
 # The probes this module attaches: a binary without them is named in the note.
 _NEEDED = (b"lock__wait__start", b"lwlock__wait__start", b"smgr__md__read__start")
 
@@ -86,7 +94,11 @@ tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@wri
   $d = nsecs - @write_at[tid]; $f = (struct file *)@write_file[tid];
   delete(@write_at[tid]); delete(@write_file[tid]);
   $dir = str($f->f_path.dentry->d_parent->d_name.name); $name = str($f->f_path.dentry->d_name.name);
-  @write[$dir, $name] = stats($d); @write_hist[$dir, $name] = hist($d); @write_bytes[$dir, $name] = sum(args->ret);
+  if ($dir == "{temp}") {{
+    @temp_write = stats($d); @temp_write_hist = hist($d); @temp_write_bytes = sum(args->ret);
+  }} else {{
+    @write[$dir, $name] = stats($d); @write_hist[$dir, $name] = hist($d); @write_bytes[$dir, $name] = sum(args->ret);
+  }}
 }}
 tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{instance}/ {{
   @sync_at[tid] = nsecs; @sync_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
@@ -95,6 +107,18 @@ tracepoint:syscalls:sys_exit_fdatasync,tracepoint:syscalls:sys_exit_fsync /@sync
   $d = nsecs - @sync_at[tid]; $f = (struct file *)@sync_file[tid];
   delete(@sync_at[tid]); delete(@sync_file[tid]);
   @sync[str($f->f_path.dentry->d_parent->d_name.name), str($f->f_path.dentry->d_name.name)] = stats($d);
+}}
+""",
+    # Every pread64 of the instance tested against its file's directory: a data file's reads (the
+    # server reads blocks with pread64) pay for that test too.
+    "temp_reads": """
+tracepoint:syscalls:sys_enter_pread64 /{instance}/ {{
+  $rf = (struct file *)*(curtask->files->fdt->fd + args->fd);
+  if (str($rf->f_path.dentry->d_parent->d_name.name) == "{temp}") {{ @temp_read_at[tid] = nsecs; }}
+}}
+tracepoint:syscalls:sys_exit_pread64 /@temp_read_at[tid]/ {{
+  $d = nsecs - @temp_read_at[tid]; delete(@temp_read_at[tid]);
+  @temp_read = stats($d); @temp_read_hist = hist($d); @temp_read_bytes = sum(args->ret);
 }}
 """,
     "events": """
@@ -114,7 +138,7 @@ usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
 """,
 }
 # What a run traces by default (Tracing.ON), and with --trace-reads (Tracing.READS).
-DEFAULT_GROUPS = ("locks", "lwlocks", "writes", "events")
+DEFAULT_GROUPS = ("locks", "lwlocks", "writes", "temp_reads", "events")
 WITH_READS = (*DEFAULT_GROUPS, "reads")
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
@@ -136,7 +160,7 @@ def program(binary: Path, groups: tuple[str, ...] = DEFAULT_GROUPS) -> str:
     instance = f"(@{POSTMASTER}[pid] || @{POSTMASTER}[(uint64)curtask->real_parent->tgid])"
     return "".join(GROUPS[group] for group in groups).format(
         bin=binary, relation_lock=" || ".join(f"arg4 == {kind}" for kind in RELATION_LOCKS),
-        sessions=f"@{SESSIONS}[pid]", instance=instance, segment=SEGMENT_BLOCKS)
+        sessions=f"@{SESSIONS}[pid]", instance=instance, segment=SEGMENT_BLOCKS, temp=TEMP_DIR)
 
 
 def filters(sessions: list[int], postmaster: int) -> dict[str, list[int]]:
@@ -151,7 +175,8 @@ def _has_trace_points(binary: Path, mtime: float) -> bool:
     return all(name in data for name in _NEEDED)
 
 
-_SYSCALLS = ("sys_enter_pwrite64", "sys_enter_pwritev", "sys_enter_fdatasync", "sys_enter_fsync", "sys_enter_kill")
+_SYSCALLS = ("sys_enter_pwrite64", "sys_enter_pwritev", "sys_enter_pread64", "sys_enter_fdatasync", "sys_enter_fsync",
+             "sys_enter_kill")
 
 
 def groups(binary: Path) -> list[tuple[str, str | None]]:
@@ -161,7 +186,7 @@ def groups(binary: Path) -> list[tuple[str, str | None]]:
     # One program traces all of them: what stops one stops every group.
     why = why_not_traced(binary) or (f"this kernel has no syscalls:{missing} tracepoint" if missing else None)
     return [(name, why) for name in ("lock and LWLock waits, checkpoints, WAL switches", "writes and syncs of each file",
-                                     "reads of each data file (--trace-reads)")]
+                                     "reads and writes of the temporary files", "reads of each data file (--trace-reads)")]
 
 
 def why_not_traced(binary: Path, command: str | None = "bpftrace") -> str | None:
@@ -243,6 +268,7 @@ class _Names:
         self.database = conn.execute(DATABASE_OID).fetchone()[0]
         spaces = dict(conn.execute(TABLESPACES).fetchall())
         self.home, self.log = instance.spec.home.name, instance.spec.log.name
+        self.temp = instance.spec.temp.name if instance.spec.temp is not None else self.home
         by_tablespace = {f"ts_{p.name}".lower().replace("-", "_"): p.name for p in instance.spec.data_placements}
         self.placements = {oid: by_tablespace.get(name, self.home) for oid, name in spaces.items()}
 
@@ -324,7 +350,25 @@ def instance_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> list[File
     for key, (n, ns) in _stats(maps, "sync"):
         one = file(*key)
         one.syncs, one.sync_s = n, ns / 1e9
-    return list(found.values())
+    temp = _temporary_files(maps, names)
+    return list(found.values()) + ([temp] if temp is not None else [])
+
+
+def _temporary_files(maps: bpftrace.Maps, names: _Names) -> FileIO | None:
+    """Every temporary file of the run as one: its reads and writes, on the temp placement."""
+    read, written = _stats(maps, "temp_read"), _stats(maps, "temp_write")
+    if not read and not written:
+        return None
+    temp = FileIO(f"{TEMP_DIR}/{TEMP_DIR}*", TEMP_FILES, names.temp, syncs=0, sync_s=0.0, source=SOURCE)
+    for (key, (n, ns)) in read:
+        temp.reads, temp.read_s = n, ns / 1e9
+        temp.read_bytes = int(maps.get("temp_read_bytes", {}).get(key, 0))
+        temp.read_histogram = _histogram(maps, "temp_read_hist", key)
+    for (key, (n, ns)) in written:
+        temp.writes, temp.write_s = n, ns / 1e9
+        temp.write_bytes = int(maps.get("temp_write_bytes", {}).get(key, 0))
+        temp.write_histogram = _histogram(maps, "temp_write_hist", key)
+    return temp
 
 
 def _named(directory: str, name: str, names: _Names) -> tuple[str, str, str]:

@@ -1,0 +1,77 @@
+"""storlab capture: one cell of an experiment, its workload run once on a fresh PostgreSQL instance
+with its statements logged, written out as the statement log the replay kind reads (stderr format,
+log_line_prefix = '%m|%u|%d|%c|'). The workload's prepare (a custom kind's setup, pgbench -i ...) runs
+before the log starts: the log holds the load alone, and the replay's setup must build what the
+prepare built (for a custom workload, its setup file)."""
+
+from __future__ import annotations
+
+from contextlib import closing, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from storlab.errors import UserError
+from storlab.experiment import matrix
+from storlab.experiment.file import Experiment
+from storlab.lab import devices, safe_files
+from storlab.running import cell_runs, runner, stall
+from storlab.workloads import captured_log
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What a log holds, as the replay kind reads it."""
+
+    path: Path
+    cell: str  # its cell's label, "" for an experiment of one cell
+    log: captured_log.CapturedLog
+
+
+def pick(experiment: Experiment, cell_id: str | None) -> matrix.Cell:
+    """The cell whose load is captured: the one named (an id or a unique prefix), or the first."""
+    cells = matrix.cells(experiment)
+    if cell_id is None:
+        return cells[0]
+    found = [c for c in cells if c.id.startswith(cell_id)]
+    if len(found) != 1:
+        raise UserError(f"--cell {cell_id}: {'no cell' if not found else 'several cells'} of {experiment.name} "
+                        f"{'has' if not found else 'have'} that id (its cells: "
+                        f"{', '.join(f'{c.id} {c.label}' for c in cells)})")
+    return found[0]
+
+
+def check(experiment: Experiment, out: Path) -> None:
+    """Refused before anything starts: an engine without a replayer, a file already there."""
+    if experiment.engine != "postgres":
+        raise UserError(f"{experiment.path.name}: capture writes a PostgreSQL statement log for the replay kind; "
+                        f"{experiment.engine} has no replayer that keeps its timing (docs/experiment-file.md, replay)")
+    if out.exists() or out.is_symlink():
+        raise UserError(f"{out}: already there; capture writes a new file (remove it, or name another with --out)")
+    if not out.parent.is_dir():
+        raise UserError(f"{out.parent}: no such folder for the log")
+
+
+def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep: bool = False) -> Captured:
+    """Run one cell's load once with its statements logged, and write the log to `out` (a new file)."""
+    check(experiment, out)
+    cell = pick(experiment, cell_id)
+    paths = runner.prepare_placements(experiment)
+    kind, params = experiment.workload, cell.workload
+    with (devices.DevicePool() if experiment.device_sizes else nullcontext()) as pool:
+        lab = cell_runs.Lab(experiment, paths, keep, pool)
+        with cell_runs.cell_instance(lab, cell) as instance, \
+                stall.Watchdog(instance, stall.stall_after(params), limit_s=stall.run_limit(params)) as watch:
+            kind.prepare(instance, params, experiment.sql)
+            instance.checkpoint()
+            position = instance.log_statements()
+            with closing(kind.load(instance, params, experiment.sql)) as load:
+                load.open()
+                load.run()
+            watch.check()
+            text = instance.statements_logged_since(position)
+    try:
+        log = captured_log.read(text, False)
+    except captured_log.LogProblem as exc:
+        raise UserError(f"the captured log cannot be replayed: {exc}") from None
+    safe_files.write_new(out, text)
+    return Captured(out, cell.label if cell.factors else "", log)

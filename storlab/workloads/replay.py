@@ -1,0 +1,418 @@
+"""replay (seed 004's pre-production test): a statement log captured on a server, replayed by pgreplay
+with its captured timing, or `speed` times faster (a factor: 1, 2, 4 asks how much faster a layout can
+take the same day), on PostgreSQL.
+
+The log (`log`, a file in the experiment's folder: csvlog if its name ends in .csv, else a stderr log
+written with log_line_prefix = '%m|%u|%d|%c|'; captured_log.py says what pgreplay reads of it) is
+checked when the experiment file loads, and every captured session replays as the workload's role in
+the workload's database (`database` picks the captured database to replay when the log has several).
+The database it replays against is built in each run's fresh instance from `setup`, an SQL file or a
+plain pg_dump (`pg_dump --no-owner --no-privileges`, its COPY data included), run as the workload's
+role: every repetition starts from the same database, as the captured server did.
+
+pgreplay keeps the captured order across sessions: a statement waits for the ones logged before it, so
+one slow statement holds the others back, and the replay falls behind the captured schedule. Figures
+from pgreplay's own statistics: the replay's elapsed time, how far it fell behind (its maximum lag, in
+whole seconds, and how much later than the schedule it ended), statements, errors, statement
+durations; the temporary files the server wrote. A replay whose statements fail beyond
+`max_failed_percent` (the log does not fit the setup's database) is a failed run, with the first error
+the server logged.
+
+The probes count the sessions of the log's opening (those begun in its first captured second;
+pgreplay opens each when the log says it connected): a session that begins later is replayed, and its
+IO is in the device timeline and the per-file IO, but not in the waits.
+
+MariaDB: no maintained replayer keeps a session's timing from MariaDB's logs (MariaDB's general log
+stamps whole seconds; Percona's query-playback reads the slow log and is no longer maintained;
+pt-upgrade compares results without timing): `replay` on MariaDB is refused when the file loads."""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import field_validator
+
+from storlab import factors
+from storlab.engines.base import Engine, Instance
+from storlab.errors import RunFailed, UserError
+from storlab.workloads import captured_log, rates
+from storlab.workloads.client import Statement
+from storlab.workloads.custom import GRAMMARS, split
+from storlab.workloads.driver import session_error
+from storlab.workloads.kind import (ELAPSED, TEMPORARY, Figure, Load, Measurement, Progress, Workload, WorkloadParams,
+                                    register)
+from storlab.workloads.tool import ClientLoad, Ended
+
+MAX_SPEED = 1000.0
+MAX_FILE_BYTES = 64 * 2**20  # a log or a setup: read whole, kept with the experiment
+DEFAULT_MAX_FAILED_PERCENT = 5.0
+REPLAYED = "captured.log"  # the log as pgreplay reads it, in the client's folder
+LOG_SINCE_BYTES = 4 * 2**20  # of the server's log, read for the replay's first error
+# A replayed session waiting this long for a lock held by another, idle in its transaction, is stuck:
+# pgreplay waits for the first before it sends the second's next statement (a log whose statements do
+# not take the rows they took when captured: random values, or two transactions that raced for a row).
+STUCK_S = 30.0
+STUCK_CHECK_S = 1.0
+# Past the log's opening (at the cell's speed), how long its sessions may take to connect: pgreplay
+# connects each when it is due, in milliseconds.
+OPENING_GRACE_S = 2.0
+POLL_S = 0.02
+
+REFUSED = {
+    "mariadb": ("no maintained replayer keeps a session's timing from MariaDB's logs (its general log stamps "
+                "whole seconds; Percona's query-playback reads the slow log and is no longer maintained; "
+                "pt-upgrade compares results without timing); run the load on MariaDB as a custom workload "
+                "(your SQL) or sysbench"),
+}
+
+BEHIND = Figure("behind_s", "s", "behind s", "lower")
+LAG_MAX = Figure("lag_max_s", "s", "max lag s", "lower", shown=False)
+SCHEDULE = Figure("schedule_s", "s", "schedule s", shown=False)
+STATEMENTS = Figure("statements", "", "statements", shown=False)
+ERRORS = Figure("errors", "", "errors")
+FAILED_PERCENT = Figure("failed_percent", "%", "failed %", shown=False)
+STATEMENT_AVG = Figure("statement_avg_ms", "ms", "avg statement ms", "lower", shown=False)
+STATEMENT_MAX = Figure("statement_max_ms", "ms", "max statement ms", "lower", shown=False)
+CONNECTIONS = Figure("connections", "", "connections", shown=False)
+AT_ONCE = Figure("connections_max", "", "most connections at once", shown=False)
+CALLS = Figure("calls_per_s", "calls/s", "calls/s", shown=False)
+
+STATISTICS = {
+    "runtime": re.compile(r"^Total run time:(?: (\d+) hours)?(?: (\d+) minutes)? ([\d.]+) seconds$", re.M),
+    "lag": re.compile(r"^Maximum lag behind schedule: (\d+) seconds$", re.M),
+    "calls": re.compile(r"^Calls to the server: (\d+)$", re.M),
+    "connections": re.compile(r"^Total number of connections: (\d+)$", re.M),
+    "at_once": re.compile(r"^Maximum number of concurrent connections: (\d+)$", re.M),
+    "statements": re.compile(r"^SQL statements executed: (\d+)$", re.M),
+    "errors": re.compile(r"^\((\d+) or [\d.]+% of these completed with error\)$", re.M),
+    "average": re.compile(r"^Average SQL statement duration: ([\d.]+) seconds$", re.M),
+    "longest": re.compile(r"^Maximum SQL statement duration: ([\d.]+) seconds$", re.M),
+}
+# pgreplay's lines that say what went wrong (its statistics and schedule warnings are not among them).
+FAILED = re.compile(r"^(Error|Connection .* failed|Cannot )", re.M)
+PARSE_ERROR_LINE = re.compile(r"line (\d+)")
+SERVER_ERROR = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] ERROR:  (.*)$")
+SERVER_STATEMENT = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] STATEMENT:  (.*)$")
+# A plain pg_dump's COPY ... FROM stdin; its rows follow, up to a line "\.".
+COPY_BLOCK = re.compile(r"^(COPY\b[^;]*\bFROM\s+stdin\b[^;]*);[ \t]*\n(.*?)^\\\.[ \t]*(?:\n|\Z)", re.M | re.S | re.I)
+COPY_MARK = "storlab_copy {n}"  # in the setup's place, a statement of its own (a comment would be skipped)
+
+
+@dataclass(frozen=True)
+class PgreplayOn:
+    """What pgreplay needs of an engine (a PostgreSQL server's socket: it reaches any version through
+    libpq), and how a replay stuck in its captured order is seen there: `stuck` finds a replayed session
+    waiting, longer than `held_s`, for a lock that another replayed session holds while idle in its
+    transaction (pgreplay sends that one's next statement only after the waiting one's)."""
+
+    stuck: str
+    program: str = "pgreplay"
+
+
+ENGINES = {"postgres": PgreplayOn("""
+    SELECT w.pid, left(w.query, 200), b.pid, left(b.query, 200)
+    FROM pg_stat_activity w, unnest(pg_blocking_pids(w.pid)) AS blocker(pid), pg_stat_activity b
+    WHERE b.pid = blocker.pid AND w.application_name = %(tag)s AND b.application_name = %(tag)s
+      AND w.wait_event_type = 'Lock' AND b.state = 'idle in transaction'
+      AND w.query_start < clock_timestamp() - make_interval(secs => %(held_s)s)
+    LIMIT 1""")}
+
+
+def program() -> str:
+    found = shutil.which(ENGINES["postgres"].program)
+    if found is None:
+        raise UserError("pgreplay not found: install Debian's pgreplay package (make demo does)")
+    return found
+
+
+def _speed(v: Any, what: str) -> float | int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"expected {what} or a list of them, got {factors.show(v)}")
+    if v > MAX_SPEED:
+        raise ValueError(f"{v:g} times the captured speed is more than the limit of {MAX_SPEED:g}")
+    return v
+
+
+class ReplayParams(WorkloadParams):
+    kind: Literal["replay"]
+    log: str | list[str]
+    setup: str | None = None
+    speed: float | int | list[float | int] = 1
+    database: str | None = None  # the captured database whose sessions are replayed (a log of several)
+    max_failed_percent: float = DEFAULT_MAX_FAILED_PERCENT
+
+    @field_validator("log", "setup", mode="before")
+    @classmethod
+    def _files(cls, v):
+        return None if v is None else factors.factor(v, factors.text, "a file's path")
+
+    @field_validator("speed", mode="before")
+    @classmethod
+    def _speeds(cls, v):
+        return factors.factor(v, _speed, "a speed factor above 0 (1: the captured timing; 2: twice as fast)")
+
+    @field_validator("max_failed_percent", mode="before")
+    @classmethod
+    def _failed(cls, v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
+            raise ValueError(f"expected a percentage from 0 to 100 (one value, not a factor), got {factors.show(v)}")
+        return float(v)
+
+    def sql_files(self) -> list[tuple[str, str]]:
+        setup = [("setup", self.setup)] if self.setup is not None else []
+        return setup + [("log", name) for name in factors.values(self.log)]
+
+    @property
+    def file_bytes(self) -> dict[str, int]:
+        return {"log": MAX_FILE_BYTES, "setup": MAX_FILE_BYTES}
+
+
+def is_csv(name: str) -> bool:
+    """A csvlog by its name (PostgreSQL names its own .csv); any other name is a stderr log."""
+    return name.lower().endswith(".csv")
+
+
+def captured(params: ReplayParams, files: Mapping[str, str], name: str | None = None) -> captured_log.CapturedLog:
+    """What the log (one cell's, or `name`) replays; UserError naming its line where pgreplay cannot read it."""
+    name = name or params.log
+    try:
+        return captured_log.read(files[name], is_csv(name), params.database)
+    except captured_log.LogProblem as exc:
+        raise UserError(f"{name} {exc}") from None
+
+
+def _parse_check(text: str, csv: bool, origin: list[int]) -> str | None:
+    """pgreplay's own parse of the log as it will replay it (when pgreplay is installed here): its
+    first error, the line named as the log the user gave numbers it; None when it parses."""
+    found = shutil.which(ENGINES["postgres"].program)
+    if found is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="storlab-replay-") as folder:
+        path = Path(folder) / REPLAYED
+        path.write_text(text)
+        done = subprocess.run([found, "-f", *(["-c"] if csv else []), "-o", "/dev/null", str(path)],
+                              capture_output=True, text=True, errors="replace", timeout=600, stdin=subprocess.DEVNULL)
+    if done.returncode == 0:
+        return None
+    said = next((line for line in done.stderr.splitlines() if line.startswith(("Error", "Warning: "))), None) \
+        or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    at = PARSE_ERROR_LINE.search(said)
+    # A stderr log's entry is parsed once pgreplay has read the line after it (a continuation line?).
+    index = int(at.group(1)) - (1 if csv else 2) if at is not None else -1
+    if 0 <= index < len(origin):
+        said = f"{said[:at.start(1)]}{origin[index]}{said[at.end(1):]}"
+    return f"pgreplay cannot parse it: {said}"
+
+
+def setup_statements(text: str, name: str) -> list[Statement | tuple[Statement, str]]:
+    """The setup's statements in order, each COPY ... FROM stdin with its rows (a plain pg_dump's)."""
+    copies: list[tuple[str, str, int]] = []
+
+    def mark(match: re.Match) -> str:
+        copies.append((match.group(1), match.group(2), text.count("\n", 0, match.start()) + 1))
+        # The same number of lines, so the statements after it keep their line numbers.
+        return COPY_MARK.format(n=len(copies) - 1) + ";" + "\n" * match.group(0).count("\n")
+
+    marked = COPY_BLOCK.sub(mark, text)
+    found: list[Statement | tuple[Statement, str]] = []
+    for statement in split(marked, GRAMMARS["postgres"], name):
+        copy = re.fullmatch(r"storlab_copy (\d+)", statement.sql)
+        if copy is None:
+            found.append(statement)
+        else:
+            sql, rows, line = copies[int(copy.group(1))]
+            found.append((Statement(sql, f"{name} COPY (line {line})"), rows))
+    return found
+
+
+def run_setup(conn: Any, statements: list[Statement | tuple[Statement, str]]) -> None:
+    cursor = conn.cursor()
+    for step in statements:
+        statement = step[0] if isinstance(step, tuple) else step
+        try:
+            if isinstance(step, tuple):
+                with cursor.copy(statement.sql) as copy:
+                    copy.write(step[1])
+            else:
+                cursor.execute(statement.sql)
+        except Exception as exc:
+            raise UserError(f"{statement.where}: {session_error(exc)}") from None
+
+
+def first_error(logged: str) -> str | None:
+    """The first error the server logged, with the statement it logged for it."""
+    lines = logged.splitlines()
+    for i, line in enumerate(lines):
+        error = SERVER_ERROR.match(line)
+        if error is None:
+            continue
+        statement = next((m.group(2) for later in lines[i + 1:i + 4]
+                          if (m := SERVER_STATEMENT.match(later)) and m.group(1) == error.group(1)), None)
+        return error.group(2) + (f" (statement: {statement[:200]})" if statement else "")
+    return None
+
+
+def _number(name: str, text: str) -> float:
+    found = STATISTICS[name].search(text)
+    if found is None:
+        raise RunFailed(f"pgreplay printed no statistics ({name}): {text.strip().splitlines()[-1:] or 'nothing'}")
+    return float(found.group(1))
+
+
+def measured(ended: Ended, params: ReplayParams, log: captured_log.CapturedLog, server_cpu_s: float,
+             errors_logged: str) -> Measurement:
+    """The run's figures from pgreplay's statistics (module docstring)."""
+    text = "\n".join(ended.text)
+    if ended.code != 0:
+        raise RunFailed(f"pgreplay failed: {ended.last_words()}")
+    runtime = STATISTICS["runtime"].search(text)
+    if runtime is None:
+        raise RunFailed(f"pgreplay printed no statistics: {ended.last_words()}")
+    hours, minutes, seconds = runtime.groups()
+    elapsed = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds)
+    statements = _number("statements", text)
+    errors = float(STATISTICS["errors"].search(text).group(1)) if STATISTICS["errors"].search(text) else 0.0
+    failed = 100 * errors / statements if statements else 0.0
+    if failed > params.max_failed_percent:
+        raise RunFailed(f"{errors:.0f} of {statements:.0f} statements failed ({failed:.1f} %, more than "
+                        f"max_failed_percent = {params.max_failed_percent:g}): the log does not fit the setup's "
+                        f"database; the first error: {first_error(errors_logged) or 'not in the server log'}")
+    schedule = log.span_s / params.speed
+    figures = {
+        ELAPSED.name: elapsed, BEHIND.name: elapsed - schedule, SCHEDULE.name: schedule,
+        LAG_MAX.name: _number("lag", text), STATEMENTS.name: statements, ERRORS.name: errors,
+        FAILED_PERCENT.name: failed, CONNECTIONS.name: _number("connections", text),
+        AT_ONCE.name: _number("at_once", text), CALLS.name: _number("calls", text) / elapsed if elapsed > 0 else 0.0,
+        **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, 1),
+    }
+    if statements:
+        figures[STATEMENT_AVG.name] = 1000 * _number("average", text)
+        figures[STATEMENT_MAX.name] = 1000 * _number("longest", text)
+    return Measurement(elapsed, figures, [], ended.lines[0][0] if ended.lines else 0.0)
+
+
+class ReplayLoad(ClientLoad):
+    """pgreplay as a client (tool.ClientLoad): the sessions it opens at the log's start are the ones
+    found for the probes; it may open fewer before they are looked for (a short session), or end first."""
+
+    def __init__(self, instance: Instance, params: ReplayParams, log: captured_log.CapturedLog, replayed: str):
+        tag = f"storlab-replay-{secrets.token_hex(6)}"
+        address = instance.client_address()
+        self.log_at = 0
+        self.speed = params.speed
+
+        def argv(folder: Path) -> list[str]:
+            return [program(), *(["-c"] if log.csv else []), "-h", str(address.socket), "-p", str(address.port),
+                    "-s", f"{params.speed:g}", str(folder / REPLAYED)]
+
+        def measure(ended: Ended, folder: Path, cpu: float) -> Measurement:
+            return measured(ended, params, log, cpu, instance.logged_since(self.log_at, LOG_SINCE_BYTES))
+
+        # Never taken for stuck however far behind it falls (that is the answer): the run's wall-clock
+        # limit (run_limit_s) and the stall watchdog end a replay that does not end.
+        super().__init__(instance, argv, {"PGAPPNAME": tag}, tag, log.opening, log.span_s / params.speed, measure,
+                         lambda folder: (folder / REPLAYED).write_text(replayed), errors=FAILED, grace_s=None)
+
+    def run(self, on_progress: Progress | None = None) -> Measurement:
+        checked = time.monotonic()
+
+        def watched(done: int, total: int) -> None:
+            nonlocal checked
+            if on_progress is not None:
+                on_progress(done, total)
+            if time.monotonic() - checked >= STUCK_CHECK_S:
+                checked = time.monotonic()
+                self._check_stuck()
+
+        return super().run(watched)
+
+    def _check_stuck(self) -> None:
+        with self.instance.admin() as conn:
+            row = conn.execute(ENGINES[self.instance.engine].stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
+        if row is not None:
+            waiter, waiting, holder, held = row
+            raise RunFailed(f"the replay is stuck: session {waiter} has waited over {STUCK_S:g} s for a lock session "
+                            f"{holder} holds, idle in its transaction after {held!r}, and pgreplay sends that one's next "
+                            f"statement only after {waiting!r}: the log's statements do not take the rows they took "
+                            "when captured (random values in them, or two transactions that raced for a row)")
+
+    def open(self) -> list[int]:
+        """The sessions of the log's opening, once all are open or its opening is over (replayed at
+        the cell's speed; a session in it may have ended before it was seen); fewer if pgreplay ends first."""
+        self.log_at = self.instance.log_position()
+        self.start()
+        deadline = time.monotonic() + captured_log.OPENING_S / self.speed + OPENING_GRACE_S
+        while True:
+            found = self.instance.client_sessions(self.tag)
+            ended = self.client._reap()
+            if ended is not None and ended.code != 0:
+                raise RunFailed(f"pgreplay failed: {ended.last_words()}")
+            if len(found) >= self.expected or ended is not None or time.monotonic() > deadline:
+                return found
+            time.sleep(POLL_S)
+
+
+@register
+class Replay(Workload):
+    name = "replay"
+    Params = ReplayParams
+    figures = (ELAPSED, BEHIND, ERRORS, LAG_MAX, SCHEDULE, STATEMENTS, FAILED_PERCENT, STATEMENT_AVG, STATEMENT_MAX,
+               CONNECTIONS, AT_ONCE, CALLS, rates.CLIENT_CPU, rates.SERVER_CPU, rates.CLIENT_SHARE, rates.SERVER_SHARE,
+               *TEMPORARY)
+    note = ("replay: pgreplay replays the captured log in its captured order across sessions (a slow statement holds "
+            "the later ones back); each run has a fresh instance built from the setup; behind s: how much later than "
+            "the captured schedule (divided by the speed) the replay ended; waits counted for the sessions begun in "
+            "the log's first captured second")
+    engines = ENGINES
+
+    def check_engine(self, engine: Engine, params: WorkloadParams) -> None:
+        if engine.name in REFUSED:
+            raise factors.KeyProblem(("workload", "kind"), f"replay does not run on {engine.title}: {REFUSED[engine.name]}")
+        super().check_engine(engine, params)
+
+    def check_files(self, params: ReplayParams, files: Mapping[str, str]) -> None:
+        for name in factors.values(params.log):
+            try:
+                log = captured_log.read(files[name], is_csv(name))
+                if params.database is not None and params.database not in log.databases:
+                    raise factors.KeyProblem(("workload", "database"), f"{name} has no session in database "
+                                             f"{factors.show(params.database)} (its databases: {', '.join(log.databases)})")
+                if params.database is not None:
+                    log = captured_log.read(files[name], is_csv(name), params.database)
+            except captured_log.LogProblem as exc:
+                raise factors.KeyProblem(("workload", "log"), f"{name} {exc}") from None
+            if params.database is None and len(log.databases) > 1:
+                raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
+                                         f"{', '.join(log.databases)}: name the one to replay with database = "
+                                         f"{factors.show(log.databases[0])}")
+            # Any role and database: pgreplay only parses it here.
+            text, origin = captured_log.for_replay(files[name], log.csv, "lab", "lab", params.database)
+            problem = _parse_check(text, log.csv, origin)
+            if problem:
+                raise factors.KeyProblem(("workload", "log"), f"{name}: {problem}")
+
+    def sessions(self, params: ReplayParams, files: Mapping[str, str] | None = None) -> int:
+        if files is None:
+            return 1
+        return max(captured(params, files, name).most_at_once for name in factors.values(params.log))
+
+    def prepare(self, instance: Instance, params: ReplayParams, files: dict[str, str]) -> None:
+        if params.setup is None:
+            return
+        with instance.connect() as conn:
+            run_setup(conn, setup_statements(files[params.setup], params.setup))
+
+    def load(self, instance: Instance, params: ReplayParams, files: dict[str, str]) -> Load:
+        log = captured(params, files)
+        address = instance.client_address()
+        replayed, _ = captured_log.for_replay(files[params.log], log.csv, address.user, address.database, params.database)
+        return ReplayLoad(instance, params, log, replayed)
