@@ -45,9 +45,21 @@ def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str]):
 def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, cgroups: tuple[str, ...] = (),
           **popen: Any) -> subprocess.Popen:
     """Start `argv` in its own process group (as `uid`/`gid` when given, inside the control groups
-    whose cgroup.procs files `cgroups` names), tied to storlab's life."""
-    return subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid, list(cgroups)), start_new_session=True,
-                            **popen)
+    whose cgroup.procs files `cgroups` names), tied to storlab's life.
+
+    A Ctrl-C is held while the child is forked: with a preexec_fn, Python runs its at-fork hooks
+    (logging's lock release) in storlab, and a KeyboardInterrupt raised inside one is printed and
+    dropped, the run going on as if never interrupted."""
+    child = None
+    try:
+        with interrupts_held():
+            child = subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid, list(cgroups)),
+                                     start_new_session=True, **popen)
+    except BaseException:
+        if child is not None:
+            stop(child)
+        raise
+    return child
 
 
 def run(argv: list[str], timeout: float, input: str | None = None, **popen: Any) -> tuple[int, str]:
