@@ -521,8 +521,9 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
 
         if _ending is not None and ended_well and not keep:
             thread = threading.Thread(target=tear_down, name=f"storlab ending {iid}")  # not a daemon: exit waits
-            _ending.append(thread)
-            thread.start()
+            with processes.interrupts_held():  # a Ctrl-C between the two would leave a thread no one joins, or one never started
+                thread.start()
+                _ending.append(thread)
         else:
             with processes.interrupts_held():  # a second signal (or SIGHUP after Ctrl-C) must not cut this short
                 tear_down()
