@@ -1,5 +1,7 @@
 """The two ways a test runs storlab's command line (pyperf's check_command): `storlab` as a user runs it,
-a child process with its own exit code, signals and output; `invoke` in this process, through click."""
+a child process with its own exit code, signals and output (`start` left running, `together` several
+side by side); `invoke` in this process, through click. Every test that runs the command line goes
+through here."""
 
 from __future__ import annotations
 
@@ -34,6 +36,24 @@ def start(*args, **popen) -> subprocess.Popen:
     popen.setdefault("stdout", subprocess.DEVNULL)
     popen.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen([*COMMAND, *map(str, args)], text=True, **_this_checkout(popen))
+
+
+def together(*commands: tuple, timeout: float = 900, **popen) -> list[subprocess.CompletedProcess]:
+    """Each of `commands` (a tuple of ARGS) as `storlab` would run it to its end, all started before any
+    is waited for: commands that need not wait for each other overlap their start-up (each child
+    imports storlab anew). In the order given; whatever is still running when one fails is killed."""
+    children = [start(*args, stdout=subprocess.PIPE, **popen) for args in commands]
+    try:
+        done = []
+        for child in children:
+            out, err = child.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(child.args, child.returncode, out, err))
+        return done
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def invoke(*args) -> Result:

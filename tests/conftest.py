@@ -1,5 +1,8 @@
 """Shared fixtures: experiment files written into a temporary directory, a private state dir so tests
-never see (or clean) instances of a real storlab run on the same machine, and a shared store's server."""
+never see (or clean) instances of a real storlab run on the same machine, a shared store's server, and
+root's own file that a link planted by the servers' user must never reach (`victim`); and the fast
+tier's marker. Test modules never import each other: what two of them share is here, in commands.py
+(the command line), experiments.py (experiment files) or devicetools.py (devices)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,17 @@ from storlab.lab import instances
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.devicetools import mounted
+
+
+SLOW = ("engine", "device", "fio")
+
+
+def pytest_collection_modifyitems(items):
+    """`-m fast`, the fast tier, is every test marked none of SLOW: what starts a server, makes a device
+    or a mount, or runs fio or bpftrace carries its marker; everything else is fast without saying so."""
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in SLOW):
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +100,33 @@ def image_dir():
     cleanup.clean(live=True)
     if not mounted(path):
         shutil.rmtree(path, ignore_errors=True)
+
+
+SECRET = "root-only SECRET 7f3a9c\n"
+
+
+class Victim:
+    """Root's own file, mode 0600, in a folder the servers' user can reach but not write."""
+
+    def __init__(self, folder: Path, name: str = "secret"):
+        folder.mkdir(exist_ok=True)
+        folder.chmod(0o755)
+        self.path = folder / name
+        self.path.write_text(SECRET)
+        self.path.chmod(0o600)
+        self.before = (self.path.read_bytes(), os.stat(self.path).st_mtime_ns, os.stat(self.path).st_uid)
+
+    def untouched(self) -> bool:
+        st = os.stat(self.path)
+        return (self.path.read_bytes(), st.st_mtime_ns, st.st_uid) == self.before
+
+
+@pytest.fixture
+def victim() -> Victim:
+    """Outside the experiments' folder (lab_root), as /etc/shadow would be."""
+    folder = Path(tempfile.mkdtemp(prefix="storlab-test-root-only-", dir="/var/tmp"))
+    yield Victim(folder)
+    shutil.rmtree(folder)
 
 
 @dataclass

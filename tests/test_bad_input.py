@@ -4,38 +4,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
-from tests.commands import invoke
+from tests.commands import invoke, storlab
+from tests.experiments import BASE, MARIADB, changed
 
-BASE = """\
-name = "fz"
-engine = "postgres"
-repetitions = 2
-
-[placements]
-disk = "{disk}"
-ram = "tmpfs"
-
-[layout]
-data_files = [1, 2]
-data_on = "disk"
-log_on = "ram"
-
-[workload]
-kind = "random-insert"
-connections = 2
-rows_per_connection = 1000
-batch = 100
-"""
-
-MARIADB = BASE.replace('engine = "postgres"', 'engine = "mariadb"')
 SETTINGS = "\n[engine_settings]\n"
 LOTS = "[" + ", ".join(str(i) for i in range(1, 1002)) + "]"
 TWO_HUNDRED = "[" + ", ".join(str(i) for i in range(1, 201)) + "]"
@@ -197,19 +174,12 @@ MARIADB_CASES = [
 ]
 
 
-def _body(old: str, new: str, disk: Path, base: str = BASE) -> str:
-    text = base.format(disk=disk)
-    old, new = old.replace("{disk}", str(disk)), new.replace("{disk}", str(disk))
-    assert old in text, old
-    return text.replace(old, new, 1)
-
-
 
 @pytest.mark.parametrize("case, old, new, expected", CASES, ids=[c[0] for c in CASES])
 def test_broken_file_gives_one_line_and_exit_2(lab_root, case, old, new, expected):
     disk = lab_root / "disk"
     path = lab_root / "fz.toml"
-    path.write_text(_body(old, new, disk))
+    path.write_text(changed(old, new, disk))
     result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
     assert result.exit_code == 2, (result.stdout, result.exception)
     assert result.stderr == f"storlab: {expected.replace('{disk}', str(disk)).replace('{lab}', str(lab_root))}\n"
@@ -220,7 +190,7 @@ def test_broken_file_gives_one_line_and_exit_2(lab_root, case, old, new, expecte
 @pytest.mark.parametrize("case, setting, name", MARIADB_CASES, ids=[c[0] for c in MARIADB_CASES])
 def test_mariadb_settings_storlab_owns_are_refused(lab_root, case, setting, name):
     path = lab_root / "fz.toml"
-    path.write_text(_body("batch = 100", f"batch = 100\n\n[engine_settings]\n{setting}", lab_root / "disk", MARIADB))
+    path.write_text(changed("batch = 100", f"batch = 100\n\n[engine_settings]\n{setting}", lab_root / "disk", MARIADB))
     result = invoke("run", str(path), "--dry-run")
     assert result.exit_code == 2
     assert result.stderr.startswith(f"storlab: fz.toml:21: engine_settings.{name}: storlab sets it: ")
@@ -234,7 +204,7 @@ def test_mariadb_settings_storlab_owns_are_refused(lab_root, case, setting, name
 ])
 def test_mariadb_reads_one_number_written_two_ways_as_one_value(lab_root, values, said):
     path = lab_root / "fz.toml"
-    path.write_text(_body("batch = 100", f"batch = 100\n\n[engine_settings]\ninnodb_buffer_pool_size = {values}",
+    path.write_text(changed("batch = 100", f"batch = 100\n\n[engine_settings]\ninnodb_buffer_pool_size = {values}",
                           lab_root / "disk", MARIADB))
     result = invoke("run", str(path), "--dry-run")
     assert result.exit_code == 2
@@ -256,7 +226,7 @@ def test_numbers_on_the_command_line_are_written_in_digits_0_to_9(args, said):
 
 
 def test_mariadb_layout_owned_settings_name_the_layout_key(lab_root):
-    body = _body('log_on = "ram"', 'log_on = "ram"\npage_size = "16k"\n\n[engine_settings]\ninnodb_page_size = "8k"',
+    body = changed('log_on = "ram"', 'log_on = "ram"\npage_size = "16k"\n\n[engine_settings]\ninnodb_page_size = "8k"',
                  lab_root / "disk", MARIADB)
     path = lab_root / "fz.toml"
     path.write_text(body)
@@ -267,7 +237,7 @@ def test_mariadb_layout_owned_settings_name_the_layout_key(lab_root):
 def test_unreachable_placement_is_named_and_not_made(lab_root, tmp_path):
     private = tmp_path / "private" / "disk"  # pytest's tmp dirs are mode 0700, closed to other users
     path = lab_root / "fz.toml"
-    path.write_text(_body('disk = "{disk}"', f'disk = "{private}"', lab_root / "disk"))
+    path.write_text(changed('disk = "{disk}"', f'disk = "{private}"', lab_root / "disk"))
     result = invoke("run", str(path), "--dry-run")
     assert result.exit_code == 2
     blocked = next(p for p in reversed(tmp_path.parents) if not os.stat(p).st_mode & 0o001)
@@ -279,7 +249,7 @@ def test_unreachable_placement_is_named_and_not_made(lab_root, tmp_path):
 def test_nothing_is_made_when_a_later_placement_is_wrong(lab_root):
     deep = lab_root / "new" / "deep"
     path = lab_root / "fz.toml"
-    path.write_text(_body('ram = "tmpfs"', 'ram = "tmpfs"\nbad = "/proc/x"', deep))
+    path.write_text(changed('ram = "tmpfs"', 'ram = "tmpfs"\nbad = "/proc/x"', deep))
     for args in (["--dry-run"], []):
         result = invoke("run", str(path), *args, "--out", str(lab_root / "results"))
         assert result.exit_code == 2 and "placements.bad" in result.stderr
@@ -316,7 +286,7 @@ def test_a_quote_in_a_placement_holding_data_is_refused_when_the_file_loads(lab_
 def test_a_quote_in_a_placement_holding_only_the_log_is_fine(lab_root):
     """The log's folder is no tablespace: initdb --waldir takes it as it is."""
     path = lab_root / "fz.toml"
-    path.write_text(_body('log_on = "ram"', 'log_on = "logs"', lab_root / "disk").replace(
+    path.write_text(changed('log_on = "ram"', 'log_on = "logs"', lab_root / "disk").replace(
         'ram = "tmpfs"', f'ram = "tmpfs"\nlogs = "{lab_root}/it\'s"'))
     result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
     assert result.exit_code == 0, result.output
@@ -328,8 +298,7 @@ def test_a_quote_in_a_placement_holding_only_the_log_is_fine(lab_root):
 def test_a_fifo_is_refused_without_waiting(lab_root):
     fifo = lab_root / "exp.toml"
     os.mkfifo(fifo)
-    done = subprocess.run([sys.executable, "-m", "storlab", "run", str(fifo), "--dry-run"],
-                          capture_output=True, text=True, timeout=60)
+    done = storlab("run", fifo, "--dry-run", timeout=60)  # a child: opening a FIFO could block forever
     assert done.returncode == 2
     assert done.stderr == f"storlab: {fifo}: not a regular file (a FIFO, device or socket); give a TOML file\n"
 

@@ -8,7 +8,6 @@ import errno
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from storlab.lab.layout import CellLayout
 from storlab.running import capacity
 from storlab.sizes import format_bytes
 from storlab.workloads.random_insert import RandomInsertParams
-from tests.commands import storlab
+from tests.commands import start, storlab
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 
 pytestmark = pytest.mark.engine
@@ -103,8 +102,7 @@ def _fill(folder: Path) -> Path:
 
 def test_a_placement_that_fills_up_is_named_and_stops_the_experiment(small_experiment, small_fs, tmp_path):
     out = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(small_experiment(rows=30_000, reps=3)),
-                             "--no-trace", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start("run", small_experiment(rows=30_000, reps=3), "--no-trace", "--out", out)
     try:
         deadline = time.monotonic() + 120
         while not instances_up() or shutil.disk_usage(small_fs).used < 20 * 1024**2:  # rows going in

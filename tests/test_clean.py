@@ -7,7 +7,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from storlab.engines.postgres import shared_memory
 from storlab.lab import instances
 from storlab.running import cleanup
-from tests.commands import storlab
+from tests.commands import start, storlab
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 
 TINY = """
@@ -38,11 +37,6 @@ rows_per_connection = {rows}
 batch = 500
 """
 
-
-
-def start(experiment: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "storlab", "run", str(experiment), "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def ready_instances(count: int, procs: list[subprocess.Popen], timeout: float = 120) -> list[instances.Manifest]:
@@ -73,7 +67,7 @@ def tiny(write_experiment, lab_dir):
 @pytest.mark.engine
 def test_clean_while_two_runs_go_stops_nothing(tiny, tmp_path):
     outs = [tmp_path / "a", tmp_path / "b"]
-    procs = [start(tiny("a", rows=30_000), outs[0]), start(tiny("b", rows=30_000), outs[1])]
+    procs = [start("run", tiny("a", rows=30_000), "--out", outs[0]), start("run", tiny("b", rows=30_000), "--out", outs[1])]
     try:
         ready_instances(2, procs)
         cleaned = storlab("clean")
@@ -95,7 +89,7 @@ def test_clean_while_two_runs_go_stops_nothing(tiny, tmp_path):
 @pytest.mark.engine
 def test_clean_all_stops_a_live_run_and_says_so(tiny, tmp_path):
     out = tmp_path / "r"
-    proc = start(tiny("live", reps=2, rows=20_000), out)
+    proc = start("run", tiny("live", reps=2, rows=20_000), "--out", out)
     try:
         (manifest,) = ready_instances(1, [proc])
         cleaned = storlab("clean", "--all")
@@ -149,7 +143,7 @@ def _mapped_segments(pid: int) -> set[str]:
 
 @pytest.mark.engine
 def test_a_killed_runs_shared_memory_is_removed_by_clean(tiny, tmp_path):
-    proc = start(tiny("killed", reps=3, rows=20_000), tmp_path / "r")
+    proc = start("run", tiny("killed", reps=3, rows=20_000), "--out", tmp_path / "r")
     # Another dead server's segment, owned by the same OS user: not this instance's, so it stays.
     decoy = Path(f"/dev/shm/PostgreSQL.{4_000_000_000 + os.getpid()}")
     try:

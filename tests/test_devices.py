@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from storlab.experiment import places
 from storlab.factors import KeyProblem
 from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec
 from storlab.running import cleanup
+from tests.commands import storlab
 from tests.devicetools import (attached, child, device_spec, leftovers, manifests, mounted, needs_root, nothing_left,
                                read_line)
 
@@ -200,7 +200,7 @@ def test_kill_9_then_clean_leaves_nothing(image_dir):
         proc.kill()  # SIGKILL: no finally runs in the child
         proc.wait()
     assert len(attached(image_dir)) == 1 and len(mounted(image_dir)) == 1 and manifests()
-    cleaned = subprocess.run([sys.executable, "-m", "storlab", "clean"], capture_output=True, text=True, timeout=120)
+    cleaned = storlab("clean", timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
     [line] = cleaned.stdout.splitlines()
     assert re.fullmatch(r"de\w+: removed unmounted \S+/mnt, detached /dev/loop\d+, deleted \S+", line), line

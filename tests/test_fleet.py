@@ -8,15 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from storlab.cli import main
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
@@ -29,35 +26,10 @@ from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
 from storlab.running import runner
-from tests.commands import CHECKOUT, storlab
+from tests.commands import invoke, start, storlab
 from tests.conftest import StoreServer, stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
-
-EXPERIMENT = """
-name = "{name}"
-engine = "postgres"
-repetitions = {reps}
-{hosts}
-
-[placements]
-disk = "disk"
-ram = "tmpfs"
-
-[layout]
-data_files = [1, 2]
-data_on = "disk"
-log_on = "ram"
-
-[workload]
-kind = "random-insert"
-connections = 2
-rows_per_connection = {rows}
-batch = 200
-"""
-
-
-def body(name: str = "fleet", reps: int = 2, hosts: str = "", rows: int = 2000) -> str:
-    return EXPERIMENT.format(name=name, reps=reps, hosts=hosts, rows=rows)
+from tests.experiments import fleet_body
 
 
 # -- without a server ------------------------------------------------------------------------
@@ -85,7 +57,7 @@ def test_a_migration_is_written_once_and_spoken_in_each_dialect():
 ])
 def test_a_password_on_the_command_line_is_refused_and_never_repeated(dsn):
     for args in (["show", "--store", dsn], ["worker", "--store", dsn], ["submit", "x.toml", "--store", dsn]):
-        result = CliRunner().invoke(main, args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert result.output == f"storlab: {shared_store.PASSWORD_REFUSED}\n"
         assert "hunter2" not in result.output and "~/.pgpass" in result.output and "PGPASSWORD" in result.output
@@ -96,14 +68,14 @@ def test_a_store_is_a_folder_or_a_connection_string():
         shared_store.check_dsn("results/x")
     dsn = "postgresql://fleet@/results?host=/tmp/s&port=55432"
     assert shared_store.check_dsn(dsn) == dsn
-    both = CliRunner().invoke(main, ["show", "results/x", "--store", dsn])
+    both = invoke("show", "results/x", "--store", dsn)
     assert both.exit_code == 2 and "give a results folder or --store, not both" in both.output
-    neither = CliRunner().invoke(main, ["show"])
+    neither = invoke("show")
     assert neither.exit_code == 2 and "give a results folder, or --store DSN" in neither.output
 
 
 def test_hosts_are_a_factor_named_first(write_experiment, lab_dir):
-    exp = experiment.load(write_experiment(body(hosts='hosts = ["db1", "db2"]').replace('"disk"', f'"{lab_dir}"', 1)))
+    exp = experiment.load(write_experiment(fleet_body(hosts='hosts = ["db1", "db2"]').replace('"disk"', f'"{lab_dir}"', 1)))
     cells = matrix.cells(exp)
     assert [c.label for c in cells] == ["host=db1 data_files=1", "host=db1 data_files=2",
                                         "host=db2 data_files=1", "host=db2 data_files=2"]
@@ -119,15 +91,15 @@ def test_hosts_are_a_factor_named_first(write_experiment, lab_dir):
     ('hosts = ["db1", "DB1"]', 'hosts: "DB1" is listed twice'),
 ])
 def test_bad_hosts_are_one_line(write_experiment, lab_dir, hosts, message):
-    path = write_experiment(body(hosts=hosts).replace('"disk"', f'"{lab_dir}"', 1))
+    path = write_experiment(fleet_body(hosts=hosts).replace('"disk"', f'"{lab_dir}"', 1))
     with pytest.raises(UserError) as caught:
         experiment.load(path)
     assert str(caught.value) == f"exp.toml:5: {message}"
 
 
 def test_a_hosts_experiment_is_refused_in_a_results_folder(write_experiment, lab_dir, tmp_path):
-    path = write_experiment(body(hosts='hosts = ["db1"]').replace('"disk"', f'"{lab_dir}"', 1))
-    result = CliRunner().invoke(main, ["run", str(path), "--out", str(tmp_path / "r")])
+    path = write_experiment(fleet_body(hosts='hosts = ["db1"]').replace('"disk"', f'"{lab_dir}"', 1))
+    result = invoke("run", str(path), "--out", str(tmp_path / "r"))
     assert result.exit_code == 2
     assert result.output.startswith("storlab: exp.toml:5: hosts: a results folder is one machine's")
     assert not (tmp_path / "r").exists()
@@ -135,8 +107,8 @@ def test_a_hosts_experiment_is_refused_in_a_results_folder(write_experiment, lab
 
 def test_run_into_a_store_checks_everything_before_anything_is_queued(write_experiment, lab_dir):
     """The engine's verdict on a setting comes first, before the store is even reached."""
-    path = write_experiment(body().replace('"disk"', f'"{lab_dir}"', 1) + "\n[engine_settings]\nno_such_setting = 1\n")
-    result = CliRunner().invoke(main, ["run", str(path), "--store", "postgresql://fleet@/fleet?host=/nonexistent"])
+    path = write_experiment(fleet_body().replace('"disk"', f'"{lab_dir}"', 1) + "\n[engine_settings]\nno_such_setting = 1\n")
+    result = invoke("run", str(path), "--store", "postgresql://fleet@/fleet?host=/nonexistent")
     assert result.exit_code == 2
     assert result.output.startswith("storlab: exp.toml:") and "engine_settings.no_such_setting: unknown setting" in result.output
 
@@ -209,9 +181,8 @@ def test_one_store_holds_many_experiments(store_server):
 def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subprocess.Popen:
     cwd.mkdir(exist_ok=True)
     cwd.chmod(0o755)
-    return subprocess.Popen([sys.executable, "-m", "storlab", "worker", "--store", server.dsn, "--host", host,
-                             "--until-done", "--no-trace", *more], cwd=cwd, env=server.env(PYTHONPATH=str(CHECKOUT)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start("worker", "--store", server.dsn, "--host", host, "--until-done", "--no-trace", *more, cwd=cwd,
+                 env=server.env(), stdout=subprocess.PIPE)
 
 
 def queue_rows(server: StoreServer) -> list[tuple]:
@@ -246,7 +217,7 @@ def ps_text() -> str:
 @pytest.mark.engine
 def test_two_hosts_a_killed_worker_and_every_run_exactly_once(store_server, write_experiment, lab_root):
     hosts = ["db1", "db2"]
-    source = write_experiment(body(hosts=f"hosts = {hosts!r}".replace("'", '"'), rows=4000))
+    source = write_experiment(fleet_body(hosts=f"hosts = {hosts!r}".replace("'", '"'), rows=4000))
     submitted = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
     assert submitted.returncode == 0, submitted.stderr
     assert submitted.stdout == "fleet: 2 cells x 2 repetitions x 2 hosts (db1, db2) = 8 runs (8 queued)\n"
@@ -302,7 +273,7 @@ def test_run_into_a_store_beside_a_worker_pools_the_hosts(store_server, write_ex
     """No hosts: any worker takes any run. `storlab run --store` works beside a worker on the same
     experiment; every run is done once, and the answer names the hosts of each cell's figures."""
     placements = lab_root / "shared"
-    source = write_experiment(body(reps=3).replace('disk = "disk"', f'disk = "{placements}"'))
+    source = write_experiment(fleet_body(reps=3).replace('disk = "disk"', f'disk = "{placements}"'))
     worker = start_worker(store_server, "db2", lab_root / "db2", "--experiment", "fleet")
     env = store_server.env(PGPASSFILE="/nonexistent", PGPASSWORD=store_server.password)  # libpq's other way
     here = storlab("run", str(source), "--no-trace", "--store", store_server.dsn, "--host", "db1", env=env)
@@ -334,7 +305,7 @@ def test_run_into_a_store_beside_a_worker_pools_the_hosts(store_server, write_ex
 @pytest.mark.engine
 def test_a_stopped_worker_hands_its_claim_back(store_server, write_experiment, lab_root):
     """SIGTERM (as Ctrl-C): the worker's server is stopped and its claim is open again at once."""
-    source = write_experiment(body(reps=1, rows=20000))
+    source = write_experiment(fleet_body(reps=1, rows=20000))
     assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
     proc = start_worker(store_server, "db1", lab_root / "db1")
     cell_id, rep, manifest = mid_run(store_server, proc)
@@ -370,7 +341,7 @@ TAMPERED = {
 def test_a_worker_skips_an_experiment_it_cannot_read_and_serves_the_others(store_server, write_experiment, lab_root):
     env = store_server.env()
     for name in ("good", *TAMPERED):
-        source = write_experiment(body(name=name, reps=1).replace("data_files = [1, 2]", "data_files = 1"), f"{name}.toml")
+        source = write_experiment(fleet_body(name=name, reps=1).replace("data_files = [1, 2]", "data_files = 1"), f"{name}.toml")
         assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
     with store_server.admin() as conn:  # as a hostile submitter could leave them
         for name, (sql, _) in TAMPERED.items():
@@ -507,7 +478,7 @@ def test_a_stalled_run_goes_back_to_the_queue(store_server, write_experiment, la
     """Every process of the worker's instance stopped: after the declared 3 s without an answer its
     run is given up (its lease no longer renewed), the instance killed, and the run queued again; the
     worker's next instance answers and the run is recorded, as attempt 2."""
-    source = write_experiment(body(reps=1, rows=300000) + "stall_after_s = 3\n")
+    source = write_experiment(fleet_body(reps=1, rows=300000) + "stall_after_s = 3\n")
     assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
     proc = start_worker(store_server, "db1", lab_root / "db1")
     stopped: list[int] = []
@@ -538,7 +509,7 @@ def test_a_queue_row_the_experiment_does_not_plan_is_failed_not_run(store_server
     """Anyone who can submit can write the queue: a row naming a cell the experiment does not have,
     or a repetition beyond its plan, is marked failed with the reason, never run, never a traceback;
     submit neither counts such rows nor queues them again, and says how many it left out."""
-    source = write_experiment(body(reps=1, rows=200))
+    source = write_experiment(fleet_body(reps=1, rows=200))
     assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
     cell = matrix.cells(experiment.load(source))[0]
     with store_server.admin() as conn:

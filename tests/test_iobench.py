@@ -8,12 +8,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from click.testing import CliRunner
 
-from storlab.cli import main
 from storlab.errors import RunFailed, UserError
 from storlab.machine import iobench
 from storlab.results.store import Store
+from tests.commands import invoke
 
 DATA = Path(__file__).parent / "data"
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
@@ -109,7 +108,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
                           (["io", str(tmp_path), "--size", "12Q"],
                            "storlab: --size: '12Q' is not a size (a number with K, M, G or T, as 256M)\n"),
                           (["io", str(tmp_path), "--preset", "tpc"], "storlab: --preset: unknown preset 'tpc' (known: sqlio)\n")):
-        result = CliRunner().invoke(main, args)
+        result = invoke(*args)
         assert (result.exit_code, result.output) == (2, message)
     assert list(tmp_path.iterdir()) == []
 
@@ -124,18 +123,19 @@ def test_io_refuses_a_system_folder_as_placements_are_refused(tmp_path, target, 
     """fio would lay its test file out there (as root, anywhere): refused in one line before anything
     is made, its results folder included, as a placement there is refused."""
     for out in ([], ["--out", str(tmp_path / "r")]):
-        result = CliRunner().invoke(main, ["io", target, *out])
+        result = invoke("io", target, *out)
         assert (result.exit_code, result.output) == (2, f"storlab: {message}\n")
     assert list(tmp_path.iterdir()) == [] and not iobench.default_folder(Path(target)).exists()
     linked = tmp_path / "etc-link"
     linked.symlink_to(target)  # by its real path, as a placement is judged
-    result = CliRunner().invoke(main, ["io", str(linked), "--out", str(tmp_path / "r")])
+    result = invoke("io", str(linked), "--out", str(tmp_path / "r"))
     assert (result.exit_code, result.output) == (2, f"storlab: {message}\n")
 
 
 # -- fio as a child process ----------------------------------------------------------------------
 
 
+@pytest.mark.fio
 @needs_fio
 def test_ctrl_c_ends_fio(tmp_path):
     def interrupt(_):
@@ -149,6 +149,7 @@ def test_ctrl_c_ends_fio(tmp_path):
     assert psutil.Process().children(recursive=True) == []
 
 
+@pytest.mark.fio
 @needs_fio
 def test_fio_failure_is_a_lab_failure(tmp_path):
     with pytest.raises(RunFailed, match="fio failed"):
@@ -166,7 +167,7 @@ def test_io_command_on_disk_shows_stores_and_cleans_up(tmp_path):
     (target / "keep.txt").write_text("not storlab's")
     out = tmp_path / "results"
 
-    result = CliRunner().invoke(main, ["io", str(target), "--size", "16M", "--duration", "1s", "--out", str(out)])
+    result = invoke("io", str(target), "--size", "16M", "--duration", "1s", "--out", str(out))
 
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if line.startswith("job"))
@@ -183,7 +184,7 @@ def test_io_command_on_disk_shows_stores_and_cleans_up(tmp_path):
 def test_io_on_tmpfs_is_flagged_as_memory_speed(tmp_path):
     out = tmp_path / "results"
 
-    result = CliRunner().invoke(main, ["io", "tmpfs", "--size", "16M", "--duration", "1s", "--out", str(out)])
+    result = invoke("io", "tmpfs", "--size", "16M", "--duration", "1s", "--out", str(out))
 
     assert result.exit_code == 0, result.output
     assert "* memory speed: the file is on tmpfs" in result.output

@@ -11,15 +11,12 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from storlab import processes
-from storlab.cli import main
 from storlab.engines import provision
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
@@ -27,12 +24,12 @@ from storlab.engines.postgres import shared_memory
 from storlab.lab import instances, safe_files, settle, templates
 from storlab.lab.devices import DevicePool
 from storlab.lab.layout import CellLayout, spec_for
-from tests.conftest import storlab_processes
+from tests.commands import invoke
+from tests.conftest import Victim, storlab_processes
 from tests.devicetools import device_spec
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 
-SECRET = "root-only SECRET 7f3a9c\n"
 DATA = Path(__file__).parent / "data"
 
 
@@ -46,30 +43,6 @@ def plant(link: Path, target: Path) -> None:
     done = as_server_user("ln", "-sfn", target, link)
     assert done.returncode == 0, done.stderr
     assert os.lstat(link).st_uid == instances.server_user().uid
-
-
-class Victim:
-    """Root's own file, mode 0600, in a folder the servers' user can reach but not write."""
-
-    def __init__(self, folder: Path, name: str = "secret"):
-        folder.mkdir(exist_ok=True)
-        folder.chmod(0o755)
-        self.path = folder / name
-        self.path.write_text(SECRET)
-        self.path.chmod(0o600)
-        self.before = (self.path.read_bytes(), os.stat(self.path).st_mtime_ns, os.stat(self.path).st_uid)
-
-    def untouched(self) -> bool:
-        st = os.stat(self.path)
-        return (self.path.read_bytes(), st.st_mtime_ns, st.st_uid) == self.before
-
-
-@pytest.fixture
-def victim() -> Victim:
-    """Outside the experiments' folder (lab_root), as /etc/shadow would be."""
-    folder = Path(tempfile.mkdtemp(prefix="storlab-test-root-only-", dir="/var/tmp"))
-    yield Victim(folder)
-    shutil.rmtree(folder)
 
 
 @pytest.fixture
@@ -338,7 +311,7 @@ def test_report_and_export_never_write_through_a_planted_link(shared_results, la
     plant(shared_results / f".{name}.storlab-tmp", victim.path)
     plant(shared_results / "..storlab-files.storlab-tmp", others[0].path)
     plant(shared_results / ".storlab-files", others[1].path)
-    done = CliRunner().invoke(main, [*command, str(shared_results)])
+    done = invoke(*command, str(shared_results))
     assert done.exit_code == 0, done.output
     written = shared_results / name
     assert not written.is_symlink() and written.stat().st_uid == 0 and "SECRET" not in written.read_text()
@@ -346,7 +319,7 @@ def test_report_and_export_never_write_through_a_planted_link(shared_results, la
     # The file itself a link: refused, not replaced, not followed.
     written.unlink()
     plant(written, others[2].path)
-    refused = CliRunner().invoke(main, [*command, str(shared_results)])
+    refused = invoke(*command, str(shared_results))
     assert refused.exit_code == 2 and "not written by storlab" in refused.stderr
     assert written.is_symlink() and others[2].untouched()
     assert all(p.is_symlink() for p in shared_results.glob(".*storlab-tmp"))  # only the planted names are left
@@ -378,17 +351,17 @@ def test_a_results_folder_another_user_could_change_is_refused_before_anything(l
         for command in (["run", experiment_file, "--out", out], ["run", experiment_file, "--dry-run", "--out", out],
                         ["io", lab_dir, "--out", out], ["report", "--store", "postgresql://u@nowhere.invalid/d",
                                                         "--out", out]):
-            done = CliRunner().invoke(main, [str(a) for a in command])
+            done = invoke(*command)
             assert (done.exit_code, done.stderr) == (2, f"storlab: --out: {said}: {remedy}\n"), command
     assert list(theirs.iterdir()) == [] and list(open_to_all.iterdir()) == []
 
     monkeypatch.chdir(theirs)  # the default folder, results/o, under the working folder
-    done = CliRunner().invoke(main, ["run", str(experiment_file), "--dry-run"])
+    done = invoke("run", str(experiment_file), "--dry-run")
     assert (done.exit_code, done.stderr) == (2, f"storlab: the results folder: {theirs}: a folder another user could "
                                                 f"change ({owned}): {remedy}\n")
     assert list(theirs.iterdir()) == []
     monkeypatch.chdir(lab_root)  # root's own, in sticky /var/tmp
-    done = CliRunner().invoke(main, ["run", str(experiment_file), "--dry-run"])
+    done = invoke("run", str(experiment_file), "--dry-run")
     assert done.exit_code == 0, done.output
 
 
@@ -410,7 +383,7 @@ def sql_refusal(write_experiment, workload: str) -> tuple[int, str, str]:
     # Beside the experiment's folder, not in it: that may be another user's, and root's results never go there
     # (a dry run makes no folder).
     out = path.parent.with_name(f"{path.parent.name}-results")
-    done = CliRunner().invoke(main, ["run", str(path), "--dry-run", "--out", str(out)])
+    done = invoke("run", str(path), "--dry-run", "--out", str(out))
     return done.exit_code, done.stderr, done.stdout
 
 
@@ -450,8 +423,7 @@ def test_a_sql_file_linked_out_of_the_folder_is_refused_and_never_read(write_exp
                       "experiment file's folder; storlab reads SQL files only inside it\n")
     assert "SECRET" not in stderr + stdout and victim.untouched()
     # submit refuses it the same way, before the store is even reached: nothing of it is uploaded.
-    submitted = CliRunner().invoke(main, ["submit", str(lab_root / "w.toml"),
-                                          "--store", "postgresql://u@nowhere.invalid/d"])
+    submitted = invoke("submit", lab_root / "w.toml", "--store", "postgresql://u@nowhere.invalid/d")
     assert (submitted.exit_code, submitted.stderr) == (2, stderr)
 
 
@@ -486,6 +458,6 @@ def test_results_folders_in_system_folders_are_refused(write_experiment, lab_roo
     for command in (["run", str(path), "--dry-run", "--out", out], ["run", str(path), "--out", out],
                     ["export", "--store", "postgresql://u@nowhere.invalid/d", "--out", out],
                     ["report", "--store", "postgresql://u@nowhere.invalid/d", "--out", out]):
-        done = CliRunner().invoke(main, command)
+        done = invoke(*command)
         assert (done.exit_code, done.stderr) == (2, f"storlab: --out: {expected}\n"), command
     assert not Path("/storlab.sqlite").exists()

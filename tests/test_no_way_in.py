@@ -19,7 +19,6 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, mounted
-from tests.test_links import victim  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 

@@ -10,7 +10,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from storlab.engines import provision
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads.pgbench import read_log
-from tests.commands import storlab
+from tests.commands import start, storlab
 from tests.conftest import instances_up, prepared, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
 pytestmark = pytest.mark.engine
@@ -164,8 +163,7 @@ def start_long_run(write_experiment, tmp_path, extra: str = "") -> subprocess.Po
     path = write_experiment(EXPERIMENT.format(name="long", engine="postgres", log_on='"disk"',
                                               workload='kind = "pgbench"\nclients = 2\nduration_s = 600\n' + extra),
                             "long.toml")
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(tmp_path / "r")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start("run", path, "--no-trace", "--out", tmp_path / "r", stdout=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not measured_clients(proc):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()

@@ -13,7 +13,6 @@ import select
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,11 +28,10 @@ from storlab.results.folder_store import FILENAME
 from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
-from tests.commands import invoke, start, storlab
+from tests.commands import invoke, start, storlab, together
 from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
-from tests.test_bad_input import BASE
-from tests.test_fleet import body as fleet_body
+from tests.experiments import BASE, fleet_body
 
 TINY = """
 name = "tiny"
@@ -170,6 +168,7 @@ def test_a_store_file_that_is_a_folder_is_one_line(tiny, tmp_path):
 # -- read-only, full, deleted ------------------------------------------------------------------
 
 
+@pytest.mark.device
 @needs_root
 def test_a_read_only_results_folder_is_called_read_only_not_damaged(tiny, lab_root):
     folder = lab_root / "ro"
@@ -190,6 +189,7 @@ def test_a_read_only_results_folder_is_called_read_only_not_damaged(tiny, lab_ro
             f"storlab: {folder / 'new'}: cannot make the results folder: the folder is read-only\n"
 
 
+@pytest.mark.device
 @needs_root
 def test_an_older_store_in_a_read_only_folder_is_read_brought_up_to_date_in_memory(lab_root):
     folder = lab_root / "ro"
@@ -205,6 +205,7 @@ def test_an_older_store_in_a_read_only_folder_is_read_brought_up_to_date_in_memo
             assert db.execute("PRAGMA user_version").fetchone()[0] == 1  # the folder is left as it was
 
 
+@pytest.mark.device
 @needs_root
 def test_a_store_that_fills_up_says_so_with_the_runs_figures(lab_root):
     folder = lab_root / "small"
@@ -285,9 +286,7 @@ def test_a_second_writer_is_refused_naming_the_first(tiny, tmp_path):
     out = tmp_path / "results"
     a_store(out)
     with folder_lock.writing(out):
-        result = storlab("run", str(tiny()), "--out", str(out))
-        shown = storlab("show", str(out))
-        exported = storlab("export", str(out))
+        result, shown, exported = together(("run", tiny(), "--out", out), ("show", out), ("export", out))
     assert result.returncode == 2
     said = one_line(result.stderr)
     assert said.startswith(f"storlab: {out}: in use by another storlab run, pid {os.getpid()} (storlab ")
@@ -431,8 +430,8 @@ def test_a_closed_terminal_stops_everything_too(tiny, tmp_path, lab_dir):
     """The run's output goes to a terminal that is then closed (its writes fail) before the SIGHUP."""
     out = tmp_path / "results"
     terminal, seat = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", "--no-trace", str(tiny(reps=3, rows=6000)), "--out", str(out)],
-                            stdin=subprocess.DEVNULL, stdout=seat, stderr=seat)
+    proc = start("run", "--no-trace", tiny(reps=3, rows=6000), "--out", out, stdin=subprocess.DEVNULL, stdout=seat,
+                 stderr=seat)
     os.close(seat)
     read = threading.Event()
     reader = threading.Thread(target=_drain, args=(terminal, read))

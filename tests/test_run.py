@@ -6,7 +6,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import instances
 from storlab.running import stall
-from tests.commands import invoke, storlab
+from tests.commands import invoke, start, storlab
 from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
 pytestmark = pytest.mark.engine
@@ -134,8 +133,7 @@ def _wait_for_runs(out: Path, count: int, proc: subprocess.Popen, timeout: float
 def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, how):
     out = tmp_path / "results"
     experiment = tiny(reps=3, rows=6000)
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", "--no-trace", str(experiment), "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start("run", "--no-trace", experiment, "--out", out)
     _wait_for_runs(out, 1, proc)
     time.sleep(0.7)  # most likely inside the next run's workload
     proc.send_signal(how)
@@ -188,8 +186,7 @@ def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, l
     out = tmp_path / "results"
     path = write_experiment(TINY.format(reps=3, disk=lab_dir, rows=150000).replace("data_files = [1, 4]", "data_files = 1")
                             + "stall_after_s = 3\n")
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start("run", path, "--no-trace", "--out", out, stdout=subprocess.PIPE)
     stopped: list[int] = []
     try:
         deadline = time.monotonic() + 120
@@ -272,8 +269,7 @@ def test_a_run_past_its_limit_fails_and_the_next_goes_on(write_experiment, lab_d
     path = write_experiment(NAPS.format(disk=lab_dir))
     planned = [cell.id for cell, _ in matrix.plan(matrix.cells(experiment.load(path)), 1, set(), 7)]
     out = lab_root / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start("run", path, "--no-trace", "--out", out, stdout=subprocess.PIPE)
     seen: dict[str, list[float]] = {}  # each instance: when its server was first and last seen ready
     try:
         deadline = time.monotonic() + 600  # it never ended before

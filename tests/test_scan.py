@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.probes import iosizes
 from storlab.results.store import Store
-from tests.commands import storlab
+from tests.commands import start, storlab
 from tests.conftest import storlab_processes
 
 pytestmark = [pytest.mark.engine, pytest.mark.skipif(os.geteuid() != 0, reason="device placements need root")]
@@ -94,8 +93,7 @@ def test_read_ahead_makes_the_reads_large_and_the_scan_fast(write_experiment, im
 def test_interrupted_scan_leaves_nothing_attached(write_experiment, images, tmp_path):
     image_dir = images
     path = write_experiment(SCAN.format(engine="postgres", reps=3, images=image_dir, files=1, table_mb=60))
-    proc = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--out", str(tmp_path / "r")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start("run", path, "--out", tmp_path / "r")
     deadline = time.monotonic() + 120
     while not mounts_of(image_dir):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()

@@ -22,8 +22,7 @@ from storlab.engines.postgres.settings import PostgresSettings
 from storlab.lab import instances
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke, storlab
-from tests.test_bad_input import BASE, MARIADB, _body
-from tests.test_fleet import body as fleet_body
+from tests.experiments import BASE, MARIADB, changed, fleet_body
 
 PASSWD = [line for line in Path("/etc/passwd").read_text().splitlines() if line.strip()]
 
@@ -203,7 +202,7 @@ PROGRAMS = [
 
 def _settings_file(lab_root: Path, engine: str, settings: str) -> Path:
     path = lab_root / "fz.toml"
-    path.write_text(_body("batch = 100", f"batch = 100\n\n[engine_settings]\n{settings}", lab_root / "disk",
+    path.write_text(changed("batch = 100", f"batch = 100\n\n[engine_settings]\n{settings}", lab_root / "disk",
                           BASE if engine == "postgres" else MARIADB))
     return path
 

@@ -9,8 +9,6 @@ import html
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -25,7 +23,7 @@ from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
 from storlab.running import fleet
-from tests.commands import invoke
+from tests.commands import invoke, storlab
 
 DATA = Path(__file__).parent / "data"
 SCHEMA = json.loads(invoke("schema", "--answer").stdout)  # made from the answer's types
@@ -299,10 +297,6 @@ connections = 2
 rows_per_connection = {rows}
 batch = 500
 """
-
-
-def storlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=900)
 
 
 def stored(folder: Path) -> tuple[list[tuple[str, int]], str | None]:

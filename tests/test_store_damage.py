@@ -89,14 +89,15 @@ def test_a_headline_of_zero_or_below_answers_without_the_factor_analysis(store, 
     tamper(store, f"UPDATE figures SET value = {value} WHERE name = 'elapsed_s'")
     unavailable = ("explain: what each factor does: unavailable: elapsed s is 0 or below in 8 of 8 runs, and a "
                    "ratio of geometric means needs every figure above 0")
+    said = {}
     for command in READERS:
-        done = invoke(command[0], store, *command[1:])
+        done = said[" ".join(command)] = invoke(command[0], store, *command[1:])
         assert done.exit_code == 0, (command, done.output)
         assert done.stderr == "" and "Traceback" not in done.output, command
-    shown = invoke("show", store)
+    shown = said["show"]
     assert shown.stdout.startswith(unavailable + "\n")
     assert "verdicts: no verdicts: elapsed s is 0 or below in 8 of 8 runs" in shown.stdout
-    answer = json.loads(invoke("show", store, "--json").stdout)
+    answer = json.loads(said["show --json"].stdout)
     assert answer["factor_effects"] is None and answer["status"] == unavailable
     assert [r["verdict"] for r in answer["ranking"]] == ["best", "no verdict", "no verdict", "no verdict"]
     assert unavailable in (store / "report.html").read_text()

@@ -3,15 +3,12 @@ storlab speaks UTF-8 to it, so `submit` and a worker read back what they wrote."
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import psycopg
 import pytest
 
 from storlab.engines.postgres import instance as postgres
 from tests.commands import storlab
-from tests.test_fleet import body
+from tests.experiments import fleet_body
 
 pytestmark = pytest.mark.engine
 
@@ -23,14 +20,14 @@ def test_a_worker_on_a_sql_ascii_store_runs_the_experiment(store_server, write_e
         conn.execute("CREATE DATABASE ascii OWNER fleet")
         conn.execute("UPDATE pg_database SET encoding = pg_char_to_encoding('SQL_ASCII') WHERE datname = 'ascii'")
     dsn = store_server.dsn.replace("/fleet?", "/ascii?")
-    source = write_experiment(body(name="ascii", reps=1, rows=500))
+    source = write_experiment(fleet_body(name="ascii", reps=1, rows=500))
     submitted = storlab("submit", str(source), "--store", dsn, env=store_server.env())
     assert submitted.returncode == 0, submitted.stderr
     host = lab_root / "db1"
     host.mkdir()
     host.chmod(0o755)
-    worker = subprocess.run([sys.executable, "-m", "storlab", "worker", "--store", dsn, "--host", "db1", "--until-done"],
-                            cwd=host, env=store_server.env(), capture_output=True, text=True, timeout=600)
+    worker = storlab("worker", "--store", dsn, "--host", "db1", "--until-done", cwd=host, env=store_server.env(),
+                     timeout=600)
     assert worker.returncode == 0, worker.stderr
     assert "Traceback" not in worker.stderr
     with psycopg.connect(host=str(store_server.socket_dir), port=postgres.PORT, user=postgres.SUPERUSER,

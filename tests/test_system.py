@@ -11,12 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from storlab.cli import main
 from storlab.errors import UserError
 from storlab.lab import cgroups, mounts
 from storlab.machine import system
+from tests.commands import invoke
 
 DATA = Path(__file__).parent / "data"
 INTEL = DATA / "intel-pstate-powersave"
@@ -199,7 +198,7 @@ def test_tmpfs_says_it_is_memory():
 
 
 def test_check_command_exit_code_says_whether_fit():
-    result = CliRunner().invoke(main, ["check", "/", "--json"])
+    result = invoke("check", "/", "--json")
 
     report = json.loads(result.output)
     assert result.exit_code == (0 if report["fit"] else 2)
@@ -208,7 +207,7 @@ def test_check_command_exit_code_says_whether_fit():
 
 @no_cpufreq
 def test_check_command_text_on_this_vm():
-    result = CliRunner().invoke(main, ["check", "/"])
+    result = invoke("check", "/")
 
     assert result.exit_code == 0, result.output
     assert "    UNKNOWN  governor: unknown (virtualized)  (no cpufreq in sysfs: in a guest the hypervisor sets the frequency)" \
@@ -220,7 +219,7 @@ def test_a_path_that_does_not_exist_is_the_users_error():
     with pytest.raises(UserError, match="/no/such/place: no such file or directory"):
         system.check([Path("/no/such/place")])
 
-    result = CliRunner().invoke(main, ["check", "/no/such/place"])
+    result = invoke("check", "/no/such/place")
     assert (result.exit_code, result.output) == (2, "storlab: /no/such/place: no such file or directory\n")
 
 
@@ -252,6 +251,7 @@ def loop_device(image: Path, mount_point: Path, sector_size: int):
             subprocess.run(["losetup", "-d", device], check=False)
 
 
+@pytest.mark.device
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("losetup") or not shutil.which("mkfs.ext4"),
                     reason="needs root, losetup and mkfs.ext4")
 def test_loop_device_with_4096_byte_sectors(tmp_path):
@@ -277,7 +277,7 @@ def test_loop_device_with_4096_byte_sectors(tmp_path):
 
 def test_check_says_which_engine_servers_are_installed(tmp_path):
     """Each engine's servers (PostgreSQL's 15 and 18) are named with what is installed, or how to install it."""
-    result = CliRunner().invoke(main, ["check", str(tmp_path), "--json"])
+    result = invoke("check", str(tmp_path), "--json")
     engines = {i["name"]: i for i in json.loads(result.output)["items"] if i["group"] == "Engines"}
     assert set(engines) == {"PostgreSQL 15", "PostgreSQL 18", "MariaDB"}
     for item in engines.values():
@@ -287,7 +287,7 @@ def test_check_says_which_engine_servers_are_installed(tmp_path):
 
 def test_check_says_whether_instances_get_control_groups(tmp_path):
     """As the kernel says: a group storlab could make here now, or UNKNOWN with why not."""
-    result = CliRunner().invoke(main, ["check", str(tmp_path), "--json"])
+    result = invoke("check", str(tmp_path), "--json")
     (item,) = [i for i in json.loads(result.output)["items"] if i["group"] == "Lab" and i["name"] == "control groups"]
     found = cgroups.hierarchy()
     if os.geteuid() == 0 and found is not None and os.access(found.own, os.W_OK):
@@ -299,7 +299,7 @@ def test_check_says_whether_instances_get_control_groups(tmp_path):
 
 
 def test_check_says_for_each_trace_group_whether_it_can_run_here(tmp_path):
-    result = CliRunner().invoke(main, ["check", str(tmp_path), "--json"])
+    result = invoke("check", str(tmp_path), "--json")
     traces = {i["name"]: i for i in json.loads(result.output)["items"] if i["group"] == "Traces"}
     assert "the size of every IO (block:block_rq_issue)" in traces
     assert {"PostgreSQL 15: lock and LWLock waits, checkpoints, WAL switches", "PostgreSQL 15: writes and syncs of each file",

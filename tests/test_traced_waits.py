@@ -28,27 +28,30 @@ from storlab.probes import bpftrace, traced_waits
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.runs import RunResult
 from storlab.results.store import Store
-from tests import commands
-from tests.commands import invoke
+from tests.commands import invoke, start, storlab
 from tests.conftest import stop_storlab
 from tests.devicetools import child, gone, read_line, wait_gone
 
-TRACED = pytest.mark.skipif(os.geteuid() != 0 or bpftrace.why_not("bpftrace") is not None,
+# A string, so that it is judged when a traced test is about to run, not when the module is collected:
+# why_not mounts tracefs where it is missing, and a run of the fast tier mounts nothing.
+TRACED = pytest.mark.skipif("os.geteuid() != 0 or bpftrace.why_not('bpftrace') is not None",
                             reason="tracing needs root and bpftrace")
 POSTGRES_15 = Path("/usr/lib/postgresql/15/bin/postgres")
 
 
 @pytest.fixture(autouse=True)
-def fresh_tracefs():
-    """Each test starts as on a fresh host, tracefs not mounted: storlab mounts it before any trace
-    starts (a lazy unmount: a trace still running elsewhere keeps what it has open)."""
-    if os.geteuid() == 0:
+def fresh_tracefs(request):
+    """Each test that traces starts as on a fresh host, tracefs not mounted: storlab mounts it before
+    any trace starts (a lazy unmount: a trace still running elsewhere keeps what it has open). A fast
+    test traces nothing and leaves the host's tracefs alone."""
+    if os.geteuid() == 0 and request.node.get_closest_marker("fast") is None:
         while (bpftrace.TRACEFS / "events").is_dir():
             if subprocess.run(["umount", "-l", str(bpftrace.TRACEFS)], capture_output=True).returncode != 0:
                 break
     yield
 
 
+@pytest.mark.device
 def test_tracing_mounts_tracefs_where_a_fresh_host_has_none():
     if os.geteuid() != 0:
         pytest.skip("mounting tracefs needs root")
@@ -92,11 +95,6 @@ data_on = "disk"
 kind = "scan"
 table_mb = 16
 """
-
-
-def storlab(*args, env=None) -> subprocess.CompletedProcess:
-    """Tables wide enough that no row or title wraps."""
-    return commands.storlab(*args, env={**(env or os.environ), "COLUMNS": "250"})
 
 
 def traces_of(state: Path) -> list[int]:
@@ -260,14 +258,14 @@ def test_waits_say_why_counts_are_unavailable(tmp_path):
         store.bind_experiment("e", "postgres", "", {"x": 1}, 1, {}, [("a", "a", {})])
         facts = store.record_facts({"cpu": {"governor": "performance"}}, {"cpu": {"governor": "performance"}})
         store.record_run("a", 1, RunResult(0.0, [("elapsed_s", 1.0, "s")], capture, "15", []), facts)
-    shown = storlab("waits", tmp_path, "--resources", "--files")
-    assert shown.returncode == 0, shown.stderr
+    shown = invoke("waits", tmp_path, "--resources", "--files")
+    assert shown.exit_code == 0, shown.output
     said = " ".join(shown.stdout.split())  # a table's title wraps to the table's width
     assert "source pg_wait_sampling (counts unavailable: tracing needs root)" in said
     assert "no traced lock waits: counts unavailable (tracing needs root)" in said
     assert "no per-file IO: counts unavailable (tracing needs root)" in said
-    shown = storlab("show", tmp_path)
-    assert shown.returncode == 0, shown.stderr
+    shown = invoke("show", tmp_path)
+    assert shown.exit_code == 0, shown.output
     assert "lock waits by relation and IO per file unavailable: tracing needs root (sampled waits kept)" in \
         " ".join(shown.stdout.split())
 
@@ -294,6 +292,7 @@ SMALL = TWIN.replace("repetitions = 1", "repetitions = {reps}").replace("rows_pe
                                                                       "rows_per_connection = 5000")
 
 
+@pytest.mark.device
 @TRACED
 def test_the_maps_are_read_at_once_and_the_trace_ends_in_the_background():
     trace = bpftrace.Trace('interval:ms:10 { @ticks = count(); @sizes["a", 1] = hist(4096); }')
@@ -309,6 +308,7 @@ def test_the_maps_are_read_at_once_and_the_trace_ends_in_the_background():
     assert gone(pid)
 
 
+@pytest.mark.device
 @TRACED
 @pytest.mark.skipif(not POSTGRES_15.exists(), reason="PostgreSQL 15 is not installed")
 @pytest.mark.parametrize("kept", [False, True], ids=["one run's trace", "kept across runs"])
@@ -335,6 +335,7 @@ def test_a_storlab_that_exits_waits_for_its_traces_to_end(kept):
     assert all(gone(pid) for pid in pids)
 
 
+@pytest.mark.device
 @TRACED
 @pytest.mark.skipif(not POSTGRES_15.exists(), reason="PostgreSQL 15 is not installed")
 def test_a_killed_storlab_takes_its_kept_trace_with_it():
@@ -391,7 +392,7 @@ def _runs(out: Path) -> int:
                                                                                         "ctrl-c recording", "sigterm"])
 def test_ctrl_c_leaves_no_trace_running(tmp_path_factory, moment, stop):
     with laid_out(tmp_path_factory, SMALL, reps=4) as (experiment, out, env, state):
-        proc = commands.start("run", experiment, "--out", out, env=env)
+        proc = start("run", experiment, "--out", out, env=env)
         try:
             deadline = time.monotonic() + 300
             while not (traces_of(state) if moment == "while a trace counts" else _runs(out)):
@@ -485,7 +486,7 @@ def test_two_traced_experiments_at_once_each_keep_every_count(tmp_path_factory):
         .replace("rows_per_connection = 20000", "rows_per_connection = 4000")
     with laid_out(tmp_path_factory, small) as (first, first_out, first_env, _), \
             laid_out(tmp_path_factory, small.replace('name = "twin"', 'name = "twin2"')) as (second, second_out, second_env, _):
-        procs = [commands.start("run", exp, "--out", out, env=env, stdout=subprocess.PIPE)
+        procs = [start("run", exp, "--out", out, env=env, stdout=subprocess.PIPE)
                  for exp, out, env in ((first, first_out, first_env), (second, second_out, second_env))]
         for proc in procs:
             out, err = proc.communicate(timeout=600)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from storlab.experiment import matrix, swept
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.runs import RunResult
 from storlab.results.store import Store
+from tests.commands import storlab
 from tests.conftest import storlab_processes
 
 DATA = Path(__file__).parent / "data"
@@ -41,10 +40,6 @@ kind = "scan"
 table_mb = 8
 {settings}
 """
-
-
-def storlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storlab", *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture
