@@ -28,7 +28,7 @@ from storlab.probes import bpftrace, traced_waits
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.runs import RunResult
 from storlab.results.store import Store
-from tests.commands import invoke, start, storlab
+from tests.commands import CHECKOUT, COMMAND, invoke, start, storlab
 from tests.conftest import stop_storlab
 from tests.devicetools import child, gone, read_line, wait_gone
 
@@ -38,26 +38,6 @@ TRACED = pytest.mark.skipif("os.geteuid() != 0 or bpftrace.why_not('bpftrace') i
                             reason="tracing needs root and bpftrace")
 POSTGRES_15 = Path("/usr/lib/postgresql/15/bin/postgres")
 
-
-@pytest.fixture(autouse=True)
-def fresh_tracefs(request):
-    """Each test that traces starts as on a fresh host, tracefs not mounted: storlab mounts it before
-    any trace starts (a lazy unmount: a trace still running elsewhere keeps what it has open). A fast
-    test traces nothing and leaves the host's tracefs alone."""
-    if os.geteuid() == 0 and request.node.get_closest_marker("fast") is None:
-        while (bpftrace.TRACEFS / "events").is_dir():
-            if subprocess.run(["umount", "-l", str(bpftrace.TRACEFS)], capture_output=True).returncode != 0:
-                break
-    yield
-
-
-@pytest.mark.device
-def test_tracing_mounts_tracefs_where_a_fresh_host_has_none():
-    if os.geteuid() != 0:
-        pytest.skip("mounting tracefs needs root")
-    assert not (bpftrace.TRACEFS / "events").is_dir()
-    assert bpftrace.why_not("bpftrace") in (None, "bpftrace not found (Debian's bpftrace)")
-    assert (bpftrace.TRACEFS / "events/syscalls/sys_enter_kill").is_dir()
 
 # The seed-000 twin, small: 16 sessions inserting random UUIDs into 8 hash partitions.
 TWIN = """
@@ -290,6 +270,27 @@ def test_traced_counts_sit_beside_the_sampled_time():
 
 SMALL = TWIN.replace("repetitions = 1", "repetitions = {reps}").replace("rows_per_connection = 20000",
                                                                       "rows_per_connection = 5000")
+
+# A fresh host, in a mount namespace of the run's own: tracefs unmounted there (every layer of it), the
+# host's left as it is for whatever else traces on it.
+FRESH_HOST = 'while [ -d {tracefs}/events ]; do umount -l {tracefs} || exit 3; done; exec "$@"'
+
+
+@pytest.mark.device
+@TRACED
+def test_a_run_on_a_fresh_host_mounts_tracefs_and_traces_every_run(tmp_path_factory):
+    with laid_out(tmp_path_factory, SMALL, reps=2) as (experiment, out, env, state):
+        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                               FRESH_HOST.format(tracefs=bpftrace.TRACEFS), "sh", *COMMAND, "run", experiment,
+                               "--out", out], capture_output=True, text=True, timeout=900,
+                              env={**env, "PYTHONPATH": str(CHECKOUT)})
+        assert done.returncode == 0, done.stderr
+        assert traces_of(state) == []
+    with sqlite3.connect(out / "storlab.sqlite") as db:
+        runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+        traced = db.execute("SELECT count(DISTINCT run_id) FROM file_io WHERE source = 'bpftrace' OR source LIKE 'bpftrace,%'"
+                            ).fetchone()[0]
+    assert runs == 2 and traced == runs
 
 
 @pytest.mark.device
