@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from storlab.lab import safe_files
+from storlab.lab.cgroups import ControlGroup
+from storlab.sizes import format_bytes
 
 
 def evict(roots: Iterable[Path]) -> int:
@@ -29,13 +31,18 @@ def evict(roots: Iterable[Path]) -> int:
     return count
 
 
-def settle(checkpoint: Callable[[], None], roots: Iterable[Path]) -> dict[str, Any]:
+def settle(checkpoint: Callable[[], None], roots: Iterable[Path], group: ControlGroup | None = None) -> dict[str, Any]:
     """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
-    conditions of the run that follows."""
+    conditions of the run that follows. An evicted page is no longer charged to the control group
+    that read it, so under a server memory limit (`group`) every run starts with its cache inside the
+    limit: what the group then holds (its servers' own memory, their shared buffers) is recorded."""
     checkpoint()
     os.sync()
     evict(roots)
-    return {"checkpoint": True, "sync": True, "page_cache": "the instance's files evicted"}
+    found = {"checkpoint": True, "sync": True, "page_cache": "the instance's files evicted"}
+    if group is not None and group.limits.memory_bytes is not None:
+        found["server_memory_held_bytes"] = group.reading().memory_bytes
+    return found
 
 
 def describe(conditions: list[dict[str, Any]]) -> str | None:
@@ -47,6 +54,10 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     line = "before each run: checkpoint, sync, page cache: " + " or ".join(caches)
     if warmups != [0]:
         line += "; the first " + " or ".join(f"{w:g}" for w in warmups) + " s of each run are warm-up, left out of its figures"
+    held = [c["server_memory_held_bytes"] for c in conditions if c.get("server_memory_held_bytes") is not None]
+    if held:
+        line += (f"; under a server memory limit its control group then held {format_bytes(min(held))} to "
+                 f"{format_bytes(max(held))} (the servers' own memory: the instance's files no longer charged to it)")
     found: dict[str, int] = {}
     for c in conditions:
         for name, seen in sorted((c.get("devices") or {}).items()):
@@ -65,4 +76,6 @@ def _device(seen: dict[str, Any]) -> str:
              f"read-ahead {seen.get('read_ahead_kb')} KiB" if seen.get("read_ahead_kb") is not None else "read-ahead unknown"]
     if seen.get("direct_io") is not None:
         parts.append("direct IO" if seen["direct_io"] else "buffered IO (not direct)")
+    if seen.get("max_sectors_kb") is not None:
+        parts.append(f"requests up to {seen['max_sectors_kb']} KiB")
     return f"{seen.get('device') or '?'} " + ", ".join(parts)

@@ -57,6 +57,7 @@ class Conditions(BaseModel):
     page_cache: str | None = None
     warmup_s: float | None = None
     devices: dict[str, dict[str, Any]] | None = None
+    server_memory_held_bytes: int | None = None
 
 
 class Facts(BaseModel):
