@@ -56,7 +56,9 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
                                                  f"{user.name} ({blocked} is mode {blocked.stat().st_mode & 0o7777:04o}): "
                                                  "the device is mounted inside it")
             continue
-        path = placements.resolve(raw, experiment.path.parent)
+        if isinstance(raw, places.DirectoryPlacement):
+            loc = (*loc, "path")
+        path = placements.resolve(places.path_text(raw), experiment.path.parent)
         problem = placements.path_problem(path, user)
         if problem:
             return loc, problem

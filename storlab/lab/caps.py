@@ -249,7 +249,10 @@ def dev_number(device: str) -> str | None:
 
 
 def device_of(path: Path) -> tuple[str, str] | None:
-    """The whole disk a cap on `path` holds: (kernel name, "major:minor"); None without one (tmpfs)."""
+    """The whole disk a cap on `path` holds (a folder not made yet: the one it will be made on): (kernel
+    name, "major:minor"); None without one (tmpfs)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
     device = mounts.block_device_of(path)
     dev = dev_number(device) if device else None
     return None if dev is None else (device, dev)

@@ -56,8 +56,9 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
         line += "; the first " + " or ".join(f"{w:g}" for w in warmups) + " s of each run are warm-up, left out of its figures"
     held = [c["server_memory_held_bytes"] for c in conditions if c.get("server_memory_held_bytes") is not None]
     if held:
-        line += (f"; under a server memory limit its control group then held {format_bytes(min(held))} to "
-                 f"{format_bytes(max(held))} (the servers' own memory: the instance's files no longer charged to it)")
+        amount = format_bytes(min(held)) + ("" if min(held) == max(held) else f" to {format_bytes(max(held))}")
+        line += (f"; under a server memory limit its control group then held {amount} (the servers' own memory: "
+                 "the instance's files no longer charged to it)")
     found: dict[str, int] = {}
     for c in conditions:
         for name, seen in sorted((c.get("devices") or {}).items()):
