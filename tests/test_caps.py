@@ -8,6 +8,7 @@ capped experiment as `storlab run` does."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from storlab import timeline
+from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import caps, cgroups, devices, instances
@@ -146,6 +148,23 @@ def test_a_capped_directory_needs_a_device_of_its_own_among_the_placements(lab_r
                              "whole device, so a capped placement needs a device of its own among the placements\n")
 
 
+@needs_root
+@pytest.mark.parametrize("placement, layout, said", [
+    ('{ loop = "1GB", write_iops = 300 }', "", "placements.vol.write_iops: IO caps"),
+    ('{ loop = "1GB" }', 'server_memory = "1GB"', "layout.server_memory: a server memory limit"),
+])
+def test_a_host_that_cannot_cap_refuses_before_anything_starts(lab_root, placement, layout, said):
+    path = write(lab_root, f"vol = {placement}", layout)
+    os.seteuid(65534)  # an ordinary user cannot make control groups (the real uid stays root, to come back)
+    try:
+        result = invoke("run", str(path), "--dry-run")
+    finally:
+        os.seteuid(0)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.endswith(f"{said} cannot be set here: storlab runs as an ordinary user and cannot make "
+                                  "control groups\n")
+
+
 def test_io_caps_on_the_command_line_are_checked_as_the_files_are(tmp_path):
     for args, said in ((["--write-iops", "0"], "--write-iops: expected a whole number of IOs a second from 1 to 10,000,000 "
                                               '(or "max": uncapped), got 0'),
@@ -265,6 +284,24 @@ def test_fio_through_each_cap_reaches_it_and_no_more(image_dir, tmp_path):
             assert f"on {device.name}: reached" in flags and "held" in flags
         assert "capped: write 200 IOPS on " in done.stdout and "capped: read 8 MiB/s on " in done.stdout
         assert not [p for p in Path("/sys/fs/cgroup/blkio").rglob("storlab-io*")]  # its group went with it
+    assert not attached(image_dir)
+
+
+@pytest.mark.device
+@needs_root
+def test_the_io_size_a_cap_counts_is_set_in_place_and_put_back(image_dir):
+    def spec(kb: int | None) -> devices.DeviceSpec:
+        return devices.DeviceSpec(devices.DeviceFormat(64 * 2**20, 512, "ext4", "", image_dir), 128, False, kb)
+
+    with devices.DevicePool() as pool:
+        device = pool.device("fast", spec(64))
+        assert devices.format_of(device.mount_point).max_sectors_kb == 64
+        assert (Path("/sys/block") / device.name / "queue/max_sectors_kb").read_text() == "64\n"
+        assert pool.device("fast", spec(None)) is device
+        assert devices.format_of(device.mount_point).max_sectors_kb == device.made_max_sectors_kb != 64
+        with pytest.raises(UserError, match=r"^placements.fast.max_sectors_kb: the kernel refused 99999999 \(.*\); "
+                                            rf"{device.loop} takes 4 to \d+ KiB$"):
+            pool.device("fast", spec(99_999_999))
     assert not attached(image_dir)
 
 

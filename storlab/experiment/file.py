@@ -21,7 +21,8 @@ from pydantic import ValidationError
 from storlab.errors import UserError
 from storlab.experiment import places, repetitions
 from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
-from storlab.experiment.on_this_host import caps_problem, data_folders_problem, placements_problem
+from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, limits_problem,
+                                             placements_problem)
 from storlab.experiment.sql_files import confined, read_sql
 from storlab.experiment.swept import check_excludes, check_factors, check_memory, check_reference, short_name, swept
 from storlab.experiment.text import MAX_DEPTH, control_character, first_error, read_text, too_deep, where
@@ -188,8 +189,8 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
         except OSError as exc:
             raise fail(("workload", key), f"cannot read SQL file {name}: {exc.strerror or exc}") from None
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=declared, sql=sql)
-    problem = (placements_problem(experiment) or data_folders_problem(experiment) or caps_problem(experiment)) \
-        if check_placements else None
+    problem = (limits_problem(experiment) or placements_problem(experiment) or data_folders_problem(experiment)
+               or capped_devices_problem(experiment)) if check_placements else None
     if problem:
         raise fail(*problem)
     return experiment

@@ -69,19 +69,24 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def caps_problem(experiment: Experiment) -> tuple[tuple, str] | None:
-    """IO caps and a server memory limit can be set here (cgroups), and each capped directory sits on
-    a device of its own among the placements: a cap holds the whole device, and every placement on it."""
+def limits_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """IO caps and a server memory limit can be set here (cgroups), before anything else is looked at."""
     capped = experiment.capped
     memory = any(m not in (None, places.UNCAPPED) for m in factors.values(experiment.model.layout.server_memory))
-    if capped or memory:
-        why = cgroups.limits_unavailable(bool(capped), memory)
-        if why is not None:
-            if not capped:
-                return ("layout", "server_memory"), f"a server memory limit cannot be set here: {why}"
-            name, table = next(iter(capped.items()))
-            key = next(k for k in places.CAP_KEYS if getattr(table, k) is not None)
-            return ("placements", name, key), f"IO caps cannot be set here: {why}"
+    why = cgroups.limits_unavailable(bool(capped), memory) if capped or memory else None
+    if why is None:
+        return None
+    if not capped:
+        return ("layout", "server_memory"), f"a server memory limit cannot be set here: {why}"
+    name, table = next(iter(capped.items()))
+    key = next(k for k in places.CAP_KEYS if getattr(table, k) is not None)
+    return ("placements", name, key), f"IO caps cannot be set here: {why}"
+
+
+def capped_devices_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """Each capped directory sits on a device of its own among the placements: a cap holds the whole
+    device, and every placement on it."""
+    capped = experiment.capped
     on: dict[str, str] = {}  # "major:minor" -> the first directory placement on it
     for name in experiment.directories:
         found = caps.device_of(experiment.placement_path(name))

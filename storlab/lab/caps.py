@@ -58,9 +58,14 @@ class IoCaps:
         return None if self.write_mb_s is None else round(self.write_mb_s * MIB)
 
     def text(self) -> str:
-        """'read 3,000 IOPS, write 3,000 IOPS, write 125 MiB/s' (the caps set, in the file's order)."""
-        parts = [f"{d} {v:,} IOPS" for d, v in (("read", self.read_iops), ("write", self.write_iops)) if v is not None]
-        parts += [f"{d} {v:,g} MiB/s" for d, v in (("read", self.read_mb_s), ("write", self.write_mb_s)) if v is not None]
+        """'3,000 IOPS, write 125 MiB/s': each cap set, one for both directions where they are alike."""
+        parts = []
+        for unit, read, write, shown in (("IOPS", self.read_iops, self.write_iops, "{:,}"),
+                                         ("MiB/s", self.read_mb_s, self.write_mb_s, "{:,g}")):
+            if read is not None and read == write:
+                parts.append(f"{shown.format(read)} {unit}")
+                continue
+            parts += [f"{d} {shown.format(v)} {unit}" for d, v in (("read", read), ("write", write)) if v is not None]
         return ", ".join(parts) or "uncapped"
 
     def as_dict(self) -> dict[str, float]:

@@ -169,12 +169,6 @@ def limits_unavailable(io: bool, memory: bool) -> str | None:
     return None
 
 
-def version() -> int | None:
-    """The cgroup version storlab's groups use here (2 where v2 is mounted at /sys/fs/cgroup)."""
-    found = hierarchy()
-    return None if found is None else found.version
-
-
 def where_limits_go(io: bool, memory: bool) -> str:
     """The group limits are set in here, in words (for `storlab check`)."""
     unified = _unified()

@@ -206,10 +206,13 @@ def set_max_sectors(device: Device, max_sectors_kb: int | None) -> None:
     queue = Path("/sys/block") / device.name / "queue"
     try:
         (queue / "max_sectors_kb").write_text(f"{value}\n")
+        refused = None if _read_int(queue / "max_sectors_kb") == value else "it kept another value"
     except OSError as exc:
+        refused = exc.strerror
+    if refused is not None:
         most = _read_int(queue / "max_hw_sectors_kb")
-        raise DeviceRefused(device.placement, "max_sectors_kb", f"the kernel refused {value} ({exc.strerror}); "
-                            f"{device.loop} takes 4 to {most} KiB") from None
+        raise DeviceRefused(device.placement, "max_sectors_kb", f"the kernel refused {value} ({refused}); "
+                            f"{device.loop} takes 4 to {most} KiB")
 
 
 def _loops_backed_by(image: Path) -> list[str]:
