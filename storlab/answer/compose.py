@@ -280,7 +280,8 @@ def limits_answer(results: Results) -> model.Limits | None:
                 cell=c.cell.id, label=c.cell.label, device=d.device, placements=d.placements, caps=d.caps.as_dict(),
                 max_sectors_kb=d.max_sectors_kb, at_cap_share=d.at_cap_share,
                 device_written_bytes=d.served.write_bytes, charged_written_bytes=d.charged.write_bytes,
-                device_read_bytes=d.served.read_bytes, charged_read_bytes=d.charged.read_bytes))
+                device_read_bytes=d.served.read_bytes, charged_read_bytes=d.charged.read_bytes,
+                io_pressure_s=d.io_pressure_s))
         if held is not None:
             versions.add(held.cgroup_version)
             memory.append(model.MemoryRow(

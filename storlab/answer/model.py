@@ -211,6 +211,7 @@ class CapRow(_Typed):
     charged_written_bytes: float  # to the instance's control group: less than the device wrote when
     device_read_bytes: float  # writeback went around a v1 cap
     charged_read_bytes: float
+    io_pressure_s: float | None = None  # v2: some of the group's processes stalled on IO, a run (io.pressure)
 
 
 class MemoryRow(_Typed):

@@ -235,6 +235,7 @@ class CellCaps:
     at_cap_share: float | None  # of the runs' time
     served: caps.IoCount
     charged: caps.IoCount
+    io_pressure_s: float | None = None  # v2: some task of the group stalled on IO, a run
 
 
 @dataclass
@@ -268,9 +269,11 @@ def per_cell(runs: list[LimitsUse]) -> tuple[list[CellCaps], CellMemory | None]:
     for device, uses in by_device.items():
         last = uses[-1]
         time_s = sum(u.run_s for u in uses)
+        pressures = [u.io_pressure_s for u in uses if u.io_pressure_s is not None]
         found.append(CellCaps(device, last.placements, last.caps, last.cgroup_version, last.max_sectors_kb, len(uses),
                               sum(u.at_cap_s or 0 for u in uses) / time_s if time_s > 0 else None,
-                              _mean_count([u.served for u in uses]), _mean_count([u.charged for u in uses])))
+                              _mean_count([u.served for u in uses]), _mean_count([u.charged for u in uses]),
+                              _mean(pressures) if pressures else None))
     memory = [run for run in runs if run.memory is not None]
     if not memory:
         return found, None
@@ -296,6 +299,8 @@ def cap_line(c: CellCaps) -> str:
             line += f"; the device {direction} {format_bytes(served)} a run, the group was charged {format_bytes(charged)}{share}"
             if c.cgroup_version == 1 and direction == "wrote" and served and charged < 0.9 * served:
                 line += ": the rest went around the cap (writeback the kernel started)"
+    if c.io_pressure_s is not None:
+        line += f"; some of its processes stalled on IO {c.io_pressure_s:,.1f} s a run (its io.pressure)"
     return line
 
 
