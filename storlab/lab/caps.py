@@ -267,6 +267,8 @@ def resolve(placements: dict[str, Path], io_caps: dict[str, IoCaps], memory_byte
     """The caps asked for each placement (`io_caps`, by name) on the devices under them. A cap holds a
     whole device: two placements on one device must ask the same caps (the file's load refused
     otherwise; here for a caller that did not load one)."""
+    if not any(io_caps.values()):
+        return Limits((), memory_bytes)
     by_dev: dict[str, DeviceCap] = {}
     uncapped: dict[str, str] = {}  # "major:minor" -> a placement there that asks no cap
     for name, path in placements.items():
