@@ -137,28 +137,60 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--duration", default="10s", show_default=True, help="Time per job: a number with s, m or h (10s, 2m).")
 @click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
 @click.option("--out", callback=_out, help="Results folder (default results/io-<path>).")
-def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None) -> None:
-    """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio)."""
+@click.option("--read-iops", type=int, help="Cap reads at this many IOs a second on the device (as a placement's read_iops).")
+@click.option("--write-iops", type=int, help="Cap writes at this many IOs a second (a placement's write_iops).")
+@click.option("--iops", type=int, help="Cap reads and writes alike (a placement's iops).")
+@click.option("--read-mb-s", type=float, help="Cap reads at this many MiB a second (a placement's read_mb_s).")
+@click.option("--write-mb-s", type=float, help="Cap writes at this many MiB a second (a placement's write_mb_s).")
+@click.option("--mb-s", type=float, help="Cap reads and writes alike (a placement's mb_s).")
+def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None,
+               read_iops: int | None, write_iops: int | None, iops: int | None, read_mb_s: float | None,
+               write_mb_s: float | None, mb_s: float | None) -> None:
+    """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio).
+    With caps (--write-iops 3000…), fio runs inside them, as an experiment's server would, and each
+    job says whether its cap held."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
     from storlab.results.store import Store
 
     jobs = iobench.preset(preset, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
+    held = _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s)
     path = _placement_path(target)
     iobench.check_target(path)  # before its results folder is made
+    iobench.cap_limits(path, held)
     console = _console()
     folder = out or _results_folder(iobench.default_folder(path), "the results folder")
     # One writer per results folder (a run beside it would distort both); the store opened before fio
     # runs, so one it cannot write (damaged, immutable) is said before the minutes fio takes, not after.
     with folder_lock.writing(folder), Store.open(folder) as store:
         facts = system.collect_facts([path])
-        results = iobench.run(path, jobs, size_bytes, seconds, console)
+        results = iobench.run(path, jobs, size_bytes, seconds, console, held)
         store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
         console.print(line, markup=False)
     console.print(f"results: {folder}", markup=False)
+
+
+def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s):
+    """The caps `storlab io` was given, checked as a placement's are (storlab.experiment.places)."""
+    from storlab.experiment import places
+    from storlab.factors import KeyProblem
+
+    given = {key: value for key, value in (("read_iops", read_iops), ("write_iops", write_iops), ("iops", iops),
+                                           ("read_mb_s", read_mb_s), ("write_mb_s", write_mb_s), ("mb_s", mb_s))
+             if value is not None}
+    if not given:
+        return None
+    try:
+        return places.CapKeys.model_validate(given).caps()
+    except ValueError as exc:
+        cause = exc.errors()[0] if hasattr(exc, "errors") else None
+        error = (cause.get("ctx") or {}).get("error") if cause else exc
+        key = error.loc[0] if isinstance(error, KeyProblem) else cause["loc"][0]
+        said = str(error if error is not None else cause["msg"]).replace(" or a list of them", "")
+        raise UserError(f"--{key.replace('_', '-')}: {said}") from None
 
 
 # -- experiment commands ---------------------------------------------------------------------

@@ -68,6 +68,11 @@ MIB_S = Metric("mb_s", "MiB/s", "MiB/s", RATE, END, member="placement")  # 2^20 
 IO_KB = Metric("io_kb", "KiB", "average IO KiB", VALUE, END, member="placement")
 CPU_PERCENT = Metric("cpu_percent", "%", "CPU %", VALUE, END)
 
+# The instance's control group (probes/limits.py): the interval's IO through a capped placement's device
+# as a share of its tightest cap, and the memory charged to the group, the page cache included.
+CAP_USE = Metric("cap_use", "%", "% of the IO cap", VALUE, END, member="placement")
+SERVER_MEMORY = Metric("server_memory_mb", "MiB", "server memory MiB (cache included)", VALUE, END)
+
 # The wait timeline: seconds waited per second of the interval (the sessions waiting, on average).
 WAIT = Metric("wait", "s/s", "sessions waiting (average)", RATE, START, member="wait type")
 
@@ -76,7 +81,8 @@ CHECKPOINT = Metric("event:checkpoint", "s", "checkpoint", EVENT, AT)
 WAL_SWITCH = Metric("event:wal_switch", "", "WAL switch", EVENT, AT)
 EVENTS = (CHECKPOINT, WAL_SWITCH)
 
-METRICS = (ROWS_PER_S, TRANSACTIONS_PER_S, *LATENCY.values(), IOPS, MIB_S, IO_KB, CPU_PERCENT, WAIT, *EVENTS)
+METRICS = (ROWS_PER_S, TRANSACTIONS_PER_S, *LATENCY.values(), IOPS, MIB_S, IO_KB, CPU_PERCENT, CAP_USE, SERVER_MEMORY,
+           WAIT, *EVENTS)
 
 
 def find(stored: str) -> Metric | None:

@@ -25,6 +25,7 @@ from storlab.engines.postgres import instance as postgres
 from storlab.lab import instances
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
+from tests.commands import start
 from tests.devicetools import mounted
 
 
@@ -151,6 +152,18 @@ class StoreServer:
         """storlab's superuser on the store server (trust over the socket), to look at what is stored."""
         return psycopg.connect(host=str(self.socket_dir), port=postgres.PORT, user=postgres.SUPERUSER,
                                dbname="fleet", autocommit=True)
+
+
+def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subprocess.Popen:
+    cwd.mkdir(exist_ok=True)
+    cwd.chmod(0o755)
+    return start("worker", "--store", server.dsn, "--host", host, "--until-done", "--no-trace", *more, cwd=cwd,
+                 env=server.env(), stdout=subprocess.PIPE)
+
+
+def recorded(server: StoreServer) -> list[tuple]:
+    with server.admin() as conn:
+        return conn.execute("SELECT cell_id, repetition, host FROM storlab_experiment_1.runs ORDER BY id").fetchall()
 
 
 @pytest.fixture

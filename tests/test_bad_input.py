@@ -29,7 +29,7 @@ CASES = [
     ("a date inside a factor", "data_files = [1, 2]", "data_files = [1, 1979-05-27]",
      "fz.toml:10: layout.data_files: expected a positive integer or a list of them, got 1979-05-27"),
     ("placement a date", 'disk = "{disk}"', "disk = 1979-05-27",
-     'fz.toml:6: placements.disk: expected a directory path, "tmpfs" or a device table such as { loop = "4GB" }, got 1979-05-27'),
+     'fz.toml:6: placements.disk: expected a directory path, "tmpfs" or a table such as { loop = "4GB" } or { path = "./lab/disk", write_iops = 3000 }, got 1979-05-27'),
     ("engine_settings a number", "repetitions = 2", "repetitions = 2\nengine_settings = 5",
      "fz.toml:4: engine_settings: expected a table of settings, got 5"),
     ("layout a number", "repetitions = 2", "repetitions = 2\nlayout = 5",

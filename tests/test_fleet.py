@@ -26,8 +26,8 @@ from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
 from storlab.running import runner
-from tests.commands import invoke, start, storlab
-from tests.conftest import StoreServer, stop_instance, stopped_processes, storlab_processes
+from tests.commands import invoke, storlab
+from tests.conftest import StoreServer, recorded, start_worker, stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
 from tests.experiments import fleet_body
 
@@ -178,22 +178,10 @@ def test_one_store_holds_many_experiments(store_server):
 
 
 
-def start_worker(server: StoreServer, host: str, cwd: Path, *more: str) -> subprocess.Popen:
-    cwd.mkdir(exist_ok=True)
-    cwd.chmod(0o755)
-    return start("worker", "--store", server.dsn, "--host", host, "--until-done", "--no-trace", *more, cwd=cwd,
-                 env=server.env(), stdout=subprocess.PIPE)
-
-
 def queue_rows(server: StoreServer) -> list[tuple]:
     with server.admin() as conn:
         return conn.execute("SELECT cell_id, repetition, host, state, attempts, worker, run_id FROM storlab.queue "
                             "ORDER BY position").fetchall()
-
-
-def recorded(server: StoreServer) -> list[tuple]:
-    with server.admin() as conn:
-        return conn.execute("SELECT cell_id, repetition, host FROM storlab_experiment_1.runs ORDER BY id").fetchall()
 
 
 def mid_run(server: StoreServer, proc: subprocess.Popen, timeout: float = 120) -> tuple[str, int, instances.Manifest]:

@@ -23,7 +23,8 @@ from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, sho
 from storlab.experiment.matrix import format_value
 from storlab.lab import settle
 from storlab.machine import system
-from storlab.probes import waiting_tasks
+from storlab.probes import limits, waiting_tasks
+from storlab.probes.limits import LimitsUse
 from storlab.probes.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
 from storlab.rounds import DEFAULT_MARGIN
@@ -44,6 +45,7 @@ class CellResult:
     extras: dict[str, float]
     headline_name: str = ELAPSED.name
     tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
+    limits: list[LimitsUse] = field(default_factory=list)  # what its IO caps and memory limit did, per run
 
     @property
     def headline(self) -> Summary | None:
@@ -260,6 +262,7 @@ def load(store: Store) -> Results:
                 extras=_mean_extras(runs),
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
+                limits=[used for r in runs if (used := store.kept(limits.PROBE, r.id)).devices or used.memory],
             )
         )
     failures = store.failures()

@@ -12,7 +12,8 @@ from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, rep
 from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
-from storlab.probes import traced_waits, waiting_tasks
+from storlab.lab import caps
+from storlab.probes import limits, traced_waits, waiting_tasks
 
 # The differences the noise line says the rounds of (a fraction of the mean).
 TOLD = (0.10, 0.05)
@@ -273,6 +274,42 @@ def explanations(results: Results) -> list[model.Explanation]:
     return found
 
 
+def limits_answer(results: Results) -> model.Limits | None:
+    """What each cell's IO caps and server memory limit did, and what a cap holds back on the hosts
+    that ran them (cgroup v1: only what the servers submit)."""
+    rows, memory, versions = [], [], set()
+    for c in results.measured:
+        devices, held = limits.per_cell(c.limits)
+        for d in devices:
+            versions.add(d.cgroup_version)
+            rows.append(model.CapRow(
+                cell=c.cell.id, label=c.cell.label, device=d.device, placements=d.placements, caps=d.caps.as_dict(),
+                max_sectors_kb=d.max_sectors_kb, at_cap_share=d.at_cap_share,
+                device_written_bytes=d.served.write_bytes, charged_written_bytes=d.charged.write_bytes,
+                device_read_bytes=d.served.read_bytes, charged_read_bytes=d.charged.read_bytes,
+                io_pressure_s=d.io_pressure_s))
+        if held is not None:
+            versions.add(held.cgroup_version)
+            memory.append(model.MemoryRow(
+                cell=c.cell.id, label=c.cell.label, limit_bytes=held.limit_bytes, runs=held.runs,
+                runs_hit=held.runs_hit, hits_per_run=held.hits, oom_kills=held.oom_kills, peak_bytes=held.peak_bytes,
+                device_read_bytes=held.read_bytes))
+    if not rows and not memory:
+        return None
+    covers = [caps.covers(v) for v in sorted(versions)]
+    lines = []
+    if rows:
+        lines.append(f"IO caps, per run ({'; '.join(covers)}):")
+        for c in results.measured:
+            lines += [f"  {c.cell.label} ({c.cell.id}): {limits.cap_line(d)}" for d in limits.per_cell(c.limits)[0]]
+    if memory:
+        lines.append("server memory, per run (the control group's limit, the page cache included):")
+        for c in results.measured:
+            held = limits.per_cell(c.limits)[1]
+            lines += [f"  {c.cell.label} ({c.cell.id}): {limits.memory_line(held)}"] if held else []
+    return model.Limits(covers=covers, caps=rows, memory=memory, lines=lines)
+
+
 def _headline(results: Results) -> model.Headline:
     head = results.headline
     return model.Headline(name=head.name, unit=head.unit, label=head.label,
@@ -317,6 +354,7 @@ def compose(results: Results) -> model.Answer:
         warnings=list(results.facts_notes), notes=notes,
         cells=[cell_waits(c) for c in results.measured],
         explanations=explanations(results),
+        limits=limits_answer(results),
     )
 
 

@@ -197,6 +197,47 @@ class Comparison(_Typed):
     explanations: list[Explanation]
 
 
+class CapRow(_Typed):
+    """What a cell's IO cap on one device did, per run (the means of its runs)."""
+
+    cell: str
+    label: str
+    device: str  # the kernel's name: a directory placement's cap holds its whole disk
+    placements: list[str]
+    caps: dict[str, float]  # read_iops, write_iops, read_mb_s, write_mb_s: those set
+    max_sectors_kb: int | None  # the largest request the device was issued: an IOPS cap counts each
+    at_cap_share: float | None  # of the runs' time, the group's IO at 90 % of its tightest cap or more
+    device_written_bytes: float
+    charged_written_bytes: float  # to the instance's control group: less than the device wrote when
+    device_read_bytes: float  # writeback went around a v1 cap
+    charged_read_bytes: float
+    io_pressure_s: float | None = None  # v2: some of the group's processes stalled on IO, a run (io.pressure)
+
+
+class MemoryRow(_Typed):
+    """What a cell's server memory limit did (its control group's limit, the page cache included)."""
+
+    cell: str
+    label: str
+    limit_bytes: int
+    runs: int
+    runs_hit: int  # runs that reached the limit
+    hits_per_run: float  # v1 memory.failcnt, v2 memory.events max
+    oom_kills: int
+    peak_bytes: float | None
+    device_read_bytes: float  # what the placements' devices read, a run
+
+
+class Limits(_Typed):
+    """What the cells' IO caps and server memory limits did, and what a cap holds back on the host
+    that ran them (cgroup v1 or v2)."""
+
+    covers: list[str]
+    caps: list[CapRow]
+    memory: list[MemoryRow]
+    lines: list[str]  # all of it in words
+
+
 class Failure(_Typed):
     cell: str
     repetition: int
@@ -227,6 +268,7 @@ class Answer(_Typed):
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
     explanations: list[Explanation]
+    limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

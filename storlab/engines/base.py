@@ -123,6 +123,9 @@ class Engine(ABC):
     min_log_bytes = 0  # the smallest log it can be given
     parallel_query: bool  # one query can use parallel workers (a scan's dop)
     catalog_bytes: int  # what an empty instance holds before the workload (capacity's floor)
+    # The settings that size memory of the server's own (lower case), which a server memory limit must
+    # hold beside its processes (memory_bytes reads a value; None: unset, the engine's default).
+    memory_settings: tuple[str, ...] = ()
     # The versions storlab runs (engine_version: a factor like any other) and the one a file that names
     # none runs; none: the installed server, whichever it is.
     versions: tuple[str, ...] = ()
@@ -151,6 +154,10 @@ class Engine(ABC):
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         """Create and start an instance with the cell's layout; stopped (and removed unless `keep`) on
         every way out."""
+
+    def memory_bytes(self, name: str, value: Any) -> int:
+        """The bytes the memory setting `name` (one of memory_settings) set to `value` takes (None: its default)."""
+        return 0
 
     def check_layout(self, layout: Any) -> None:
         """Refuse (factors.KeyProblem) what the experiment's layout asks and this engine's own rules

@@ -21,9 +21,10 @@ from pydantic import ValidationError
 from storlab.errors import UserError
 from storlab.experiment import places, repetitions
 from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
-from storlab.experiment.on_this_host import data_folders_problem, placements_problem
+from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, limits_problem,
+                                             placements_problem)
 from storlab.experiment.sql_files import confined, read_sql
-from storlab.experiment.swept import check_excludes, check_factors, check_reference, short_name, swept
+from storlab.experiment.swept import check_excludes, check_factors, check_memory, check_reference, short_name, swept
 from storlab.experiment.text import MAX_DEPTH, MAX_FILE_BYTES, control_character, first_error, read_text, too_deep, where
 from storlab.factors import KeyProblem
 from storlab.lab import placements
@@ -83,12 +84,17 @@ class Experiment:
 
     def placement_path(self, name: str) -> Path:
         """Where a directory placement lives: relative paths are relative to the experiment file."""
-        return Path(os.path.realpath(placements.resolve(self.model.placements[name], self.path.parent)))
+        return Path(os.path.realpath(placements.resolve(places.path_text(self.model.placements[name]), self.path.parent)))
 
     @property
     def directories(self) -> list[str]:
         """The placements that are directories (the others are devices storlab makes for each run)."""
-        return [name for name, raw in self.model.placements.items() if isinstance(raw, str)]
+        return [name for name, raw in self.model.placements.items() if places.path_text(raw) is not None]
+
+    @property
+    def capped(self) -> dict[str, places.CapKeys]:
+        """The placements with IO caps on their device, by name: their tables."""
+        return {name: table for name, raw in self.model.placements.items() if (table := places.cap_table(raw))}
 
     @property
     def devices(self) -> dict[str, places.DevicePlacement]:
@@ -169,7 +175,7 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     if model.layout.data_on is None:
         raise UserError(f"{where(path, text, ('layout',))}: layout.data_on: missing (name the placement that holds the data)")
     declared = swept(model)
-    for check in (check_factors, check_excludes, check_reference):
+    for check in (check_factors, check_excludes, check_reference, check_memory):
         problem = check(model, declared)
         if problem:
             raise fail(*problem)
@@ -189,7 +195,8 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     except KeyProblem as exc:
         raise fail(exc.loc, str(exc)) from None
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=declared, sql=sql)
-    problem = (placements_problem(experiment) or data_folders_problem(experiment)) if check_placements else None
+    problem = (limits_problem(experiment) or placements_problem(experiment) or data_folders_problem(experiment)
+               or capped_devices_problem(experiment)) if check_placements else None
     if problem:
         raise fail(*problem)
     return experiment

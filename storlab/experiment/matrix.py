@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storlab.experiment.file import Experiment
+from storlab.experiment.places import CAP_KEYS, UNCAPPED
 from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, excluded, nested_in, short_name
+from storlab.lab.caps import IoCaps
 from storlab.lab.devices import DeviceSpec
 from storlab.lab.layout import CellLayout
 from storlab.sizes import parse_size
@@ -31,6 +33,7 @@ class Cell:
     engine_settings: dict[str, Any]
     devices: dict[str, DeviceSpec] = field(default_factory=dict)  # device placement -> its device
     engine_version: str | None = None  # None: an engine storlab runs one version of
+    caps: dict[str, IoCaps] = field(default_factory=dict)  # capped placement -> the caps on its device
 
     @property
     def host(self) -> str | None:
@@ -108,13 +111,13 @@ def _cells(experiment: Experiment) -> list[Cell]:
             "layout": model.layout.model_dump(),
             "workload": {},
             "engine_settings": model.settings_for(version),
-            "devices": {name: {} for name in experiment.devices},
+            "placements": {name: {} for name in {**experiment.devices, **experiment.capped}},
         }
         for dotted, value in factors.items():
             section, key = dotted.split(".", 1)
             if section == "placements":
                 name, key = key.split(".", 1)
-                sections["devices"][name][key] = value
+                sections["placements"][name][key] = value
             elif nested_in(dotted):
                 sections["engine_settings"][key.split(".", 1)[1]] = value
             elif section in sections:  # the host is where a cell runs, not part of its configuration
@@ -125,7 +128,8 @@ def _cells(experiment: Experiment) -> list[Cell]:
             workload=model.workload.model_copy(update=sections["workload"]),
             engine_settings=sections["engine_settings"],
             # The file checked every combination of a device's factors (places.DevicePlacement).
-            devices={name: experiment.devices[name].spec(chosen) for name, chosen in sections["devices"].items()}))
+            devices={name: table.spec(sections["placements"][name]) for name, table in experiment.devices.items()},
+            caps={name: table.caps(sections["placements"][name]) for name, table in experiment.capped.items()}))
     return result
 
 
@@ -133,7 +137,9 @@ def _layout(declared: dict[str, Any]) -> CellLayout:
     """The layout's keys, one value each, its sizes parsed once from the validated text; a key left
     unset takes CellLayout's default."""
     given = {key: value for key, value in declared.items() if value is not None}
-    for key in ("log_size", "log_growth"):
+    if given.get("server_memory") == UNCAPPED:
+        given.pop("server_memory")
+    for key in ("log_size", "log_growth", "server_memory"):
         if key in given:
             given[f"{key}_bytes"] = parse_size(given.pop(key))
     return CellLayout(**given)
@@ -160,7 +166,9 @@ def round_order(all_cells: list[Cell], seed: int | None, rnd: int) -> list[Cell]
 
 
 def _device_format(cell: Cell) -> tuple:
-    return tuple(json.dumps(v, sort_keys=True) for k, v in cell.factors.items() if k.startswith("placements."))
+    """A cell's device factors' values (its caps are set on the instance's group, not the device)."""
+    return tuple(json.dumps(v, sort_keys=True) for k, v in cell.factors.items()
+                 if k.startswith("placements.") and k.rsplit(".", 1)[1] not in CAP_KEYS)
 
 
 def plan(all_cells: list[Cell], repetitions: int, done: set[tuple[str, int]],

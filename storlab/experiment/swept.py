@@ -9,10 +9,10 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from storlab import engines
+from storlab import engines, factors
 from storlab.experiment import places
 from storlab.factors import show
-from storlab.sizes import format_size
+from storlab.sizes import format_size, parse_size
 from storlab.workloads import KINDS
 
 if TYPE_CHECKING:  # the model imports this module's names: typing only
@@ -57,6 +57,8 @@ def swept(model: ExperimentModel) -> dict[str, list[Any]]:
     for name, raw in model.placements.items():
         if isinstance(raw, places.DevicePlacement):
             found.update({f"placements.{name}.{key}": values for key, values in raw.factors().items()})
+        elif isinstance(raw, places.DirectoryPlacement):
+            found.update({f"placements.{name}.{key}": values for key, values in raw.cap_factors().items()})
     for section in ("layout", "workload"):
         for key, value in getattr(model, section).model_dump().items():
             if isinstance(value, list):
@@ -170,3 +172,40 @@ def excluded(short_factors: dict[str, Any], rules: list[dict[str, Any]]) -> bool
     """Whether a cell (factors by short name) matches a rule: every key of the rule, same value."""
     return any(all(k in short_factors and canonical(short_factors[k]) == canonical(v) for k, v in rule.items())
                for rule in rules)
+
+
+# What a server needs beside the memory its settings size (its processes, the catalog's caches), for a
+# memory limit to be one it can run in: below that the kernel would kill its processes.
+MEMORY_MARGIN = 48 * 2**20
+
+
+def check_memory(model: ExperimentModel, declared: dict[str, list[Any]]) -> tuple[tuple, str] | None:
+    """Each server_memory holds what the engine's settings give its own memory (PostgreSQL's
+    shared_buffers and maintenance_work_mem, MariaDB's buffer pool and log buffer, set or by default)
+    and MEMORY_MARGIN for its processes; values that an exclude rule names together run in no cell."""
+    memories = [m for m in factors.values(model.layout.server_memory) if m not in (None, places.UNCAPPED)]
+    engine = engines.engine(model.engine)
+    if not memories or not engine.memory_settings:
+        return None
+    short = {short_name(d) for d in declared}
+    for version in model.versions() or [None]:
+        settings = model.settings_for(version)
+        keys = {name: next((k for k in settings if engine.settings.canonical(k) == name), None)
+                for name in engine.memory_settings}
+        choices = [[(name, key, v) for v in (factors.values(settings[key]) if key else [None])] for name, key in keys.items()]
+        for combination in itertools.product(*choices):
+            need = sum(engine.memory_bytes(name, value) for name, _, value in combination) + MEMORY_MARGIN
+            for memory in memories:
+                if parse_size(memory) >= need:
+                    continue
+                cell = {"server_memory": memory, "engine_version": version,
+                        **{key: value for _, key, value in combination if key},
+                        **{f"{version}.{key}": value for _, key, value in combination if key}}
+                if excluded({k: v for k, v in cell.items() if k in short}, model.exclude):
+                    continue
+                given = ", ".join(f"{key} = {show(value)}" if key else f"{name} {format_size(engine.memory_bytes(name, None))} "
+                                  "(its default)" for name, key, value in combination)
+                return ("layout", "server_memory"), (
+                    f"{show(memory)} cannot hold {given} and {format_size(MEMORY_MARGIN)} for the server's processes: "
+                    f"give the server at least {format_size(need)}, or less to those settings")
+    return None

@@ -8,26 +8,40 @@ removes it; the manifest names it, so `storlab clean` does the same after a cras
 Made under the group storlab itself runs in, in one hierarchy: the unified one where the host mounts
 cgroup v2 at /sys/fs/cgroup, else v1's `pids` (or another v1 hierarchy the host mounts). Where none
 can be made (not root, a read-only cgroupfs) an instance runs without one and its end kills its
-process tree only: `storlab check` says which."""
+process tree only: `storlab check` says which.
+
+A cell with IO caps or a server memory limit (storlab.lab.caps) has the same group hold them back.
+On v1 the group is also made, under the same name, in the `blkio` and `memory` hierarchies (each
+below storlab's own group there), and the server joins all of them at birth. On v2 the io and memory
+controllers must be on in the group's parent, and v2 lets no group with processes of its own hand a
+controller to its children (storlab's own group holds storlab, and often the shell that started
+it): such a group goes in a group named `storlab` beside storlab's own (in its parent; in the root
+itself when storlab runs in the root), which holds no process, with the controllers turned on from
+the mount down to it; it is removed with the last instance in it."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from storlab.errors import RunFailed
+from storlab.lab import caps
 
 ROOT = Path("/sys/fs/cgroup")
 # v1 hierarchies that can hold a group for tracking alone, best first: `pids` has no cost.
 _V1_TRACKERS = ("pids", "freezer", "cpuacct", "systemd")
 PREFIX = "storlab-"
+# v2: the group without processes of its own that holds the groups with controllers.
+SHARED = "storlab"
 # A killed process leaves its group when it has exited; a child that forks meanwhile is killed on the
 # next pass. The whole group is gone within milliseconds unless a process is stuck in the kernel.
 _KILL_PASSES = 200
 _KILL_PAUSE_S = 0.025
+# A concurrent instance's end may remove the shared v2 group between its making and ours' in it.
+_MAKE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,11 @@ class Hierarchy:
 
     def group(self, name: str) -> Path:
         return self.own / name
+
+    @property
+    def shared(self) -> Path:
+        """v2: the group beside storlab's own that holds the groups with controllers."""
+        return (self.own if self.own == self.mount else self.own.parent) / SHARED
 
 
 def _mounts() -> list[tuple[Path, str, set[str]]]:
@@ -73,19 +92,33 @@ def _own_group(version: int, controller: str | None) -> str | None:
     return None
 
 
-def hierarchy() -> Hierarchy | None:
-    """The hierarchy storlab's groups go in on this host, or None when there is none."""
-    mounts = _mounts()
-    for point, kind, _ in mounts:
+def _unified() -> Hierarchy | None:
+    for point, kind, _ in _mounts():
         if kind == "cgroup2" and point == ROOT:
             own = _own_group(2, None)
             return None if own is None else Hierarchy(point, 2, point / own.lstrip("/"))
+    return None
+
+
+def _v1(controller: str) -> Hierarchy | None:
+    """The v1 hierarchy that holds `controller`, with storlab's own group in it."""
+    for point, kind, options in _mounts():
+        if kind == "cgroup" and (controller in options or f"name={controller}" in options):
+            own = _own_group(1, controller)
+            if own is not None:
+                return Hierarchy(point, 1, point / own.lstrip("/"))
+    return None
+
+
+def hierarchy() -> Hierarchy | None:
+    """The hierarchy storlab's groups go in on this host, or None when there is none."""
+    unified = _unified()
+    if unified is not None:
+        return unified
     for tracker in _V1_TRACKERS:
-        for point, kind, options in mounts:
-            if kind == "cgroup" and (tracker in options or f"name={tracker}" in options):
-                own = _own_group(1, tracker)
-                if own is not None:
-                    return Hierarchy(point, 1, point / own.lstrip("/"))
+        found = _v1(tracker)
+        if found is not None:
+            return found
     return None
 
 
@@ -101,26 +134,225 @@ def unavailable() -> str | None:
     return None
 
 
-class ControlGroup:
-    """One instance's group. `procs` is the file a process writes its pid to, to join."""
+# -- what limits need ----------------------------------------------------------------------------
 
-    def __init__(self, path: Path):
+# What each version's controllers are called, and the file that proves v1's can do the job.
+_V1_CONTROLLERS = {"io": ("blkio", "blkio.throttle.write_iops_device"), "memory": ("memory", "memory.limit_in_bytes")}
+
+
+def limits_unavailable(io: bool, memory: bool) -> str | None:
+    """Why a group here cannot hold IO caps (`io`) or a memory limit (`memory`); None when it can."""
+    why = unavailable()
+    if why is not None:
+        return why
+    wanted = [name for name, asked in (("io", io), ("memory", memory)) if asked]
+    unified = _unified()
+    if unified is not None:
+        try:
+            offered = set((unified.mount / "cgroup.controllers").read_text().split())
+        except OSError as exc:
+            return f"{unified.mount}/cgroup.controllers cannot be read: {exc.strerror}"
+        missing = [name for name in wanted if name not in offered]
+        if missing:
+            return (f"cgroup v2 at {unified.mount} does not offer the {' and '.join(missing)} "
+                    f"controller{'s' if len(missing) > 1 else ''} (a v1 hierarchy may hold it)")
+        return None
+    for name in wanted:
+        controller, proof = _V1_CONTROLLERS[name]
+        found = _v1(controller)
+        if found is None:
+            return f"no cgroup v2 at {ROOT} and no v1 {controller} hierarchy is mounted"
+        if not (found.own / proof).exists():
+            return f"{found.own} has no {proof}: this kernel cannot {'throttle IO' if name == 'io' else 'limit memory'}"
+        if not os.access(found.own, os.W_OK):
+            return f"{found.own} cannot be written"
+    return None
+
+
+def where_limits_go(io: bool, memory: bool) -> str:
+    """The group limits are set in here, in words (for `storlab check`)."""
+    unified = _unified()
+    if unified is not None:
+        return f"v2, in {unified.shared}"
+    return ", ".join(f"v1 {h.mount.name} under {h.own}" for h in
+                     (_v1(_V1_CONTROLLERS[name][0]) for name, asked in (("io", io), ("memory", memory)) if asked) if h)
+
+
+# -- the group -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where an instance's group goes: its directory (v2, or v1's tracking hierarchy's), and on v1 the
+    same group in each hierarchy whose controller its limits need (controller -> directory)."""
+
+    path: Path
+    version: int
+    more: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self.path, *self.more.values()]
+
+
+def place(name: str, limits: caps.Limits | None = None) -> Placed | None:
+    """Where the group for instance `name` goes on this host; None where storlab can make none. With
+    `limits`, RunFailed where they cannot be held here (the experiment's load refused it already)."""
+    group = PREFIX + name
+    if limits:
+        why = limits_unavailable(bool(limits.devices), limits.memory_bytes is not None)
+        if why is not None:
+            raise RunFailed(f"IO caps and memory limits cannot be set here: {why}")
+    elif unavailable() is not None:
+        return None
+    found = hierarchy()
+    if found.version == 2:
+        return Placed((found.shared if limits else found.own) / group, 2)
+    asked = {"io": bool(limits and limits.devices), "memory": bool(limits and limits.memory_bytes is not None)}
+    more = {_V1_CONTROLLERS[c][0]: _v1(_V1_CONTROLLERS[c][0]).group(group) for c, wanted in asked.items() if wanted}
+    return Placed(found.group(group), 1, more)
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise RunFailed(f"{what}: writing {text.strip()!r} to {path} failed: {exc.strerror}") from None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _enable(mount: Path, parent: Path) -> None:
+    """v2: the io and memory controllers on in the subtree of every group from the mount down to
+    `parent`, where they are not yet (a group's children get only what its own parent hands it)."""
+    chain = [parent, *parent.parents]
+    for directory in reversed(chain[: chain.index(mount) + 1]):
+        control = directory / "cgroup.subtree_control"
+        on = set((_read(control) or "").split())
+        missing = [c for c in ("io", "memory") if c not in on]
+        if missing:
+            _write(control, " ".join(f"+{c}" for c in missing), "turning on the io and memory controllers")
+
+
+class ControlGroup:
+    """One instance's group: `path` (v2, or v1's tracking hierarchy) and, on v1, the same group in the
+    hierarchies its limits need (`more`, by controller). A process joins it by writing its pid to
+    every directory's cgroup.procs (`joining`)."""
+
+    def __init__(self, path: Path, more: dict[str, Path] | None = None, limits: caps.Limits | None = None,
+                 version: int = 1):
         self.path = path
+        self.more = dict(more or {})
+        self.limits = limits or caps.Limits()
+        self.version = version
 
     @property
     def procs(self) -> Path:
         return self.path / "cgroup.procs"
 
+    @property
+    def paths(self) -> list[Path]:
+        return [self.path, *self.more.values()]
+
     @classmethod
-    def make(cls, path: Path) -> "ControlGroup | None":
-        """A new, empty group at `path` (from `place`); None if the kernel will not make it."""
+    def make(cls, where: Path | Placed, limits: caps.Limits | None = None) -> "ControlGroup | None":
+        """A new, empty group (from `place`), its limits set; None if the kernel will not make a group
+        without limits (one with limits is RunFailed: a cell must never run uncapped unsaid)."""
+        placed = where if isinstance(where, Placed) else Placed(where, 1)
+        limits = limits or caps.Limits()
+        made: list[Path] = []
         try:
-            path.mkdir()
+            for path in placed.paths:
+                _make_dir(path, placed.version == 2 and bool(limits))
+                made.append(path)
         except FileExistsError:
             raise RunFailed(f"{path} already exists; storlab will not reuse a control group it did not make") from None
-        except OSError:
+        except OSError as exc:
+            for path in reversed(made):
+                _rmdir(path)
+            if limits:
+                raise RunFailed(f"cannot make the control group {path}: {exc.strerror}") from None
             return None
-        return cls(path)
+        group = cls(placed.path, placed.more, limits, placed.version)
+        try:
+            group.apply()
+        except RunFailed:
+            group.remove()
+            raise
+        return group
+
+    def _dir(self, controller: str) -> Path:
+        """The directory whose files hold `controller`'s settings (v1: its own hierarchy's)."""
+        return self.path if self.version == 2 else self.more[{"io": "blkio"}.get(controller, controller)]
+
+    def apply(self) -> None:
+        """Set the limits: each device's IO caps, then the memory limit (the page cache included; the
+        servers' own memory not swapped out in its place where the host has swap)."""
+        for cap in self.limits.devices:
+            if self.version == 2:
+                _write(self.path / "io.max", caps.io_max_line(cap) + "\n", f"the IO caps on {cap.device}")
+            else:
+                for file, line in caps.v1_lines(cap):
+                    _write(self._dir("io") / file, line + "\n", f"the IO caps on {cap.device}")
+        memory = self.limits.memory_bytes
+        if memory is not None:
+            where = self._dir("memory")
+            if self.version == 2:
+                _write(where / "memory.max", f"{memory}\n", "the server memory limit")
+                if (where / "memory.swap.max").exists():
+                    _write(where / "memory.swap.max", "0\n", "the server memory limit (no swap)")
+            else:
+                _write(where / "memory.limit_in_bytes", f"{memory}\n", "the server memory limit")
+                # Reclaim takes the page cache, not the servers' own memory (a memsw limit would do it
+                # too, but then the kernel no longer counts the times the limit was reached).
+                _write(where / "memory.swappiness", "0\n", "the server memory limit (no swapping)")
+
+    def reading(self) -> caps.Reading:
+        """The group's counters now (RunFailed if a file does not read as the kernel writes it)."""
+        found = caps.Reading()
+        try:
+            if self.limits.devices:
+                if self.version == 2:
+                    found.io = caps.io_stat(_read(self.path / "io.stat") or "")
+                    pressure = _read(self.path / "io.pressure")
+                    found.io_pressure_us = None if pressure is None else caps.pressure_some_us(pressure)
+                else:
+                    found.io = caps.v1_io(_read(self._dir("io") / "blkio.throttle.io_serviced") or "",
+                                          _read(self._dir("io") / "blkio.throttle.io_service_bytes") or "")
+            if self.limits.memory_bytes is not None:
+                where = self._dir("memory")
+                if self.version == 2:
+                    events = caps.flat_keyed(_read(where / "memory.events") or "", "memory.events")
+                    found.memory_hits, found.oom_kills = events.get("max"), events.get("oom_kill")
+                    found.memory_bytes = caps.memory_value(_read(where / "memory.current") or "", "memory.current")
+                    peak = _read(where / "memory.peak")
+                    found.peak_bytes = None if peak is None else caps.memory_value(peak, "memory.peak")
+                else:
+                    found.memory_bytes = caps.memory_value(_read(where / "memory.usage_in_bytes") or "", "memory.usage_in_bytes")
+                    found.memory_hits = caps.memory_value(_read(where / "memory.failcnt") or "", "memory.failcnt")
+                    found.peak_bytes = caps.memory_value(_read(where / "memory.max_usage_in_bytes") or "",
+                                                         "memory.max_usage_in_bytes")
+                    oom = caps.flat_keyed(_read(where / "memory.oom_control") or "", "memory.oom_control")
+                    found.oom_kills = oom.get("oom_kill")
+        except caps.Malformed as exc:
+            raise RunFailed(f"the control group {self.path}: {exc}") from None
+        return found
+
+    def reset_peak(self) -> bool:
+        """Start the kernel's peak of the group's memory over (v1; v2 keeps one since the group was
+        made); whether it was."""
+        if self.version == 2 or self.limits.memory_bytes is None:
+            return False
+        try:
+            (self._dir("memory") / "memory.max_usage_in_bytes").write_text("0\n")
+        except OSError:
+            return False
+        return True
 
     def pids(self) -> list[int]:
         try:
@@ -147,25 +379,49 @@ class ControlGroup:
         return killed
 
     def remove(self) -> bool:
-        """Kill what is left and remove the group; whether it is gone."""
+        """Kill what is left and remove the group from every hierarchy; whether it is all gone."""
         self.kill()
+        return all([_rmdir(path) for path in reversed(self.paths)])
+
+
+def _make_dir(path: Path, shared: bool) -> None:
+    """One directory of a group; with `shared` (v2 with limits), in the shared group, made if missing,
+    the controllers turned on down to it."""
+    if not shared:
+        path.mkdir()
+        return
+    mount = _unified().mount
+    for _ in range(_MAKE_TRIES):
+        path.parent.mkdir(exist_ok=True)
+        _enable(mount, path.parent)
         try:
-            self.path.rmdir()
-        except FileNotFoundError:
-            return True
+            path.mkdir()
+            return
+        except FileNotFoundError:  # the shared group was removed by another instance's end meanwhile
+            continue
+    path.mkdir()
+
+
+def _rmdir(path: Path) -> bool:
+    """Remove one directory of a group (the kernel refuses while a process is in it); then the shared
+    v2 group it was in, if it was the last (the kernel refuses while another instance's is there)."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    if path.parent.name == SHARED:
+        try:
+            path.parent.rmdir()
         except OSError:
-            return False
-        return True
-
-
-def place(name: str) -> Path | None:
-    """Where the group for instance `name` goes on this host; None where storlab can make none."""
-    return None if unavailable() is not None else hierarchy().group(PREFIX + name)
+            pass
+    return True
 
 
 def joining(group: ControlGroup | None) -> list[str]:
     """The files a child writes its own pid to before it runs its program (processes.start's `cgroups`)."""
-    return [] if group is None else [str(group.procs)]
+    return [] if group is None else [str(path / "cgroup.procs") for path in group.paths]
 
 
 def recorded(path: str) -> ControlGroup | None:
@@ -177,3 +433,15 @@ def recorded(path: str) -> ControlGroup | None:
     if not any(point in candidate.parents for point, _, _ in _mounts()):
         return None
     return ControlGroup(candidate)
+
+
+def recorded_with(path: str, more: list[str]) -> ControlGroup | None:
+    """A manifest's group with its directories in the other v1 hierarchies (each one of storlab's too)."""
+    group = recorded(path)
+    if group is None:
+        return None
+    for other in more:
+        found = recorded(other)
+        if found is not None and found.path.name == group.path.name:
+            group.more[str(found.path)] = found.path
+    return group

@@ -30,7 +30,7 @@ SECTORS = (512, 1024, 2048, 4096)
 FILESYSTEMS = ("ext4", "xfs")
 # The keys whose value may be a list in the experiment file (storlab.experiment.places): each is then a
 # factor of the matrix.
-FACTOR_KEYS = ("sector", "fs", "mount_options", "read_ahead_kb")
+FACTOR_KEYS = ("sector", "fs", "mount_options", "read_ahead_kb", "max_sectors_kb")
 DEFAULT_IMAGE_DIR = Path("/var/tmp/storlab/img")
 DEFAULT_READ_AHEAD_KB = 128  # the kernel's own default, set explicitly so every run says what it had
 # mkfs.xfs (xfsprogs >= 5.19) refuses anything not larger than 300 MB; ext4 needs room for its journal.
@@ -56,11 +56,14 @@ class DeviceFormat:
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One cell's device: its format, and the read-ahead, which changes in place."""
+    """One cell's device: its format, and what changes in place: the read-ahead, and the largest
+    request the block layer issues (`max_sectors_kb`: larger IOs are split, and an IOPS cap counts
+    each part; None leaves the kernel's)."""
 
     format: DeviceFormat
     read_ahead_kb: int
     allow_tmpfs: bool = False
+    max_sectors_kb: int | None = None
 
 
 @dataclass
@@ -72,6 +75,7 @@ class Device:
     loop: str  # "/dev/loop3"
     image: Path
     mount_point: Path
+    made_max_sectors_kb: int | None = None  # the kernel's own, read when the device was made
 
     @property
     def name(self) -> str:
@@ -148,6 +152,7 @@ class SeenFormat:
     mount_options: str | None
     read_ahead_kb: int | None
     direct_io: bool | None  # loop devices only
+    max_sectors_kb: int | None = None  # the largest request the block layer issues to it
 
 
 def _read_int(path: Path) -> int | None:
@@ -165,7 +170,8 @@ def format_of(path: Path) -> SeenFormat:
     block = Path("/sys/block") / name
     dio = _read_int(block / "loop/dio")
     return SeenFormat(name, _read_int(block / "queue/logical_block_size"), mount.get("filesystem"),
-                      mount.get("options"), _read_int(block / "queue/read_ahead_kb"), None if dio is None else dio == 1)
+                      mount.get("options"), _read_int(block / "queue/read_ahead_kb"), None if dio is None else dio == 1,
+                      _read_int(block / "queue/max_sectors_kb"))
 
 
 # -- making and removing -----------------------------------------------------------------------
@@ -191,6 +197,22 @@ def set_read_ahead(device: Device, read_ahead_kb: int) -> None:
     """In place, no remake. Files opened before keep the read-ahead they had (the kernel copies it
     when a file is opened): a server started after this call sees the new value."""
     (Path("/sys/block") / device.name / "queue/read_ahead_kb").write_text(f"{read_ahead_kb}\n")
+
+
+def set_max_sectors(device: Device, max_sectors_kb: int | None) -> None:
+    """In place; None puts back what the device had when it was made. A value above what the device
+    takes (max_hw_sectors_kb) is the file's mistake, said in one line."""
+    value = device.made_max_sectors_kb if max_sectors_kb is None else max_sectors_kb
+    queue = Path("/sys/block") / device.name / "queue"
+    try:
+        (queue / "max_sectors_kb").write_text(f"{value}\n")
+        refused = None if _read_int(queue / "max_sectors_kb") == value else "it kept another value"
+    except OSError as exc:
+        refused = exc.strerror
+    if refused is not None:
+        most = _read_int(queue / "max_hw_sectors_kb")
+        raise DeviceRefused(device.placement, "max_sectors_kb", f"the kernel refused {value} ({refused}); "
+                            f"{device.loop} takes 4 to {most} KiB")
 
 
 def _loops_backed_by(image: Path) -> list[str]:
@@ -332,7 +354,9 @@ class DevicePool:
         if current is not None and current.spec.format == spec.format:
             if current.spec.read_ahead_kb != spec.read_ahead_kb:
                 set_read_ahead(current, spec.read_ahead_kb)
-                current.spec = spec
+            if current.spec.max_sectors_kb != spec.max_sectors_kb:
+                set_max_sectors(current, spec.max_sectors_kb)
+            current.spec = spec
             return current
         if current is not None:
             refused = self._remove(placement)
@@ -393,6 +417,9 @@ class DevicePool:
             os.chown(mount_point, 0, 0)
             mount_point.chmod(0o755)
             set_read_ahead(device, spec.read_ahead_kb)
+            device.made_max_sectors_kb = _read_int(Path("/sys/block") / device.name / "queue/max_sectors_kb")
+            if spec.max_sectors_kb is not None:
+                set_max_sectors(device, spec.max_sectors_kb)
         except BaseException:
             self._remove(placement)
             raise

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Protocol
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import cgroups, diagnosis, safe_files, setting_failures
+from storlab.lab import caps, cgroups, diagnosis, safe_files, setting_failures
 
 MARKER = ".storlab-owned"
 SERVER_USER = "storlab"
@@ -158,8 +158,10 @@ class Manifest:
     kept: bool = False
     # Devices storlab made (storlab.devices): one entry per device, written before it is made.
     devices: list[dict] = field(default_factory=list)
-    # The control group the server runs in (storlab.cgroups), written before it is made.
+    # The control group the server runs in (storlab.cgroups), written before it is made; on cgroup v1,
+    # the same group in the hierarchies its IO caps and memory limit need.
     cgroup: str | None = None
+    cgroup_more: list[str] = field(default_factory=list)
 
     @property
     def owner_running(self) -> bool:
@@ -192,7 +194,9 @@ class Manifest:
                 if not (isinstance(manifest.instance_id, str) and isinstance(manifest.dirs, list)
                         and all(isinstance(d, str) for d in manifest.dirs)
                         and isinstance(manifest.devices, list) and all(isinstance(d, dict) for d in manifest.devices)
-                        and (manifest.cgroup is None or isinstance(manifest.cgroup, str))):
+                        and (manifest.cgroup is None or isinstance(manifest.cgroup, str))
+                        and isinstance(manifest.cgroup_more, list)
+                        and all(isinstance(g, str) for g in manifest.cgroup_more)):
                     raise ValueError("its fields are not a manifest's")
                 found.append(manifest)
             except (OSError, ValueError, TypeError) as exc:
@@ -467,10 +471,13 @@ class Workspace:
 
 @contextmanager
 def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals,
-              settings: dict | None = None) -> Iterator[Workspace]:
+              settings: dict | None = None, io_caps: dict[str, caps.IoCaps] | None = None,
+              memory_bytes: int | None = None) -> Iterator[Workspace]:
     """One owned directory on each placement plus a short socket directory (socket paths are limited
     to 107 bytes); on every way out the server is stopped and, unless `keep`, everything removed.
-    A failure is told in the server's own words (`settings`: the user's, to name one it refuses)."""
+    A failure is told in the server's own words (`settings`: the user's, to name one it refuses).
+    The instance's control group holds the IO caps asked for each placement (`io_caps`, by name, on
+    the device under it) and the server's memory (`memory_bytes`), set before the server starts."""
     user = server_user()
     for name, path in placements.items():
         check_reachable(f"placement {name}", path, user)
@@ -483,11 +490,13 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
     try:
         roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user, server_writes=False)
                  for name, path in placements.items()}
-        place = cgroups.place(iid)
+        limits = caps.resolve(placements, io_caps or {}, memory_bytes)
+        place = cgroups.place(iid, limits)
         if place is not None:
-            manifest.cgroup = str(place)
+            manifest.cgroup = str(place.path)
+            manifest.cgroup_more = [str(p) for p in place.more.values()]
             manifest.save()
-            group = cgroups.ControlGroup.make(place)
+            group = cgroups.ControlGroup.make(place, limits)
         ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user), group)
         try:
             yield ws
@@ -505,7 +514,7 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
             # own) ends with the instance; the group goes only once it is empty.
             group_left = group is not None and not group.remove()
             if not group_left:
-                manifest.cgroup = None
+                manifest.cgroup, manifest.cgroup_more = None, []
             # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
             # tool's server interrupted, it is storlab's job.
             engine.release_shared_memory([Path(d) for d in manifest.dirs])

@@ -1,12 +1,15 @@
 """A cell's storage layout, as declared (CellLayout) and resolved to places on this machine
 (InstanceSpec): which placement holds each data file, where the log lives, its size and growth, the
-page size. Engines build instances from it."""
+page size, the IO caps on each placement's device and the server's memory. Engines build instances
+from it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from storlab.lab.caps import IoCaps
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class CellLayout:
     page_size: str | None = None
     file_kind: str = "partitions"
     striping: str = "round-robin"
+    server_memory_bytes: int | None = None  # the instance's memory limit, page cache included; None: none
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class InstanceSpec:
     settings: dict[str, Any]
     engine_version: str | None = None  # the engine's version the cell runs (None: the engine's only one)
     temp: Placement | None = None  # where the temporary files go; None: the engine's default place
+    caps: dict[str, IoCaps] = field(default_factory=dict)  # placement name -> the caps on its device
+    memory_bytes: int | None = None  # the server's memory limit, page cache included
 
     @property
     def data_placements(self) -> list[Placement]:
@@ -89,7 +95,7 @@ def assign_files(count: int, ratio: dict[str, int], striping: str) -> list[str]:
 
 
 def spec_for(layout: CellLayout, settings: dict[str, Any], placements: dict[str, Path],
-             engine_version: str | None = None) -> InstanceSpec:
+             engine_version: str | None = None, caps: dict[str, IoCaps] | None = None) -> InstanceSpec:
     ratio = {layout.data_on: 1} if isinstance(layout.data_on, str) else dict(layout.data_on)
     data = [Placement(n, placements[n]) for n in assign_files(layout.data_files, ratio, layout.striping)]
     log_name = layout.log_on or data[0].name
@@ -103,4 +109,6 @@ def spec_for(layout: CellLayout, settings: dict[str, Any], placements: dict[str,
         settings=settings,
         engine_version=engine_version,
         temp=Placement(layout.temp_on, placements[layout.temp_on]) if layout.temp_on else None,
+        caps={name: c for name, c in (caps or {}).items() if c},
+        memory_bytes=layout.server_memory_bytes,
     )

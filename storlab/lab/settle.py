@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from storlab.lab import instances, safe_files
+from storlab.lab.cgroups import ControlGroup
+from storlab.sizes import format_bytes
 
 
 def evict(roots: Iterable[Path]) -> int:
@@ -29,14 +31,20 @@ def evict(roots: Iterable[Path]) -> int:
     return count
 
 
-def settle(checkpoint: Callable[[], None], roots: Iterable[Path]) -> dict[str, Any]:
+def settle(checkpoint: Callable[[], None], roots: Iterable[Path], group: ControlGroup | None = None) -> dict[str, Any]:
     """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
-    conditions of the run that follows; the instances before it are gone (instances.ending_in_background)."""
+    conditions of the run that follows; the instances before it are gone (instances.ending_in_background).
+    An evicted page is no longer charged to the control group that read it, so under a server memory
+    limit (`group`) every run starts with its cache inside the limit: what the group then holds (its
+    servers' own memory, their shared buffers) is recorded."""
     instances.wait_ended()
     checkpoint()
     os.sync()
     evict(roots)
-    return {"checkpoint": True, "sync": True, "page_cache": "the instance's files evicted"}
+    found = {"checkpoint": True, "sync": True, "page_cache": "the instance's files evicted"}
+    if group is not None and group.limits.memory_bytes is not None:
+        found["server_memory_held_bytes"] = group.reading().memory_bytes
+    return found
 
 
 def describe(conditions: list[dict[str, Any]]) -> str | None:
@@ -51,6 +59,11 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     traced = sorted({c["tracing"] for c in conditions if c.get("tracing")})
     if traced:
         line += "; traced with bpftrace: " + " or ".join(_TRACED[t] for t in traced)
+    held = [c["server_memory_held_bytes"] for c in conditions if c.get("server_memory_held_bytes") is not None]
+    if held:
+        amount = format_bytes(min(held)) + ("" if min(held) == max(held) else f" to {format_bytes(max(held))}")
+        line += (f"; under a server memory limit its control group then held {amount} (the servers' own memory: "
+                 "the instance's files no longer charged to it)")
     found: dict[str, int] = {}
     for c in conditions:
         for name, seen in sorted((c.get("devices") or {}).items()):
@@ -72,4 +85,6 @@ def _device(seen: dict[str, Any]) -> str:
              f"read-ahead {seen.get('read_ahead_kb')} KiB" if seen.get("read_ahead_kb") is not None else "read-ahead unknown"]
     if seen.get("direct_io") is not None:
         parts.append("direct IO" if seen["direct_io"] else "buffered IO (not direct)")
+    if seen.get("max_sectors_kb") is not None:
+        parts.append(f"requests up to {seen['max_sectors_kb']} KiB")
     return f"{seen.get('device') or '?'} " + ", ".join(parts)

@@ -2,8 +2,12 @@
 size x access pattern x direction at a fixed number of outstanding IOs, one job at a time, run by fio.
 
 The results carry flags wherever the number cannot mean what it says: a file on tmpfs measures memory,
-buffered IO on a file that fits in memory measures the page cache, and a queue depth fio never reached
-measures a shallower queue than the one asked for."""
+buffered IO on a file that fits in memory measures the page cache, a queue depth fio never reached
+measures a shallower queue than the one asked for, and a job through an IO cap measures the cap.
+
+With IO caps (as an experiment's placement asks them: storlab.lab.caps), fio runs inside a control
+group holding those caps on the device under the target, as an instance's server would, and each job
+says how close it came to the cap that binds it: a cap that holds is reached, never passed."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from rich.table import Table
 
 from storlab import processes, sizes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts, placements
+from storlab.lab import caps, cgroups, instances, mounts, placements
 
 FIO = "fio"
 
@@ -160,6 +164,36 @@ def measured(report: dict, iodepth: int) -> Measured:
     )
 
 
+# A job through its cap reaches it (the throttle lets IO through in slices: a little under it); well
+# under it, the device or the queue depth was the limit, not the cap; beyond it, the cap did not hold.
+CAP_REACHED = 0.9
+CAP_PASSED = 1.02
+
+
+def binding_cap(job: Job, held: caps.IoCaps) -> tuple[str, float] | None:
+    """The cap that limits `job` (its direction's IOPS, or its MiB/s at the job's block size, the
+    tighter), in words and in IOs a second; None when its direction is uncapped."""
+    reads = job.rw in ("read", "randread")
+    iops, bps = (held.read_iops, held.read_bps) if reads else (held.write_iops, held.write_bps)
+    direction = "read" if reads else "write"
+    found = [(f"{direction} {iops:,} IOPS", float(iops))] if iops else []
+    if bps:
+        found.append((f"{direction} {bps / 2**20:,g} MiB/s", bps / job.block_size))
+    return min(found, key=lambda c: c[1]) if found else None
+
+
+def cap_flag(job: Job, result: Measured, held: caps.IoCaps, device: str) -> tuple[str, float] | None:
+    """The job's flag through its cap, and its share of the cap reached."""
+    binding = binding_cap(job, held)
+    if binding is None:
+        return None
+    name, limit = binding
+    share = result.iops / limit
+    verdict = ("held" if share <= CAP_PASSED else "beyond its cap: the kernel did not hold it") if share >= CAP_REACHED \
+        else "under its cap: the device or the queue depth, not the cap, was the limit"
+    return f"capped: {name} on {device}: reached {100 * share:.0f} % of it, {verdict}; this measures the cap", share
+
+
 def flags(job: Job, result: Measured, filesystem: str | None, file_size: int, memory_bytes: int) -> list[str]:
     """Why this number may not measure the device."""
     found = []
@@ -188,6 +222,7 @@ class IoResult:
     lat_p99_ms: float
     lat_p999_ms: float
     flags: list[str] = field(default_factory=list)
+    cap_share: float | None = None  # through an IO cap: the share of it reached (1.0: at the cap)
 
     def as_row(self) -> dict:
         return {"target": self.target, "job": self.job, "rw": self.rw, "block_size": self.block_size,
@@ -198,11 +233,13 @@ class IoResult:
 # -- fio as a child process ----------------------------------------------------------------------
 
 
-def run_fio(command: list[str], timeout_s: float, tick=None) -> str:
-    """fio's stdout. Output goes to files, not pipes: a pipe nobody reads while waiting could fill."""
+def run_fio(command: list[str], timeout_s: float, tick=None, group: cgroups.ControlGroup | None = None) -> str:
+    """fio's stdout (run inside `group`, if given). Output goes to files, not pipes: a pipe nobody reads
+    while waiting could fill."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         try:
-            child = processes.start(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            child = processes.start(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    cgroups=cgroups.joining(group))
         except FileNotFoundError:
             raise RunFailed("fio is not installed (Debian: apt-get install fio)") from None
         try:
@@ -231,21 +268,34 @@ def run_fio(command: list[str], timeout_s: float, tick=None) -> str:
 
 
 @contextmanager
-def _scratch(target: Path) -> Iterator[Path]:
+def _scratch(target: Path, limits: caps.Limits) -> Iterator[tuple[Path, cgroups.ControlGroup | None]]:
     """A fresh directory under `target` for the test file, written down in a manifest and marked as
-    storlab's (as an instance's directories are), so `storlab clean` removes it if storlab is killed."""
-    manifest = instances.Manifest(instances.new_instance_id("io"), "io", owner_pid=os.getpid())
+    storlab's (as an instance's directories are), and with `limits` a control group holding them, so
+    `storlab clean` removes both if storlab is killed."""
+    manifest = instances.Manifest(instances.new_instance_id("io"), "io", owner_pid=os.getpid(),
+                                  owner_start=instances.pid_start(os.getpid()))
     manifest.save()
     scratch = target / f"storlab-{manifest.instance_id}"
+    group = None
     try:
         try:
             instances.make_owned_dir(scratch, manifest, instances.current_user())
         except OSError as exc:
             raise RunFailed(f"cannot create {scratch}: {exc.strerror}") from None
-        yield scratch
+        if limits:
+            place = cgroups.place(manifest.instance_id, limits)
+            manifest.cgroup, manifest.cgroup_more = str(place.path), [str(p) for p in place.more.values()]
+            manifest.save()
+            group = cgroups.ControlGroup.make(place, limits)
+        yield scratch, group
     finally:
-        if instances.remove_owned_dir(scratch, manifest.instance_id):
-            manifest.forget()
+        with processes.interrupts_held():
+            if group is None or group.remove():
+                manifest.cgroup, manifest.cgroup_more = None, []
+            if instances.remove_owned_dir(scratch, manifest.instance_id) and manifest.cgroup is None:
+                manifest.forget()
+            else:
+                manifest.save()
 
 
 def check_target(target: Path) -> None:
@@ -258,10 +308,26 @@ def check_target(target: Path) -> None:
         raise UserError(problem)
 
 
-def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None) -> list[IoResult]:
-    """Each job in turn on one test file of `size` bytes in a fresh directory under `target`."""
+def cap_limits(target: Path, held: caps.IoCaps | None) -> caps.Limits:
+    """The caps on the device under `target` (UserError where there is none, or caps cannot be set here)."""
+    if not held:
+        return caps.Limits()
+    found = caps.device_of(target)
+    if found is None:
+        raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): there is no device to cap")
+    why = cgroups.limits_unavailable(io=True, memory=False)
+    if why is not None:
+        raise UserError(f"IO caps cannot be set here: {why}")
+    return caps.Limits((caps.DeviceCap(("io",), found[0], found[1], held),))
+
+
+def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None,
+        held: caps.IoCaps | None = None) -> list[IoResult]:
+    """Each job in turn on one test file of `size` bytes in a fresh directory under `target`; with
+    `held`, inside those IO caps on the device under it."""
     target = Path(target)
     check_target(target)
+    limits = cap_limits(target, held)
     free = shutil.disk_usage(target).free
     if size > free:
         raise UserError(f"--size: {size / 2**20:.0f} MiB does not fit in the {free / 2**20:.0f} MiB free on {target}")
@@ -270,7 +336,7 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
     memory = psutil.virtual_memory().total
     # A slow device lays out the file at a few MB/s at worst; beyond that something is stuck.
     layout_timeout = 60 + size / 2**20
-    with _scratch(target) as scratch:
+    with _scratch(target, limits) as (scratch, group):
         file = scratch / "storlab-io.dat"
         bar = (Progress(TextColumn("{task.description:<14}"), BarColumn(), TimeRemainingColumn(), console=console)
                if console else nullcontext())
@@ -283,13 +349,15 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
             for job in jobs:
                 task = progress.add_task(job.name, total=seconds) if progress else None
                 tick = (lambda dt, t=task: progress.advance(t, dt)) if progress else None
-                text = run_fio(fio_command(job, file, size, seconds, engine), seconds + layout_timeout, tick)
+                text = run_fio(fio_command(job, file, size, seconds, engine), seconds + layout_timeout, tick, group)
                 if progress:
                     progress.update(task, completed=seconds)
                 m = measured(parse_json(text), job.iodepth)
+                capped = cap_flag(job, m, held, limits.devices[0].device) if held else None
                 results.append(IoResult(str(target), job.name, job.rw, job.block_size, job.iodepth, m.iops, m.mb_s,
                                         m.lat_ms["50"], m.lat_ms["99"], m.lat_ms["99.9"],
-                                        flags(job, m, filesystem, size, memory)))
+                                        flags(job, m, filesystem, size, memory) + ([capped[0]] if capped else []),
+                                        None if capped is None else capped[1]))
         return results
 
 

@@ -19,7 +19,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import UserError
-from storlab.lab import cgroups
+from storlab.lab import caps, cgroups
 from storlab.lab.mounts import block_device_of, mount_of
 from storlab.sizes import format_bytes
 
@@ -151,6 +151,9 @@ def _device_facts(name: str, root: Path) -> dict:
         "scheduler": _bracketed(_read(queue / "scheduler")),
         "read_ahead_kb": _int(_read(queue / "read_ahead_kb")),
         "write_cache": _read(queue / "write_cache"),
+        # What an IO cap here holds (the whole disk, by its number) and counts (requests up to this size).
+        "dev": _read(block / "dev"),
+        "max_sectors_kb": _int(_read(queue / "max_sectors_kb")),
         "loop_backing_file": backing,
         # The disk that really does the IO of a loop device or a device-mapper/md volume.
         "backing_device": block_device_of(Path(backing), root) if backing else None,
@@ -397,6 +400,11 @@ def _path_items(facts: dict) -> list[Item]:
         value = facts[key]
         items.append(Item(g, name, f"{value}{unit}") if value is not None else
                      Item(g, name, "unknown", UNKNOWN, f"no queue/{key} in sysfs"))
+    if facts.get("dev"):
+        largest = f", counting requests of up to {facts['max_sectors_kb']} KiB (max_sectors_kb)" \
+            if facts.get("max_sectors_kb") else ""
+        items.append(Item(g, "an IO cap here holds", f"the whole of {facts['device']} ({facts['dev']}): every "
+                          f"placement on it{largest}"))
     return items
 
 
@@ -423,14 +431,23 @@ def engine_items(installations: list[tuple[str, str | None, str]]) -> list[Item]
 
 def lab_items() -> list[Item]:
     """What storlab itself can do here: keep each instance's processes in a control group of its own
-    (without one, a program an instance's server started could outlive it). Not a fitness question."""
+    (without one, a program an instance's server started could outlive it), and hold them to IO caps
+    and a memory limit (and what a cap holds back). Not a fitness question."""
     why = cgroups.unavailable()
     if why is not None:
         return [Item("Lab", "control groups", "none", UNKNOWN, why,
                      "each instance's end kills its process tree only; run storlab as root on a host with a cgroup mount")]
     found = cgroups.hierarchy()
     kind = "v2" if found.version == 2 else f"v1 ({found.mount.name})"
-    return [Item("Lab", "control groups", f"{kind}, under {found.own}: every instance's processes in a group of its own")]
+    items = [Item("Lab", "control groups", f"{kind}, under {found.own}: every instance's processes in a group of its own")]
+    for name, io, what in (("IO caps", True, f"a cap holds {caps.COVERS[found.version]}"),
+                           ("server memory limits", False, "the page cache charged to the group that first reads a page")):
+        why = cgroups.limits_unavailable(io, not io)
+        items.append(Item("Lab", name, f"{cgroups.where_limits_go(io, not io)}: {what}") if why is None else
+                     Item("Lab", name, "cannot be set", UNKNOWN, why,
+                          "an experiment that asks for them is refused here; run it on a host with cgroup v2, or v1's "
+                          f"{'blkio' if io else 'memory'} hierarchy"))
+    return items
 
 
 def trace_items(groups: list[tuple[str, str | None]]) -> list[Item]:

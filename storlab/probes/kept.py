@@ -75,6 +75,9 @@ class Probe:
     from_capture: Callable[[Any], Any] | None = None  # from the run's probes.waits.WaitCapture
     # Its part of the report, from each cell's (label, [what each run recorded]).
     section: Callable[[list[tuple[str, list[Any]]]], Section | None] | None = None
+    # The points what a run recorded puts on the run's timeline (recorders.TimelinePoint, on the
+    # samplers' axis), beside its own tables.
+    timeline: Callable[[Any], list[Any]] | None = None
 
 
 def histogram(text: str) -> dict[int, int]:

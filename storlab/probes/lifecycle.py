@@ -7,7 +7,8 @@ one on every way out:
 - the device timeline (recorders.py): IOPS, MiB/s and IO size per placement, and CPU %;
 - the wait timeline: the waits per interval, read from the wait probe (so it starts after it);
 - then every probe of the registry that has a recorder of its own (probes/registry.py): who waits on
-  what, the IO sizes, the kernel's pressure, ... each keeping what it recorded under its name.
+  what, the IO sizes, the kernel's pressure, what the instance's IO caps and memory limit did, ...
+  each keeping what it recorded under its name (and putting its points on the timeline, if it has).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Recorder:
     records: str
     start: Callable[[RunStart], None]
     stop: Callable[[], Any]
+    points: Callable[[Any], list] | None = None  # a probe's points for the run's timeline, from what it recorded
 
 
 def around_run(instance: Probed, traced: bool, tracing: Tracing = Tracing.ON) -> list[Recorder]:
@@ -63,7 +65,8 @@ def around_run(instance: Probed, traced: bool, tracing: Tracing = Tracing.ON) ->
     for probe in PROBES:
         recording = probe.recorder(scope) if probe.recorder is not None else None
         if recording is not None:
-            recorders.append(Recorder(probe.name, lambda run, r=recording: r.start(run.sessions, run.t0), recording.stop))
+            recorders.append(Recorder(probe.name, lambda run, r=recording: r.start(run.sessions, run.t0), recording.stop,
+                                      probe.timeline))
     return recorders
 
 
@@ -112,6 +115,8 @@ def _stop(started: list[Recorder], into: dict[str, Any]) -> Exception | None:
             into.setdefault(TIMELINE, []).extend(result)
         else:
             into[recorder.records] = result
+            if recorder.points is not None:
+                into.setdefault(TIMELINE, []).extend(recorder.points(result))
     return error
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from storlab.lab.cgroups import ControlGroup
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.waits import WaitProbe
@@ -29,6 +30,7 @@ class Probed(Protocol):
     version: str
     spec: InstanceSpec  # the cell's layout: its placements, data files, log, settings
     roots: dict[str, Path]  # placement name -> the instance's own directory on it
+    group: ControlGroup | None  # the control group its processes run in, with its IO caps and memory limit
 
     def connect(self) -> Any:
         """A workload session in autocommit (the workload's unprivileged role)."""

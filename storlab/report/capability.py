@@ -45,6 +45,8 @@ def placement_paths(results: Results) -> dict[str, str]:
     recorded = list((results.facts or {}).get("paths", {}))
     found = {}
     for name, raw in declared.items():
+        if isinstance(raw, dict) and "loop" not in raw:  # a directory's table, with IO caps on its device
+            raw = raw.get("path")
         if not isinstance(raw, str):
             continue
         if raw == TMPFS:

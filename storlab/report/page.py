@@ -268,7 +268,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         sections.append("<h2>Ranking</h2>" + _ranking_html(answer)
                         + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in
                                   answer.best + answer.race + [f"noise: {line}" for line in answer.noise.cells]
-                                  + answer.notes))
+                                  + (answer.limits.lines if answer.limits else []) + answer.notes))
         composition = wait_report.composition_chart(results, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
@@ -295,6 +295,14 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         device = timelines.device_chart(store, results, folder / f"{timeline.MIB_S.name}.png")
         if device:
             sections.append("<h2>Device MiB/s over time, per placement</h2>" + _figure(device[1], device[0]))
+        held = timelines.cap_chart(store, results, folder / f"{timeline.CAP_USE.name}.png")
+        if held:
+            sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
+        svg = timelines.chart(store, results, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
+        if svg:
+            sections.append("<h2>The server's memory over time</h2>"
+                            + _figure(svg, timelines.caption(timeline.SERVER_MEMORY) + "; what its control group "
+                                      "held, the page cache included, against its limit"))
         svg = timelines.chart(store, results, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
         if svg:
             sections.append("<h2>CPU over time</h2>" + _figure(svg, timelines.caption(timeline.CPU_PERCENT)))

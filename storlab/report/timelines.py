@@ -154,3 +154,15 @@ def device_chart(store: Store, results: Results, png: Path) -> tuple[str, str] |
             f"since the point before, divided by the time between the two readings; {_events_note(drawn)}. A steady "
             "load can still reach its device in bursts (a new log file written whole when it is made, a checkpoint): "
             "each is one high interval"), drawing
+
+
+def cap_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+    """One panel per cell: each capped placement's IO as a share of its tightest cap. Returns
+    (caption, svg)."""
+    found = _per_cell(store, results, (timeline.CAP_USE,), timeline.CAP_USE.label, png)
+    if found is None:
+        return None
+    drawn, drawing = found
+    return ("first run of each cell: each point the IO the instance's control group was charged on the placement's "
+            "device since the point before, as a share of its tightest cap (100 %: held at the cap); "
+            f"{_events_note(drawn)}"), drawing

@@ -58,6 +58,7 @@ class Conditions(BaseModel):
     warmup_s: float | None = None
     devices: dict[str, dict[str, Any]] | None = None
     tracing: Literal["off", "on", "reads"] | None = None  # what bpftrace traced (None: a run from before it was kept)
+    server_memory_held_bytes: int | None = None
 
 
 class Facts(BaseModel):

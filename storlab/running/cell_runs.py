@@ -127,7 +127,8 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
 def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Instance]:
     """A fresh instance with the cell's layout; stopped and removed on every way out."""
     experiment = lab.experiment
-    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version)
+    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version,
+                    cell.caps)
     kind, params = experiment.workload, cell.workload
     with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params, experiment.sql)) as instance:
         yield instance
@@ -141,7 +142,7 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
     if kind.cold:
         with watch.paused() if watch is not None else nullcontext():
             instance.restart()
-    conditions = settle.settle(instance.checkpoint, instance.roots.values())
+    conditions = settle.settle(instance.checkpoint, instance.roots.values(), instance.group)
     conditions.update(_device_conditions(cell, instance), tracing=tracing.value)
     if isinstance(params, Warmup) and params.warmup_s:
         conditions["warmup_s"] = params.warmup_s

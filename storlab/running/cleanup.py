@@ -96,16 +96,16 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
             stopped = _kill_orphans(pid, manifest.dirs) or stopped
         refused: list[str] = []
         removed: list[str] = []
-        group = cgroups.recorded(manifest.cgroup) if manifest.cgroup else None
+        group = cgroups.recorded_with(manifest.cgroup, manifest.cgroup_more) if manifest.cgroup else None
         if group is not None:
             stopped = bool(group.kill()) or stopped
             if group.remove():
-                removed.append(f"control group {group.path}")
-                manifest.cgroup = None
+                removed += [f"control group {path}" for path in group.paths]
+                manifest.cgroup, manifest.cgroup_more = None, []
             else:
                 refused.append(f"control group {group.path} (a process in it would not die; the next clean tries again)")
         elif manifest.cgroup:
-            manifest.cgroup = None  # not a group of storlab's: never touched
+            manifest.cgroup, manifest.cgroup_more = None, []  # not a group of storlab's: never touched
         # While its directories still exist. A manifest of devices alone names no engine.
         removed += (engines.engine(manifest.engine).release_shared_memory([Path(d) for d in manifest.dirs])
                     if manifest.engine in engines.names() else [])

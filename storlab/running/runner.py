@@ -16,7 +16,7 @@ from rich.text import Text
 from storlab import engines
 from storlab.answer import analysis, racing
 from storlab.errors import RunFailed, UserError
-from storlab.experiment import matrix
+from storlab.experiment import matrix, places
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, instances, placements, templates
 from storlab.lab.placements import TMPFS
@@ -55,7 +55,7 @@ def prepare_placements(experiment: Experiment) -> dict[str, Path]:
         problem = placements.path_problem(path, user)
         if problem:
             raise UserError(f"{experiment.where(('placements', name))}: placements.{name}: {problem}")
-        if experiment.model.placements[name] != TMPFS:
+        if places.path_text(experiment.model.placements[name]) != TMPFS:
             try:
                 placements.make(path)
             except OSError as exc:

@@ -25,13 +25,15 @@ class Mariadb(Engine):
     name = "mariadb"
     title = "MariaDB"
     layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "page_size", "file_kind", "striping",
-                             "temp_on"})
+                             "temp_on", "server_memory"})
     unhonoured = {
         "log_growth": "MariaDB's redo log is one fixed, circular file that never grows: declare its size with log_size",
     }
     min_log_bytes = 4 * MB  # the smallest redo log InnoDB takes
     parallel_query = False
     catalog_bytes = CATALOG_BYTES
+    # Its buffer pool, and the redo log's buffer.
+    memory_settings = ("innodb_buffer_pool_size", "innodb_log_buffer_size")
     symptoms = SYMPTOMS
 
     def __init__(self):
@@ -43,6 +45,11 @@ class Mariadb(Engine):
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)
+
+    def memory_bytes(self, name: str, value: Any) -> int:
+        """A bare number counts bytes; innodb_buffer_pool_size is 128MB when unset, innodb_log_buffer_size 16MB."""
+        default = {"innodb_buffer_pool_size": 128 * MB, "innodb_log_buffer_size": 16 * MB}[name]
+        return common.setting_bytes({name: value}, name, default, 1)
 
     def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
         """One circular redo file, allocated whole, whatever a run writes."""

@@ -171,6 +171,7 @@ class MariadbInstance:
         self.workspace = workspace
         self.socket = workspace.socket_dir / SOCKET
         self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
+        self.group = workspace.group  # its processes, and what holds them back (IO caps, memory)
         self.table_dirs = table_dirs  # data placement name -> where its partitions' files go
         self.version = version
 
@@ -506,7 +507,8 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
     kept one gets a clean shutdown."""
     server_bin, installer = binaries()
     stop = signal.SIGTERM if keep else signal.SIGKILL
-    with instances.workspace(engine, spec.placements, keep, stop, spec.settings) as ws:
+    with instances.workspace(engine, spec.placements, keep, stop, spec.settings, spec.caps,
+                             spec.memory_bytes) as ws:
         # Inside the workspace: a setting the installer refuses is told in the installer's words.
         template = _template(server_bin, installer, spec, connections)
         home = ws.roots[spec.home.name]

@@ -28,6 +28,7 @@ from storlab.lab.layout import InstanceSpec
 from storlab.sizes import format_size, parse_size
 
 MB = 1024**2
+PAGE = 8192
 # initdb --wal-segsize takes a power of two from 1 to 1024 MB.
 WAL_SEGMENT_MB = tuple(2**i for i in range(11))
 DEFAULT_WAL_SEGMENT = 16 * MB
@@ -40,13 +41,16 @@ MAX_WAL = 1024 * MB  # the default max_wal_size: a checkpoint then lets WAL be r
 class Postgres(Engine):
     name = "postgres"
     title = "PostgreSQL"
-    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "log_growth", "striping", "temp_on"})
+    layout_keys = frozenset({"data_files", "data_on", "log_on", "log_size", "log_growth", "striping",
+                             "temp_on", "server_memory"})
     unhonoured = {
         "page_size": "PostgreSQL's page is fixed at 8 kB when the server is built",
         "file_kind": "PostgreSQL spreads a table over data files as partitions only",
     }
     parallel_query = True
     catalog_bytes = CATALOG_BYTES
+    # Its buffers, and what one maintenance operation (an index build, a vacuum) may take at once.
+    memory_settings = ("shared_buffers", "maintenance_work_mem")
     symptoms = SYMPTOMS
     versions = VERSIONS
     default_version = DEFAULT_VERSION
@@ -80,6 +84,12 @@ class Postgres(Engine):
         for size in values(layout.log_size):
             if size is not None and parse_size(size) < 2 * max(growths):
                 raise KeyProblem(("layout", "log_size"), f"{show(size)} is less than two WAL segments of {format_size(max(growths))} (PostgreSQL keeps at least two)")
+
+    def memory_bytes(self, name: str, value: Any) -> int:
+        """shared_buffers: a bare number counts 8 kB pages, 128MB when unset (initdb's); maintenance_work_mem:
+        kB, 64MB."""
+        default, unit = {"shared_buffers": (128 * MB, PAGE), "maintenance_work_mem": (64 * MB, 1024)}[name]
+        return common.setting_bytes({name: value}, name, default, unit)
 
     def data_folder_problem(self, folder: Path) -> str | None:
         return instance.tablespace_problem(folder)

@@ -182,6 +182,7 @@ class PostgresInstance:
         self.workspace = workspace
         self.socket_dir = workspace.socket_dir
         self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
+        self.group = workspace.group  # its processes, and what holds them back (IO caps, memory)
         self.version = version
         self.wait_sampling = wait_sampling  # pg_wait_sampling's collector runs
 
@@ -504,7 +505,8 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         if problem:
             raise UserError(f"placement {placement.name}: {problem}")
     stop = signal.SIGINT if keep else signal.SIGQUIT
-    with instances.workspace(engine, spec.placements, keep, stop, spec.settings) as ws:
+    with instances.workspace(engine, spec.placements, keep, stop, spec.settings, spec.caps,
+                             spec.memory_bytes) as ws:
         template = _template(bins, spec)
         home = ws.roots[spec.home.name]
         pgdata, wal = home / "pgdata", ws.roots[spec.log.name] / "wal"

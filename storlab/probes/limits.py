@@ -1,0 +1,374 @@
+"""What a run's IO caps and server memory limit did (storlab.lab.caps), read from the instance's
+control group and the devices under its placements at the run's start, every half second, and at its
+end:
+
+- per device: the IO the device served against the IO the group was charged (a v1 cap holds back
+  only what the servers submit, so writeback that went around it shows as the difference), the time
+  the group's IO ran at its cap (an interval at AT_CAP of its tightest cap or more), and on the
+  timeline each interval's IO as a share of that cap;
+- the group's memory: its limit, how often it was reached (v1 memory.failcnt, v2 memory.events max),
+  the kernel's OOM kills and its peak, on the timeline what it holds (what it held once the
+  instance's files were evicted before the run is among the run's conditions: storlab.lab.settle).
+
+Recorded only for an instance whose cell asks for a cap or a memory limit."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from storlab import timeline
+from storlab.lab import caps
+from storlab.lab.cgroups import ControlGroup
+from storlab.probes.kept import Db, Probe, RunScope, Section
+from storlab.probes.recorders import DEVICE_PERIOD_S, Sampler, TimelinePoint
+from storlab.sizes import format_bytes
+
+
+@dataclass
+class DeviceUse:
+    """One device under the placements, over one run."""
+
+    device: str
+    placements: list[str]
+    caps: caps.IoCaps  # empty: uncapped (a device recorded for its reads under a memory limit)
+    cgroup_version: int
+    max_sectors_kb: int | None  # the largest request it was issued (an IOPS cap counts each)
+    served: caps.IoCount  # by the device, whoever asked
+    charged: caps.IoCount | None  # to the group (None: uncapped, not counted)
+    at_cap_s: float | None  # None: uncapped
+    run_s: float
+    io_pressure_s: float | None = None  # v2: some task of the group stalled on IO (the group's, not the device's)
+
+
+@dataclass
+class MemoryUse:
+    limit_bytes: int
+    cgroup_version: int
+    hits: int | None  # times the group reached its limit
+    oom_kills: int | None
+    peak_bytes: int | None
+
+
+@dataclass
+class LimitsUse:
+    devices: list[DeviceUse] = field(default_factory=list)
+    memory: MemoryUse | None = None
+    points: list[TimelinePoint] = field(default_factory=list)  # for the run's timeline, not kept here
+
+
+@dataclass
+class _Watched:
+    device: str
+    dev: str
+    placements: list[str]
+    caps: caps.IoCaps
+
+
+def cap_use(caps_: caps.IoCaps, moved: caps.IoCount, seconds: float) -> float | None:
+    """The IO of `seconds` as a share of its tightest cap (1.0: at the cap); None when uncapped."""
+    pairs = ((moved.read_ios, caps_.read_iops), (moved.write_ios, caps_.write_iops),
+             (moved.read_bytes, caps_.read_bps), (moved.write_bytes, caps_.write_bps))
+    shares = [amount / seconds / cap for amount, cap in pairs if cap]
+    return max(shares) if shares and seconds > 0 else None
+
+
+class LimitsRecorder:
+    """Reads the group and the devices at the start, every `period_s`, and at the end."""
+
+    def __init__(self, group: ControlGroup, watched: list[_Watched], period_s: float = DEVICE_PERIOD_S,
+                 clock: Callable[[], float] = time.monotonic, devices: Callable[[str], caps.IoCount | None] = caps.device_counts):
+        self.group = group
+        self.watched = watched
+        self.devices = devices
+        self.clock = clock
+        self.sampler = Sampler(period_s, self._sample, clock=clock)
+        self.points: list[TimelinePoint] = []
+        self.at_cap: dict[str, float] = {}
+        self.peak = 0
+
+    def _read(self) -> tuple[float, caps.Reading, dict[str, caps.IoCount | None]]:
+        reading = self.group.reading()
+        served = {w.dev: self.devices(w.dev) for w in self.watched}
+        return self.clock(), reading, served
+
+    def start(self, sessions: list[int], t0: float) -> None:
+        self.t0 = t0
+        self.group.reset_peak()
+        self.first = self.last = self._read()
+        self.sampler.start()
+
+    def _sample(self, _weight_s: float) -> None:
+        now = self._read()
+        self._interval(self.last, now)
+        self.last = now
+
+    def _interval(self, before, after) -> None:
+        (t_a, group_a, _), (t_b, group_b, _) = before, after
+        width, t = t_b - t_a, t_b - self.t0
+        if width <= 0:
+            return
+        for w in self.watched:
+            if not w.caps:
+                continue
+            moved = group_b.io.get(w.dev, caps.IoCount()) - group_a.io.get(w.dev, caps.IoCount())
+            share = cap_use(w.caps, moved, width)
+            if share is None:
+                continue
+            if share >= caps.AT_CAP:
+                self.at_cap[w.dev] = self.at_cap.get(w.dev, 0.0) + width
+            self.points += [TimelinePoint(t, timeline.CAP_USE.of(p), 100 * share) for p in w.placements]
+        if group_b.memory_bytes is not None:
+            self.peak = max(self.peak, group_b.memory_bytes)
+            self.points.append(TimelinePoint(t, timeline.SERVER_MEMORY.name, group_b.memory_bytes / caps.MIB))
+
+    def stop(self) -> LimitsUse:
+        self.sampler.stop()
+        if self.sampler.error is not None:
+            raise self.sampler.error
+        end = self._read()
+        self._interval(self.last, end)
+        (t_a, group_a, served_a), (t_b, group_b, served_b) = self.first, end
+        found = LimitsUse(points=self.points)
+        pressure = None if group_a.io_pressure_us is None or group_b.io_pressure_us is None else \
+            (group_b.io_pressure_us - group_a.io_pressure_us) / 1e6
+        for w in self.watched:
+            a, b = served_a.get(w.dev), served_b.get(w.dev)
+            if a is None or b is None:
+                continue
+            charged = (group_b.io.get(w.dev, caps.IoCount()) - group_a.io.get(w.dev, caps.IoCount())) if w.caps else None
+            found.devices.append(DeviceUse(w.device, w.placements, w.caps, self.group.version,
+                                           caps.queue_value(w.device, "max_sectors_kb"), b - a, charged,
+                                           self.at_cap.get(w.dev, 0.0) if w.caps else None, t_b - t_a,
+                                           pressure if w.caps else None))
+        limit = self.group.limits.memory_bytes
+        if limit is not None:
+            def moved(x: int | None, y: int | None) -> int | None:
+                return None if x is None or y is None else y - x
+
+            peak = group_b.peak_bytes if self.group.version == 1 and group_b.peak_bytes is not None else \
+                max(self.peak, group_b.memory_bytes or 0) or None
+            found.memory = MemoryUse(limit, self.group.version, moved(group_a.memory_hits, group_b.memory_hits),
+                                     moved(group_a.oom_kills, group_b.oom_kills), peak)
+        return found
+
+
+def watched(group: ControlGroup, placements: dict[str, Path]) -> list[_Watched]:
+    """Each device under the placements: the capped ones with their caps, the others for what they
+    read (under a memory limit, the reads the cache could not hold)."""
+    by_dev: dict[str, _Watched] = {cap.dev: _Watched(cap.device, cap.dev, list(cap.placements), cap.caps)
+                                   for cap in group.limits.devices}
+    for name, path in placements.items():
+        found = caps.device_of(path)
+        if found is None:
+            continue
+        entry = by_dev.setdefault(found[1], _Watched(found[0], found[1], [], caps.IoCaps()))
+        if name not in entry.placements:
+            entry.placements.append(name)
+    return list(by_dev.values())
+
+
+def _recording(run: RunScope) -> LimitsRecorder | None:
+    group = getattr(run.instance, "group", None)
+    if group is None or not group.limits:
+        return None
+    return LimitsRecorder(group, watched(group, run.instance.spec.placements))
+
+
+def _points(found: LimitsUse) -> list[TimelinePoint]:
+    return found.points
+
+
+_CAPS = ("read_iops", "write_iops", "read_mb_s", "write_mb_s")
+_COUNTS = ("read_ios", "write_ios", "read_bytes", "write_bytes")
+
+
+def _write(db: Db, run_id: int, found: LimitsUse) -> None:
+    db.executemany(
+        f"INSERT INTO io_caps (run_id, device, placements, cgroup_version, max_sectors_kb, {', '.join(_CAPS)}, "
+        f"{', '.join('served_' + c for c in _COUNTS)}, {', '.join('charged_' + c for c in _COUNTS)}, "
+        "at_cap_s, run_s, io_pressure_s) VALUES (" + ", ".join("?" * 20) + ")",
+        [(run_id, d.device, ",".join(d.placements), d.cgroup_version, d.max_sectors_kb,
+          *(getattr(d.caps, c) for c in _CAPS), *(getattr(d.served, c) for c in _COUNTS),
+          *((getattr(d.charged, c) for c in _COUNTS) if d.charged is not None else (None,) * 4),
+          d.at_cap_s, d.run_s, d.io_pressure_s) for d in found.devices])
+    m = found.memory
+    if m is not None:
+        db.execute("INSERT INTO memory_limit (run_id, limit_bytes, cgroup_version, hits, oom_kills, peak_bytes) "
+                   "VALUES (?, ?, ?, ?, ?, ?)", (run_id, m.limit_bytes, m.cgroup_version, m.hits, m.oom_kills, m.peak_bytes))
+
+
+def _read(db: Db, run_id: int) -> LimitsUse:
+    found = LimitsUse()
+    rows = db.execute(
+        f"SELECT device, placements, cgroup_version, max_sectors_kb, {', '.join(_CAPS)}, "
+        f"{', '.join('served_' + c for c in _COUNTS)}, {', '.join('charged_' + c for c in _COUNTS)}, "
+        "at_cap_s, run_s, io_pressure_s FROM io_caps WHERE run_id = ? ORDER BY device", (run_id,)).fetchall()
+    for row in rows:
+        device, placements, version, sectors, *rest = row
+        cap, served, charged, (at_cap, run_s, pressure) = rest[:4], rest[4:8], rest[8:12], rest[12:]
+        found.devices.append(DeviceUse(device, placements.split(","), caps.IoCaps(*cap), version, sectors,
+                                       caps.IoCount(*served), None if charged[0] is None else caps.IoCount(*charged),
+                                       at_cap, run_s, pressure))
+    row = db.execute("SELECT limit_bytes, cgroup_version, hits, oom_kills, peak_bytes FROM memory_limit WHERE run_id = ?",
+                     (run_id,)).fetchone()
+    if row is not None:
+        found.memory = MemoryUse(*row)
+    return found
+
+
+# -- what a cell's runs did, for the answer and the report -----------------------------------------
+
+
+@dataclass
+class CellCaps:
+    """One capped device over a cell's runs, each figure a mean per run."""
+
+    device: str
+    placements: list[str]
+    caps: caps.IoCaps
+    cgroup_version: int
+    max_sectors_kb: int | None
+    runs: int
+    at_cap_share: float | None  # of the runs' time
+    served: caps.IoCount
+    charged: caps.IoCount
+    io_pressure_s: float | None = None  # v2: some task of the group stalled on IO, a run
+
+
+@dataclass
+class CellMemory:
+    limit_bytes: int
+    cgroup_version: int
+    runs: int
+    runs_hit: int  # runs that reached the limit
+    hits: float  # times a run
+    oom_kills: int  # over every run
+    peak_bytes: float | None
+    read_bytes: float  # the placements' devices read, a run
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _mean_count(counts: list[caps.IoCount]) -> caps.IoCount:
+    return caps.IoCount(*(round(_mean([getattr(c, f) for c in counts])) for f in _COUNTS))
+
+
+def per_cell(runs: list[LimitsUse]) -> tuple[list[CellCaps], CellMemory | None]:
+    """A cell's runs (those that recorded their limits), each capped device and the memory summed up."""
+    by_device: dict[str, list[DeviceUse]] = {}
+    for run in runs:
+        for d in run.devices:
+            if d.caps:
+                by_device.setdefault(d.device, []).append(d)
+    found = []
+    for device, uses in by_device.items():
+        last = uses[-1]
+        time_s = sum(u.run_s for u in uses)
+        pressures = [u.io_pressure_s for u in uses if u.io_pressure_s is not None]
+        found.append(CellCaps(device, last.placements, last.caps, last.cgroup_version, last.max_sectors_kb, len(uses),
+                              sum(u.at_cap_s or 0 for u in uses) / time_s if time_s > 0 else None,
+                              _mean_count([u.served for u in uses]), _mean_count([u.charged for u in uses]),
+                              _mean(pressures) if pressures else None))
+    memory = [run for run in runs if run.memory is not None]
+    if not memory:
+        return found, None
+    last = memory[-1].memory
+    peaks = [r.memory.peak_bytes for r in memory if r.memory.peak_bytes is not None]
+    return found, CellMemory(last.limit_bytes, last.cgroup_version, len(memory),
+                             sum(1 for r in memory if r.memory.hits), _mean([r.memory.hits or 0 for r in memory]),
+                             sum(r.memory.oom_kills or 0 for r in memory), max(peaks) if peaks else None,
+                             _mean([sum(d.served.read_bytes for d in r.devices) for r in memory]))
+
+
+def cap_line(c: CellCaps) -> str:
+    """'wal on loop3 (write 300 IOPS): at its cap 82 % of the time; the device wrote 310 MiB a run, the
+    group was charged 180 MiB (58 %)'."""
+    line = f"{', '.join(c.placements)} on {c.device} ({c.caps.text()}"
+    line += f", requests up to {c.max_sectors_kb} KiB)" if c.max_sectors_kb else ")"
+    if c.at_cap_share is not None:
+        line += f": at its cap {100 * c.at_cap_share:.0f} % of the time"
+    for direction, served, charged in (("wrote", c.served.write_bytes, c.charged.write_bytes),
+                                       ("read", c.served.read_bytes, c.charged.read_bytes)):
+        if served or charged:
+            share = f" ({100 * charged / served:.0f} %)" if served else ""
+            line += f"; the device {direction} {format_bytes(served)} a run, the group was charged {format_bytes(charged)}{share}"
+            if c.cgroup_version == 1 and direction == "wrote" and served and charged < 0.9 * served:
+                line += ": the rest went around the cap (writeback the kernel started)"
+    if c.io_pressure_s is not None:
+        line += f"; some of its processes stalled on IO {c.io_pressure_s:,.1f} s a run (its io.pressure)"
+    return line
+
+
+def memory_line(m: CellMemory) -> str:
+    line = f"{format_bytes(m.limit_bytes)} limit reached in {m.runs_hit} of {m.runs} run{'s' if m.runs > 1 else ''}"
+    if m.runs_hit:
+        counter = "memory.failcnt" if m.cgroup_version == 1 else "memory.events max"
+        line += f" ({m.hits:,.0f} times a run, {counter})"
+    if m.peak_bytes is not None:
+        line += f"; peak {format_bytes(m.peak_bytes)}"
+    line += f"; the placements' devices read {format_bytes(m.read_bytes)} a run"
+    if m.oom_kills:
+        line += f"; the kernel's OOM killer killed {m.oom_kills} of its processes"
+    return line
+
+
+def section(cells: list[tuple[str, list[LimitsUse]]]) -> Section | None:
+    rows = []
+    for label, runs in cells:
+        devices, memory = per_cell(runs)
+        rows += [[label, "IO cap", cap_line(c)] for c in devices]
+        rows += [[label, "server memory", memory_line(memory)]] if memory else []
+    if not rows:
+        return None
+    return Section("IO caps and the server's memory", "What each cell's limits did, per run (means over its runs): the "
+                   "time its IO ran at its cap (90 % of it or more), what the device served against what the "
+                   "instance's control group was charged, and its memory limit.", ["cell", "limit", "what it did"], rows)
+
+
+PROBE = Probe(
+    "limits",
+    # Per run, each device under the placements of a cell with IO caps or a memory limit: its caps, what
+    # it served and what the instance's control group was charged; and the group's memory.
+    ("""
+    CREATE TABLE io_caps (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        device TEXT NOT NULL,
+        placements TEXT NOT NULL,
+        cgroup_version INTEGER NOT NULL,
+        max_sectors_kb INTEGER,
+        read_iops INTEGER,
+        write_iops INTEGER,
+        read_mb_s REAL,
+        write_mb_s REAL,
+        served_read_ios INTEGER NOT NULL,
+        served_write_ios INTEGER NOT NULL,
+        served_read_bytes INTEGER NOT NULL,
+        served_write_bytes INTEGER NOT NULL,
+        charged_read_ios INTEGER,
+        charged_write_ios INTEGER,
+        charged_read_bytes INTEGER,
+        charged_write_bytes INTEGER,
+        at_cap_s REAL,
+        run_s REAL NOT NULL,
+        io_pressure_s REAL,
+        PRIMARY KEY (run_id, device)
+    );
+    CREATE TABLE memory_limit (
+        run_id INTEGER NOT NULL PRIMARY KEY REFERENCES runs(id),
+        limit_bytes INTEGER NOT NULL,
+        cgroup_version INTEGER NOT NULL,
+        hits INTEGER,
+        oom_kills INTEGER,
+        peak_bytes INTEGER
+    );
+    """,),
+    _write, _read,
+    recorder=_recording,
+    section=section,
+    timeline=_points,
+)
