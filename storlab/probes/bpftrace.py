@@ -361,4 +361,4 @@ def _last_error(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines()
              if ln.strip() and "RLIMIT_MEMLOCK" not in ln and not ln.lstrip().startswith("{")]
     errors = [ln for ln in lines if "ERROR" in ln]
-    return (errors or lines or ["no error said"])[-1][:300]
+    return (errors or lines or ["no output"])[-1][:300]
