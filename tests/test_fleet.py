@@ -531,7 +531,7 @@ def test_a_queue_row_the_experiment_does_not_plan_is_failed_not_run(store_server
 @pytest.mark.engine
 def test_a_run_past_its_limit_is_failed_and_the_worker_goes_on(store_server, write_experiment, lab_root):
     """A statement that sleeps (in the custom kind's prepare, where its transaction is tried once):
-    after the declared 30 s the worker gives the run up (its lease no longer renewed), kills the
+    after the declared 10 s the worker gives the run up (its lease no longer renewed), kills the
     instance and records the run failed with the reason, at once (it would never end elsewhere
     either); the next run is recorded."""
     (lab_root / "nap.sql").write_text("SELECT pg_sleep(3600);")
@@ -555,7 +555,7 @@ def test_a_run_past_its_limit_is_failed_and_the_worker_goes_on(store_server, wri
         transaction = ["nap.sql", "quick.sql"]
         connections = 1
         transactions_per_connection = 2
-        run_limit_s = 30
+        run_limit_s = 10
         """)
     assert storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env()).returncode == 0
     proc = start_worker(store_server, "db1", lab_root / "db1")
@@ -566,7 +566,7 @@ def test_a_run_past_its_limit_is_failed_and_the_worker_goes_on(store_server, wri
             proc.kill()
             proc.wait()
     assert proc.returncode == 0 and "Traceback" not in err, err
-    said = "the run passed its limit of 30 s (workload.run_limit_s); its instance was stopped"
+    said = "the run passed its limit of 10 s (workload.run_limit_s); its instance was stopped"
     cells = {c.label: c.id for c in matrix.cells(experiment.load(source))}
     assert f"naps: transaction=nap.sql #1: failed: {said}" in out and "1 runs recorded, 1 failed, 0 given up" in out
     states = {(c, r): (s, attempts) for c, r, _, s, attempts, *_ in queue_rows(store_server)}
