@@ -283,6 +283,22 @@ def test_a_quote_in_a_placement_holding_data_is_refused_when_the_file_loads(lab_
         assert not folder.exists() and not disk.exists() and not (lab_root / "results").exists()
 
 
+@pytest.mark.parametrize("base, folder, said", [
+    (BASE, "it's", "cannot hold a tablespace (PostgreSQL refuses a ' in a tablespace's location)"),
+    (MARIADB, "my temp", "cannot be named in innodb_temp_data_file_path (no ':', ';', quotes, '#' or spaces)"),
+], ids=["postgres", "mariadb"])
+def test_a_temp_placement_the_engine_cannot_name_is_refused_when_the_file_loads(lab_root, base, folder, said):
+    """temp_on's placement is judged as data_on's are, before the first cell runs (it once came at the
+    first cell that put the temporary files there)."""
+    path = lab_root / "fz.toml"
+    path.write_text(changed('log_on = "ram"', 'log_on = "ram"\ntemp_on = "scratch"', lab_root / "disk", base).replace(
+        'ram = "tmpfs"', f'ram = "tmpfs"\nscratch = "{lab_root / folder}"'))
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"storlab: fz.toml:8: placements.scratch: {lab_root / folder} {said}")
+    assert result.stderr.count("\n") == 1
+
+
 def test_a_quote_in_a_placement_holding_only_the_log_is_fine(lab_root):
     """The log's folder is no tablespace: initdb --waldir takes it as it is."""
     path = lab_root / "fz.toml"

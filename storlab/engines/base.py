@@ -168,6 +168,11 @@ class Engine(ABC):
         its instances will name it), checked when the experiment loads; None when it can."""
         return None
 
+    def temp_folder_problem(self, folder: Path) -> str | None:
+        """Why this engine cannot keep its temporary files under `folder` (temp_on's placement, as its
+        instances will name it), checked when the experiment loads; None when it can."""
+        return self.data_folder_problem(folder)
+
     @abstractmethod
     def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
         """What its log holds on disk after a run that writes `written` bytes of log (capacity)."""

@@ -17,13 +17,16 @@ if TYPE_CHECKING:
 
 def data_folders_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     """Each placement that holds data files (any value of data_on names it) is a folder the engine can
-    keep them in (PostgreSQL: no ' in a tablespace's location), judged by the path its instances will
-    name: a directory's real path, a device's image folder."""
+    keep them in (PostgreSQL: no ' in a tablespace's location), and each that temp_on names one it can
+    keep its temporary files in (MariaDB: a path innodb_temp_data_file_path can name), judged by the
+    path its instances will name: a directory's real path, a device's image folder."""
     engine = engines.engine(experiment.engine)
+    layout = experiment.model.layout
     named = []
-    for ref in factors.values(experiment.model.layout.data_on):
-        named += [ref] if isinstance(ref, str) else list(ref or {})
-    for name in dict.fromkeys(named):
+    for ref in factors.values(layout.data_on):
+        named += [(name, engine.data_folder_problem) for name in ([ref] if isinstance(ref, str) else list(ref or {}))]
+    named += [(name, engine.temp_folder_problem) for name in factors.values(layout.temp_on) if name]
+    for name, judge in dict.fromkeys(named):
         raw = experiment.model.placements[name]
         if isinstance(raw, places.DevicePlacement):
             folders = [(("placements", name, "image_dir"), Path(os.path.realpath(spec.format.image_dir)))
@@ -31,7 +34,7 @@ def data_folders_problem(experiment: Experiment) -> tuple[tuple, str] | None:
         else:
             folders = [(("placements", name), experiment.placement_path(name))]
         for loc, folder in folders:
-            problem = engine.data_folder_problem(folder)
+            problem = judge(folder)
             if problem:
                 return loc, problem
     return None

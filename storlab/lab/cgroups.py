@@ -92,11 +92,30 @@ def _own_group(version: int, controller: str | None) -> str | None:
     return None
 
 
+def _root_held(mount: Path, own: Path) -> Path:
+    """Where storlab's groups go: below its own group, unless another user owns that group or one above
+    it (a user's delegated session: `sudo storlab` from a desktop's terminal), who could move the
+    servers out of their group (out of its caps, out of the kill at the run's end); then below the
+    deepest group only root can change."""
+    chain = [own, *own.parents]
+    if mount not in chain:
+        return own
+    held = mount
+    for directory in reversed(chain[: chain.index(mount)]):  # from the mount down to `own`
+        try:
+            if os.lstat(directory).st_uid != 0:
+                break
+        except OSError:
+            break
+        held = directory
+    return held
+
+
 def _unified() -> Hierarchy | None:
     for point, kind, _ in _mounts():
         if kind == "cgroup2" and point == ROOT:
             own = _own_group(2, None)
-            return None if own is None else Hierarchy(point, 2, point / own.lstrip("/"))
+            return None if own is None else Hierarchy(point, 2, _root_held(point, point / own.lstrip("/")))
     return None
 
 
@@ -106,7 +125,7 @@ def _v1(controller: str) -> Hierarchy | None:
         if kind == "cgroup" and (controller in options or f"name={controller}" in options):
             own = _own_group(1, controller)
             if own is not None:
-                return Hierarchy(point, 1, point / own.lstrip("/"))
+                return Hierarchy(point, 1, _root_held(point, point / own.lstrip("/")))
     return None
 
 
@@ -270,14 +289,16 @@ class ControlGroup:
             for path in placed.paths:
                 _make_dir(path, placed.version == 2 and bool(limits))
                 made.append(path)
-        except FileExistsError:
-            raise RunFailed(f"{path} already exists; storlab will not reuse a control group it did not make") from None
-        except OSError as exc:
-            for path in reversed(made):
-                _rmdir(path)
-            if limits:
+        except BaseException as exc:  # what was made goes, on every way out (a Ctrl-C too)
+            for one in reversed(made):
+                _rmdir(one)
+            if isinstance(exc, FileExistsError):
+                raise RunFailed(f"{path} already exists; storlab will not reuse a control group it did not make") from None
+            if isinstance(exc, OSError) and not limits:
+                return None
+            if isinstance(exc, OSError):
                 raise RunFailed(f"cannot make the control group {path}: {exc.strerror}") from None
-            return None
+            raise
         group = cls(placed.path, placed.more, limits, placed.version)
         try:
             group.apply()
@@ -393,6 +414,9 @@ def _make_dir(path: Path, shared: bool) -> None:
     mount = _unified().mount
     for _ in range(_MAKE_TRIES):
         path.parent.mkdir(exist_ok=True)
+        if path.parent.stat().st_uid != 0:
+            raise RunFailed(f"{path.parent} belongs to uid {path.parent.stat().st_uid}: storlab puts no server in a "
+                            "control group another user made")
         _enable(mount, path.parent)
         try:
             path.mkdir()
@@ -443,5 +467,7 @@ def recorded_with(path: str, more: list[str]) -> ControlGroup | None:
     for other in more:
         found = recorded(other)
         if found is not None and found.path.name == group.path.name:
-            group.more[str(found.path)] = found.path
+            # by its controller, as a group made here holds it: v1 mounts each at /sys/fs/cgroup/<controller>
+            mount = next(point for point, _, _ in _mounts() if point in found.path.parents)
+            group.more[mount.name] = found.path
     return group

@@ -512,7 +512,11 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
                 ws.server.stop(stop_signal)
             # What the server started and left (a program an experiment's SQL ran in a session of its
             # own) ends with the instance; the group goes only once it is empty.
-            group_left = group is not None and not group.remove()
+            if group is None and manifest.cgroup:  # its making was cut short: what it made is in the manifest
+                made = cgroups.recorded_with(manifest.cgroup, manifest.cgroup_more)
+                group_left = made is not None and not made.remove()
+            else:
+                group_left = group is not None and not group.remove()
             if not group_left:
                 manifest.cgroup, manifest.cgroup_more = None, []
             # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up

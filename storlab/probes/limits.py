@@ -89,15 +89,17 @@ class LimitsRecorder:
         self.at_cap: dict[str, float] = {}
         self.peak = 0
 
-    def _read(self) -> tuple[float, caps.Reading, dict[str, caps.IoCount | None]]:
+    def _read(self, devices: bool = False) -> tuple[float, caps.Reading, dict[str, caps.IoCount | None]]:
+        """The group's counters; the devices' too at the ends (what the device served against what the
+        group was charged is a whole run's figure)."""
         reading = self.group.reading()
-        served = {w.dev: self.devices(w.dev) for w in self.watched}
+        served = {w.dev: self.devices(w.dev) for w in self.watched} if devices else {}
         return self.clock(), reading, served
 
     def start(self, sessions: list[int], t0: float) -> None:
         self.t0 = t0
         self.group.reset_peak()
-        self.first = self.last = self._read()
+        self.first = self.last = self._read(devices=True)
         self.sampler.start()
 
     def _sample(self, _weight_s: float) -> None:
@@ -128,7 +130,7 @@ class LimitsRecorder:
         self.sampler.stop()
         if self.sampler.error is not None:
             raise self.sampler.error
-        end = self._read()
+        end = self._read(devices=True)
         self._interval(self.last, end)
         (t_a, group_a, served_a), (t_b, group_b, served_b) = self.first, end
         found = LimitsUse(points=self.points)

@@ -10,12 +10,12 @@ from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from storlab.errors import UserError
+from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, safe_files
 from storlab.running import cell_runs, runner, stall
-from storlab.workloads import captured_log
+from storlab.workloads import captured_log, replay
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,10 @@ def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep:
                 load.run()
             watch.check()
             text = instance.statements_logged_since(position)
+    if len(text.encode()) > replay.MAX_FILE_BYTES:
+        raise RunFailed(f"the captured log is {len(text.encode()) / 2**20:.0f} MB, more than the "
+                        f"{replay.MAX_FILE_BYTES // 2**20} MB the replay kind reads: capture a shorter load "
+                        "(fewer transactions, a shorter duration)")
     try:
         log = captured_log.read(text, False)
     except captured_log.LogProblem as exc:

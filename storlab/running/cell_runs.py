@@ -27,7 +27,7 @@ from storlab.probes.bpftrace import Tracing
 from storlab.results.runs import RunResult
 from storlab.running import stall
 from storlab.running.queue import LeaseLost
-from storlab.workloads.kind import Warmup
+from storlab.workloads.kind import TEMPORARY, Warmup
 from storlab.engines.base import Instance
 
 
@@ -146,15 +146,19 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
     conditions.update(_device_conditions(cell, instance), tracing=tracing.value)
     if isinstance(params, Warmup) and params.warmup_s:
         conditions["warmup_s"] = params.warmup_s
-    spilled = instance.temporary_files()
+    # Only a kind that shows the temporary files' counters asks for them: each asking is two sessions,
+    # and after the load a wait for the sessions to report them.
+    counts_temporary = any(f in kind.figures for f in TEMPORARY)
+    spilled = instance.temporary_files() if counts_temporary else {}
     with closing(kind.load(instance, params, experiment.sql)) as load:
         sessions = load.open()
         recorders = run_probes.around_run(instance, tracing is not Tracing.OFF and traces_io(experiment), tracing)
         started_at, t0 = time.time(), time.monotonic()
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)
-    # Once the load's sessions are closed: they report their temporary files as they end.
-    measured.figures.update({name: count - spilled.get(name, 0.0) for name, count in instance.temporary_files().items()})
+    if counts_temporary:  # once the load's sessions are closed: they report their temporary files as they end
+        measured.figures.update({name: count - spilled.get(name, 0.0)
+                                 for name, count in instance.temporary_files().items()})
     # The samplers count from t0; the run's axis from the load's first start (by the server's clock).
     offset = started_at - measured.start_epoch
     capture = recorded[run_probes.CAPTURE]

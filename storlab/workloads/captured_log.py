@@ -16,6 +16,7 @@ whose connection was not logged is connected at its first entry."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 from dataclasses import dataclass, field
@@ -154,9 +155,11 @@ def entries(text: str, is_csv: bool) -> Iterator[Entry]:
     return _csv_entries(text) if is_csv else _stderr_entries(text)
 
 
+@functools.lru_cache(maxsize=8)
 def read(text: str, is_csv: bool, database: str | None = None) -> CapturedLog:
     """What a replay of the log does (of `database`'s sessions, or all); LogProblem if pgreplay
-    could not parse it, or it replays nothing."""
+    could not parse it, or it replays nothing. Read once per log and database: the experiment's check,
+    each instance's session count and each run's load ask the same (a str's hash is kept with it)."""
     first = last = None
     statements = 0
     seen: dict[str, str] = {}  # session -> its database

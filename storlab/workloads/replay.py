@@ -29,11 +29,11 @@ pt-upgrade compares results without timing): `replay` on MariaDB is refused when
 from __future__ import annotations
 
 import math
+import os
 import re
 import secrets
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +41,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import field_validator
 
-from storlab import factors
+from storlab import factors, processes
 from storlab.engines.base import Engine, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.workloads import captured_log, rates
@@ -57,6 +57,8 @@ MAX_FILE_BYTES = 64 * 2**20  # a log or a setup: read whole, kept with the exper
 DEFAULT_MAX_FAILED_PERCENT = 5.0
 REPLAYED = "captured.log"  # the log as pgreplay reads it, in the client's folder
 LOG_SINCE_BYTES = 4 * 2**20  # of the server's log, read for the replay's first error
+NOBODY = 65534  # the log's parse check runs as nobody (the kernel's overflow uid: every Linux has it)
+PARSE_TIMEOUT_S = 600
 # A replayed session waiting this long for a lock held by another, idle in its transaction, is stuck:
 # pgreplay waits for the first before it sends the second's next statement (a log whose statements do
 # not take the rows they took when captured: random values, or two transactions that raced for a row).
@@ -192,19 +194,21 @@ def captured(params: ReplayParams, files: Mapping[str, str], name: str | None = 
 
 def _parse_check(text: str, csv: bool, origin: list[int]) -> str | None:
     """pgreplay's own parse of the log as it will replay it (when pgreplay is installed here): its
-    first error, the line named as the log the user gave numbers it; None when it parses."""
+    first error, the line named as the log the user gave numbers it; None when it parses. A C parser
+    fed the user's file runs as nobody, never as root, the log on its standard input."""
     found = shutil.which(ENGINES["postgres"].program)
     if found is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="storlab-replay-") as folder:
-        path = Path(folder) / REPLAYED
-        path.write_text(text)
-        done = subprocess.run([found, "-f", *(["-c"] if csv else []), "-o", "/dev/null", str(path)],
-                              capture_output=True, text=True, errors="replace", timeout=600, stdin=subprocess.DEVNULL)
-    if done.returncode == 0:
+    nobody = {"uid": NOBODY, "gid": NOBODY} if os.getuid() == 0 else {}
+    try:
+        code, said_all = processes.run([found, "-f", *(["-c"] if csv else []), "-o", "/dev/null"], PARSE_TIMEOUT_S,
+                                       text, errors="replace", **nobody)
+    except subprocess.TimeoutExpired:
+        return f"pgreplay did not finish parsing it within {PARSE_TIMEOUT_S} s"
+    if code == 0:
         return None
-    said = next((line for line in done.stderr.splitlines() if line.startswith(("Error", "Warning: "))), None) \
-        or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    said = next((line for line in said_all.splitlines() if line.startswith(("Error", "Warning: "))), None) \
+        or (said_all.strip().splitlines() or [f"exit code {code}"])[-1]
     at = PARSE_ERROR_LINE.search(said)
     # A stderr log's entry is parsed once pgreplay has read the line after it (a continuation line?).
     index = int(at.group(1)) - (1 if csv else 2) if at is not None else -1
@@ -324,20 +328,21 @@ class ReplayLoad(ClientLoad):
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
         checked = time.monotonic()
+        # One session watches the whole run: a session opened each second is a server process started
+        # each second, counted in the server's CPU.
+        with self.instance.admin() as watcher:
+            def watched(done: int, total: int) -> None:
+                nonlocal checked
+                if on_progress is not None:
+                    on_progress(done, total)
+                if time.monotonic() - checked >= STUCK_CHECK_S:
+                    checked = time.monotonic()
+                    self._check_stuck(watcher)
 
-        def watched(done: int, total: int) -> None:
-            nonlocal checked
-            if on_progress is not None:
-                on_progress(done, total)
-            if time.monotonic() - checked >= STUCK_CHECK_S:
-                checked = time.monotonic()
-                self._check_stuck()
+            return super().run(watched)
 
-        return super().run(watched)
-
-    def _check_stuck(self) -> None:
-        with self.instance.admin() as conn:
-            row = conn.execute(ENGINES[self.instance.engine].stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
+    def _check_stuck(self, conn: Any) -> None:
+        row = conn.execute(ENGINES[self.instance.engine].stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
         if row is not None:
             waiter, waiting, holder, held = row
             raise RunFailed(f"the replay is stuck: session {waiter} has waited over {STUCK_S:g} s for a lock session "

@@ -5,6 +5,7 @@ run (symptoms.py), and its layout rules and limits here."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from storlab.engines import settings as common
@@ -45,6 +46,9 @@ class Mariadb(Engine):
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)
+
+    def temp_folder_problem(self, folder: Path) -> str | None:
+        return instance.temp_folder_problem(folder)
 
     def memory_bytes(self, name: str, value: Any) -> int:
         """A bare number counts bytes; innodb_buffer_pool_size is 128MB when unset, innodb_log_buffer_size 16MB."""

@@ -414,12 +414,20 @@ def _private(socket_dir: Path) -> list[str]:
     return [f"--socket={socket_dir / SOCKET}", "--skip-networking"]
 
 
+def temp_folder_problem(folder: Path) -> str | None:
+    """innodb_temp_data_file_path names the temporary tablespace's file by its path, between ':' and ';'."""
+    if any(c in str(folder) for c in ":;\"'#") or any(c.isspace() for c in str(folder)):
+        return (f"{folder} cannot be named in innodb_temp_data_file_path (no ':', ';', quotes, '#' or spaces): choose "
+                "another directory for layout.temp_on's placement")
+    return None
+
+
 def _temporary(temp_dir: Path) -> list[tuple[str, Any]]:
     """The temporary files in `temp_dir`: the server's (tmpdir: a sort's merge chunks, implicit temporary
     tables on disk) and InnoDB's temporary tablespace (ibtmp1, by absolute path)."""
-    if any(c in str(temp_dir) for c in ":;\"'#") or any(c.isspace() for c in str(temp_dir)):
-        raise UserError(f"{temp_dir} cannot be named in innodb_temp_data_file_path (no ':', ';', quotes, '#' or "
-                        "spaces); choose another directory for layout.temp_on's placement")
+    problem = temp_folder_problem(temp_dir)  # refused when the experiment loaded; here for a caller that did not load one
+    if problem:
+        raise UserError(problem)
     return [("tmpdir", temp_dir), ("innodb_temp_data_file_path", f"{temp_dir / 'ibtmp1'}:{SYSTEM_FILE_SIZE}:autoextend")]
 
 

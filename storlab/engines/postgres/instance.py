@@ -34,7 +34,7 @@ from storlab import processes
 from storlab.engines.base import ClientAddress, Table
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
-from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, WITH_READS, TracedWaitProbe
+from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_READS, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec, Placement
@@ -274,7 +274,10 @@ class PostgresInstance:
 
     def statements_logged_since(self, position: int) -> str:
         """The workload's sessions' lines (each with its continuation lines) the server logged after
-        `position`, as pgreplay reads them."""
+        `position`, as pgreplay reads them; RunFailed when the server logged more than is read."""
+        if self.log_position() - position > STATEMENT_LOG_BYTES:
+            raise RunFailed(f"the server logged more than {STATEMENT_LOG_BYTES // 2**20} MB of statements: capture a "
+                            "shorter load (fewer transactions, a shorter duration)")
         kept, keeping = [], False
         for line in self.logged_since(position, STATEMENT_LOG_BYTES).splitlines():
             if line.startswith("\t"):
@@ -299,8 +302,9 @@ class PostgresInstance:
         """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run
         (and `tracing` asks for them; its reads only with Tracing.READS)."""
         sampled = WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
-        return TracedWaitProbe(sampled, self, None if tracing is Tracing.OFF else "bpftrace",
-                               WITH_READS if tracing is Tracing.READS else DEFAULT_GROUPS)
+        groups = (WITH_READS if tracing is Tracing.READS else DEFAULT_GROUPS) + \
+            ((TEMP_READS,) if self.spec.temp is not None else ())
+        return TracedWaitProbe(sampled, self, None if tracing is Tracing.OFF else "bpftrace", groups)
 
     def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:
         conn.execute(SET_PARALLEL_WORKERS.format(workers=int(workers)))

@@ -18,8 +18,9 @@ filter maps. Everything is counted in BPF maps, printed and cleared at the end o
   extending a relation has none), and the WAL's (its own trace point fires only when a backend must
   write out a full WAL buffer). A new WAL segment is zero-filled as xlogtemp.<pid> before it is
   renamed: its writes are listed under that name.
-- Temporary files (sorts and hashes beyond work_mem, in a tablespace's `pgsql_tmp`): their writes
-  and their reads (`pread64`, tested against the file's directory) together, as one object on the
+- Temporary files (sorts and hashes beyond work_mem, in a tablespace's `pgsql_tmp`): their writes,
+  and when the cell puts them on a placement of their own (temp_on) their reads (`pread64`, each of
+  the instance's tested against its file's directory, a data file's read too), as one object on the
   temp placement.
 - Checkpoints (`checkpoint__start/done`, in the checkpointer) and WAL switches (`wal__switch`): when
   each happened, for the run's timeline (the capture's `events`). A checkpoint still going when the
@@ -61,7 +62,8 @@ RELATION_FILE = re.compile(r"(\d+)(_fsm|_vm|_init)?(?:\.(\d+))?")  # a relation'
 WAL_DIR = "wal"  # provision() puts the WAL in <log placement>/wal, pg_wal linking to it
 # Where a session's temporary files are (sorts and hashes beyond work_mem): every tablespace's
 # pgsql_tmp, each file named pgsql_tmp<pid>.<n>. They come and go by the hundred, so they are counted
-# together, as one object, and their reads (pread64) are traced too, whatever --trace-reads says.
+# together, as one object; their reads (pread64) are traced when the cell gives them a placement (temp_on),
+# whatever --trace-reads says.
 TEMP_DIR = "pgsql_tmp"
 TEMP_FILES = "temporary files"
 # The probes this module attaches: a binary without them is named in the note.
@@ -137,9 +139,11 @@ usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
 }}
 """,
 }
-# What a run traces by default (Tracing.ON), and with --trace-reads (Tracing.READS).
-DEFAULT_GROUPS = ("locks", "lwlocks", "writes", "temp_reads", "events")
+# What a run traces by default (Tracing.ON), and with --trace-reads (Tracing.READS); a cell whose
+# temporary files have a placement of their own (temp_on) traces their reads too (TEMP_READS).
+DEFAULT_GROUPS = ("locks", "lwlocks", "writes", "events")
 WITH_READS = (*DEFAULT_GROUPS, "reads")
+TEMP_READS = "temp_reads"
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
@@ -253,7 +257,7 @@ class TracedWaitProbe:
         with self.instance.admin() as conn:
             names = _Names(conn, self.instance)
             waited = lock_waits(maps, names) + lwlock_waits(maps)
-            files = instance_files(maps, names, "reads" in self.groups)
+            files = instance_files(maps, names, self.groups)
         traced = traced_waits.with_counts(capture, waited)
         traced.files = files
         traced.events = events(maps)
@@ -327,11 +331,11 @@ def _file_key(db: int, node: int, fork: int, segment: int) -> tuple[str, str]:
     return "global" if db == 0 else str(db), f"{node}{FORKS.get(fork, f'_fork{fork}')}" + (f".{segment}" if segment else "")
 
 
-def instance_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> list[FileIO]:
-    """Reads from the smgr trace point, writes and syncs from the system calls, joined per file;
-    `reads` False: reads were not traced, as each file's source says."""
+def instance_files(maps: bpftrace.Maps, names: _Names, groups: tuple[str, ...]) -> list[FileIO]:
+    """Reads from the smgr trace point, writes and syncs from the system calls, joined per file; a
+    file whose reads the `groups` traced not says so in its source."""
     found: dict[tuple[str, str], FileIO] = {}
-    source = SOURCE if reads else f"{SOURCE}, {file_io.READS_UNTRACED} (storlab run --trace-reads)"
+    source = SOURCE if "reads" in groups else f"{SOURCE}, {file_io.READS_UNTRACED} (storlab run --trace-reads)"
 
     def file(directory: str, name: str) -> FileIO:
         if (directory, name) not in found:
@@ -350,16 +354,18 @@ def instance_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> list[File
     for key, (n, ns) in _stats(maps, "sync"):
         one = file(*key)
         one.syncs, one.sync_s = n, ns / 1e9
-    temp = _temporary_files(maps, names)
+    temp = _temporary_files(maps, names, "temp_reads" in groups)
     return list(found.values()) + ([temp] if temp is not None else [])
 
 
-def _temporary_files(maps: bpftrace.Maps, names: _Names) -> FileIO | None:
-    """Every temporary file of the run as one: its reads and writes, on the temp placement."""
+def _temporary_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> FileIO | None:
+    """Every temporary file of the run as one: its writes, and its reads when they were traced (the
+    cell put them on a placement: temp_on), on the temp placement."""
     read, written = _stats(maps, "temp_read"), _stats(maps, "temp_write")
     if not read and not written:
         return None
-    temp = FileIO(f"{TEMP_DIR}/{TEMP_DIR}*", TEMP_FILES, names.temp, syncs=0, sync_s=0.0, source=SOURCE)
+    source = SOURCE if reads else f"{SOURCE}, {file_io.READS_UNTRACED} (temp_on traces them)"
+    temp = FileIO(f"{TEMP_DIR}/{TEMP_DIR}*", TEMP_FILES, names.temp, syncs=0, sync_s=0.0, source=source)
     for (key, (n, ns)) in read:
         temp.reads, temp.read_s = n, ns / 1e9
         temp.read_bytes = int(maps.get("temp_read_bytes", {}).get(key, 0))
