@@ -26,7 +26,7 @@ from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
 from storlab.running import runner
-from tests.commands import invoke, storlab
+from tests.commands import invoke, storlab, together
 from tests.conftest import StoreServer, recorded, start_worker, stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
 from tests.experiments import fleet_body
@@ -328,9 +328,10 @@ TAMPERED = {
 @pytest.mark.engine
 def test_a_worker_skips_an_experiment_it_cannot_read_and_serves_the_others(store_server, write_experiment, lab_root):
     env = store_server.env()
-    for name in ("good", *TAMPERED):
-        source = write_experiment(fleet_body(name=name, reps=1).replace("data_files = [1, 2]", "data_files = 1"), f"{name}.toml")
-        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
+    sources = [write_experiment(fleet_body(name=name, reps=1).replace("data_files = [1, 2]", "data_files = 1"),
+                                f"{name}.toml") for name in ("good", *TAMPERED)]
+    submitted = together(*(("submit", source, "--store", store_server.dsn) for source in sources), env=env)
+    assert [done.returncode for done in submitted] == [0] * len(sources), [done.stderr for done in submitted]
     with store_server.admin() as conn:  # as a hostile submitter could leave them
         for name, (sql, _) in TAMPERED.items():
             schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = %s", (name,)).fetchone()[0]
@@ -346,9 +347,9 @@ def test_a_worker_skips_an_experiment_it_cannot_read_and_serves_the_others(store
         assert f"{name}: not taken by db1: --store experiment {name}: {what}\n" in served.stdout, served.stdout
     assert "good: (single cell) #1: recorded" in served.stdout
     assert served.stdout.endswith("db1: 1 runs recorded, 0 failed, 0 given up\n")
-    for name, (_, what) in TAMPERED.items():
-        shown = storlab("show", "--store", store_server.dsn, "--experiment", name, env=env)
-        assert shown.returncode == 2 and shown.stderr == f"storlab: --store experiment {name}: {what}\n", shown.stderr
+    shown = together(*(("show", "--store", store_server.dsn, "--experiment", name) for name in TAMPERED), env=env)
+    for done, (name, (_, what)) in zip(shown, TAMPERED.items()):
+        assert done.returncode == 2 and done.stderr == f"storlab: --store experiment {name}: {what}\n", done.stderr
     asked = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--experiment", "files", "--until-done",
                     env=env, cwd=here)
     assert asked.returncode == 2

@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from statsmodels.regression.linear_model import OLS
 from scipy import stats as sps
-from statsmodels.stats.multitest import multipletests
 
 from storlab.answer import sequential
 from storlab.rounds import ALPHA, DEFAULT_MARGIN
@@ -321,6 +319,10 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
     model = build(observations, factors, references)
     y = np.log(values)
     df = model.df_resid
+    # Imported here: statsmodels takes most of a second to import, and a command that ends before any
+    # answer (a file refused, --dry-run) should not wait for it.
+    from statsmodels.regression.linear_model import OLS
+
     result = OLS(y, model.X).fit() if df > 0 else None
     cov = result.cov_params() if result is not None else None
     params = result.params if result is not None else np.linalg.lstsq(model.X, y, rcond=None)[0]
@@ -392,6 +394,8 @@ def _holm(p_values: Sequence[float]) -> list[float]:
     tested = [i for i, p in enumerate(p_values) if math.isfinite(p)]
     out = [math.nan] * len(p_values)
     if tested:
+        from statsmodels.stats.multitest import multipletests  # imported when needed, as OLS is
+
         corrected = multipletests([p_values[i] for i in tested], method="holm")[1]
         for i, p in zip(tested, corrected):
             out[i] = float(p)
