@@ -18,7 +18,10 @@ interval (round 0 is a warm-up and not counted).
 PostgreSQL 15 runs pg_wait_sampling's collector, which samples every backend's wait event every
 10 ms (its profile, and its history), from the server's start: --engine postgres --without
 pg_wait_sampling compares storlab's instance with one whose collector samples once in 1,000 s (it is
-preloaded all the same: the collector is there, idle).
+preloaded all the same: the collector is there, idle). On PostgreSQL it also prints the collector's own
+CPU over the rest of the instance's during each load of storlab's instance: counted from its process,
+not timed against the other instance, so its interval is the narrow one (it leaves out what the
+collector does to the sessions, which only the ratio sees).
 
     .venv/bin/python benchmarks/instrumentation_overhead.py [--engine mariadb|postgres]
         [--without performance_schema|synch|table-io|statements|pg_wait_sampling] [--rounds 40] [--rows 12000] [--image-dir DIR]
@@ -32,7 +35,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import psutil
 from probe_overhead import RESET, in_memory_lab, interval  # beside it: a script's folder is on its path
+from storlab.answer.stats import summarize
 from storlab.engines import provision
 from storlab.lab import settle
 from storlab.lab.layout import CellLayout, spec_for
@@ -49,15 +54,31 @@ WITHOUT = {"performance_schema": ("mariadb", {"performance_schema": False}),
                                              "pg_wait_sampling.history_period": 1_000_000})}
 
 
-def load(instance, params: RandomInsertParams) -> float:
-    """One load's rows per second, from an empty table on a settled instance."""
+COLLECTOR = "postgres: pg_wait_sampling collector"  # its process title (pg_stat_activity does not list it)
+
+
+def on_cpu_s(process: psutil.Process | None) -> float:
+    """The time a process has run on a CPU, to the nanosecond (/proc/<pid>/schedstat: its CPU times in
+    /proc/<pid>/stat count whole 10 ms ticks, and the collector runs for less than one in a load)."""
+    return 0.0 if process is None else int(Path(f"/proc/{process.pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def load(instance, params: RandomInsertParams) -> tuple[float, float | None]:
+    """One load's rows per second, from an empty table on a settled instance; and on PostgreSQL the
+    pg_wait_sampling collector's own CPU over the rest of the instance's (a count, not a timing
+    against the other instance: the machine's wandering speed moves it little)."""
     with instance.connect() as conn:
         conn.execute(RESET[instance.engine])
     settle.settle(instance.checkpoint, instance.roots.values())
+    collector = next((p for p in psutil.Process(instance.workspace.server.pid).children()
+                      if " ".join(p.cmdline()).strip() == COLLECTOR), None) if instance.engine == "postgres" else None
     work = kind("random-insert").load(instance, params, {})
     try:
         work.open()
-        return work.run().figures["rows_per_s"]
+        server, own = instance.cpu_s(), on_cpu_s(collector)
+        rows_per_s = work.run().figures["rows_per_s"]
+        server, own = instance.cpu_s() - server, on_cpu_s(collector) - own
+        return rows_per_s, (100 * own / (server - own) if collector else None)
     finally:
         work.close()
 
@@ -79,7 +100,7 @@ def main() -> None:
         parser.error(f"--without {args.without} is {engine}'s")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill takes Ctrl-C's path
     params = RandomInsertParams(kind="random-insert", connections=16, rows_per_connection=args.rows, batch=1000)
-    ratios = []
+    ratios, shares = [], []
     bare = f"without {args.without}"
     with ExitStack() as stack:
         lab = stack.enter_context(in_memory_lab(Path(args.image_dir), "4GB"))
@@ -91,17 +112,24 @@ def main() -> None:
         for round_no in range(args.rounds + 1):
             order = [INSTRUMENTED, bare] if round_no % 2 == 0 else [bare, INSTRUMENTED]
             began = time.monotonic()
-            rows_per_s = {name: load(instances[name], params) for name in order}
-            ratio = rows_per_s[INSTRUMENTED] / rows_per_s[bare]
+            loads = {name: load(instances[name], params) for name in order}
+            ratio = loads[INSTRUMENTED][0] / loads[bare][0]
+            share = loads[INSTRUMENTED][1]
             print(f"  round {round_no}{' (warm-up)' if round_no == 0 else ''}: "
-                  + ", ".join(f"{name} {rows_per_s[name]:,.0f}" for name in order)
-                  + f" rows/s; ratio {ratio:.3f} ({time.monotonic() - began:.1f} s)", flush=True)
+                  + ", ".join(f"{name} {loads[name][0]:,.0f}" for name in order)
+                  + f" rows/s; ratio {ratio:.3f}" + (f", the collector's CPU {share:.4f} %" if share is not None else "")
+                  + f" ({time.monotonic() - began:.1f} s)", flush=True)
             if round_no:
                 ratios.append(ratio)
+                shares += [share] if share is not None else []
     low, mid, high = interval(ratios)
     what = "performance_schema" if engine == "mariadb" else "pg_wait_sampling"
     print(f"{engine}: throughput with {what} as storlab starts it / {bare} {mid:.3f} [{low:.3f}, {high:.3f}] "
           f"(geometric mean, 95 % CI) over {len(ratios)} rounds, 16 connections x {args.rows} rows, 4 data files")
+    if shares:
+        own = summarize(shares)
+        print(f"{engine}: the pg_wait_sampling collector's own CPU over the rest of the instance's "
+              f"+{own.mean:.3f} % [+{own.ci_low:.3f}, +{own.ci_high:.3f}] (mean, 95 % CI)")
 
 
 if __name__ == "__main__":

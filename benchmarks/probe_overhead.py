@@ -12,9 +12,11 @@ round so drift favours none. Before each load the table is emptied and the insta
 
   all            what `storlab run` starts around a run on a device placement
                  (storlab.probes.lifecycle.around_run): the wait probe with its traces (PostgreSQL 15:
-                 lock and LWLock waits and per-file IO through bpftrace; MariaDB: per-file IO from
+                 lock waits, checkpoints and WAL switches through bpftrace; MariaDB: per-file IO from
                  performance_schema), the waits per second (wait:<WaitType>), the device timeline and
                  every probe of the registry (storlab.probes.registry), the IO-size trace included
+  trace-io       what `storlab run --trace-io` starts: `all` with every LWLock wait and each file's writes
+                 and syncs traced too
   untraced       what `storlab run --no-trace` starts: the same without bpftrace (the sampled waits)
   wait-timeline  the wait probe without its traces, and its reading once a second
   waiting_tasks, io_sizes, pressure, ...
@@ -22,9 +24,10 @@ round so drift favours none. Before each load the table is emptied and the insta
                  + pg_locks, or events_waits_current, every 0.5 s)
   trace:GROUP    PostgreSQL: the wait probe with one group of its bpftrace program alone (locks,
                  lwlocks, writes, temp_reads, events, reads: storlab.engines.postgres.traced_waits.GROUPS), to find
-                 which group a cost comes from
+                 which group a cost comes from (by default `all` traces locks and events; `trace-io` adds
+                 lwlocks and writes)
 
-Prints each round, then per engine and probe set three figures:
+Prints each round, then per engine and probe set three or four figures:
 - the ratio (rows/s with it) / (rows/s without) as the geometric mean over the rounds with its 95 %
   interval, and the median (round 0 is a warm-up for every set and is not counted). Rounds go on
   until every interval is narrower than `--width` (2 %: a 1 % cost told apart) or `--rounds` have run.
@@ -40,6 +43,13 @@ Prints each round, then per engine and probe set three figures:
   share of the machine: a few percent of it, which the machine's wandering speed moves by a few
   percent of a few percent, so its interval is several times narrower. It leaves out what a probe
   costs inside the sessions (a uprobe's trap runs in the session that hits it): the ratio is the whole.
+- for a set with traces, their own CPU over the instance's CPU without them, counted rather than timed
+  against another load: the run time of each BPF program as the kernel counts it
+  (kernel.bpf_stats_enabled, on while this runs), and for each hit of a uprobe or USDT probe the trap
+  into the kernel, its cost measured first on a nop (a USDT probe's site) in a C loop with and without
+  one (needs cc). The machine's wandering speed moves a count not at all and a run time little, so this
+  interval is the narrow one; it leaves out what the probes do to the load beyond their own CPU (the
+  cache lines they touch, a trap inside a spinning lock's wait), which only the ratio sees.
 
 A sampler's cost per reading can be made k times larger to measure it: waiting_tasks:x10 and
 wait-timeline:x10 read ten times as often as storlab does.
@@ -58,6 +68,8 @@ import math
 import os
 import signal
 import statistics
+import subprocess
+import tempfile
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -88,7 +100,7 @@ RESET = {"postgres": "TRUNCATE lab_insert", "mariadb": "TRUNCATE TABLE lab_inser
 ALONE = {probe.name: probe for probe in PROBES if probe.recorder is not None}
 SAMPLERS = ("waiting_tasks", "wait-timeline")  # read at their rate, or k times it (NAME:xK)
 TRACE_GROUPS = tuple(f"trace:{group}" for group in GROUPS)
-SETS = ("all", "untraced", *SAMPLERS, *(name for name in ALONE if name not in SAMPLERS), *TRACE_GROUPS)
+SETS = ("all", "trace-io", "untraced", *SAMPLERS, *(name for name in ALONE if name not in SAMPLERS), *TRACE_GROUPS)
 
 
 def recorders(instance, probes: str) -> list[Recorder]:
@@ -103,6 +115,8 @@ def recorders(instance, probes: str) -> list[Recorder]:
         return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop)]
     if name == "all":  # exactly what `storlab run` starts around a run on a device, its default traces included
         return around_run(instance, traced=True)
+    if name == "trace-io":  # what `storlab run --trace-io` starts
+        return around_run(instance, traced=True, tracing=Tracing.IO)
     if name == "untraced":  # what `storlab run --no-trace` starts: the same without bpftrace
         return around_run(instance, traced=False, tracing=Tracing.OFF)
     alone = ALONE[name].recorder(RunScope(instance, traced=False))
@@ -128,6 +142,100 @@ class Load:
     rows_per_s: float
     server_cpu_per_row: float  # CPU-seconds of every process of the instance, per row
     others_cores: float  # CPU-seconds per second of the load of every process but the sessions'
+    server_cpu_s: float = 0.0  # CPU-seconds of every process of the instance
+    bpf_ns: int = 0  # the traces' programs' own run time, as the kernel counted it (kernel.bpf_stats_enabled)
+    uprobe_hits: int = 0  # runs of uprobe and USDT programs: each one a trap into the kernel, paid besides
+
+
+# A program of this type runs on a kprobe, a uprobe or a USDT probe: bpftrace attaches only the last two
+# here (a trap each time the probed instruction runs); a tracepoint's (type 5) runs in a call the kernel
+# makes anyway.
+KPROBE_TYPE = 2
+BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+def bpf_programs() -> dict[tuple[int, int], tuple[int, int, int]]:
+    """Every BPF program the bpftrace processes this one started hold: (pid, fd) -> (type, run time in
+    ns, runs), from /proc/<pid>/fdinfo (the run time and count only while kernel.bpf_stats_enabled)."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, _, tail = stat.read_text().rpartition(")")
+            if head.partition("(")[2] != "bpftrace" or int(tail.split()[1]) != os.getpid():
+                continue
+            pid = int(stat.parent.name)
+            for fd in (stat.parent / "fd").iterdir():
+                if os.readlink(fd) != "anon_inode:bpf-prog":
+                    continue
+                info = dict(line.split(":", 1) for line in (stat.parent / "fdinfo" / fd.name).read_text().splitlines() if ":" in line)
+                found[(pid, int(fd.name))] = (int(info["prog_type"]), int(info.get("run_time_ns", 0)), int(info.get("run_cnt", 0)))
+        except (OSError, ValueError, IndexError):
+            continue  # a process or descriptor gone meanwhile
+    return found
+
+
+def bpf_delta(before: dict, after: dict) -> tuple[int, int]:
+    """The programs' run time (ns) and the uprobe programs' runs between two bpf_programs()."""
+    run_ns = hits = 0
+    for key, (kind_, ns, n) in after.items():
+        _, ns0, n0 = before.get(key, (kind_, 0, 0))
+        run_ns += ns - ns0
+        hits += (n - n0) if kind_ == KPROBE_TYPE else 0
+    return run_ns, hits
+
+
+# A probe site as PostgreSQL's USDT probes are: a one-byte nop, which the kernel emulates after the trap
+# (a uprobe on another instruction steps it out of line: about 20 times dearer on this VM).
+TRAP_LOOP = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+__attribute__((noinline)) void site(void) { __asm__ volatile("nop"); }
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    struct timespec a, b;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+    for (long i = 0; i < n; i++) site();
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+    printf("%.0f\n", (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec));
+    return 0;
+}
+"""
+
+
+def uprobe_trap_ns(pairs: int = 9, calls: int = 200_000) -> tuple[float, float, float]:
+    """What one hit of a uprobe on a nop (a USDT probe's site) costs beyond its program's run time: the
+    trap into the kernel, the nop emulated, the return; in ns with its 95 % interval. A C loop calls a
+    function whose first instruction is a nop, with and without a uprobe on it (the loop's own CPU
+    time), `pairs` alternations. Needs a C compiler (cc)."""
+    with tempfile.TemporaryDirectory() as folder:
+        loop = Path(folder) / "trap_loop"
+        try:
+            subprocess.run(["cc", "-O2", "-o", str(loop), "-x", "c", "-"], input=TRAP_LOOP, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise SystemExit(f"probe_overhead: the trap's cost is measured with a C loop, and cc failed: {exc}")
+
+        def cpu_ns() -> float:
+            return float(subprocess.run([str(loop), str(calls)], capture_output=True, text=True, check=True).stdout)
+
+        extra = []
+        for _ in range(pairs):
+            without = cpu_ns()
+            trace = bpftrace.Trace(f"uprobe:{loop}:site {{ @n = count(); }}")
+            trace.start()
+            if not trace.running:
+                raise SystemExit(f"probe_overhead: a uprobe on {loop} could not be attached: {trace.note}")
+            try:
+                before = bpf_programs()
+                with_ = cpu_ns()
+                program_ns, hits = bpf_delta(before, bpf_programs())
+            finally:
+                trace.stop()
+            if hits != calls:
+                raise SystemExit(f"probe_overhead: the uprobe on {loop} counted {hits} hits of {calls}")
+            extra.append((with_ - without - program_ns) / hits)
+    found = summarize(extra)
+    return found.ci_low, found.mean, found.ci_high
 
 
 def machine_busy_s() -> float:
@@ -149,13 +257,15 @@ def one_load(instance, params: RandomInsertParams, probes: str | None) -> Load:
         threads = instance.session_os_pids(sessions)
         if probes is not None:
             stack.enter_context(recording(recorders(instance, probes), RunStart(sessions, time.monotonic())))
+        programs = bpf_programs()
         busy, own, server, began = machine_busy_s(), sched_time(threads), instance.cpu_s(), time.monotonic()
         figures = load.run().figures
         elapsed, busy, own = time.monotonic() - began, machine_busy_s() - busy, sched_delta(own, sched_time(threads))
         server = instance.cpu_s() - server
+        bpf_ns, hits = bpf_delta(programs, bpf_programs())
         if own is None:
             raise SystemExit(f"probe_overhead: the sessions' /proc/<pid>/schedstat could not be read ({threads})")
-        return Load(figures["rows_per_s"], server / figures["rows"], (busy - own.cpu_s) / elapsed)
+        return Load(figures["rows_per_s"], server / figures["rows"], (busy - own.cpu_s) / elapsed, server, bpf_ns, hits)
 
 
 def measure(engine: str, sets: list[str], rounds: int, width: float, rows: int, lab: Path,
@@ -243,7 +353,14 @@ def main() -> None:
     # A kill takes Ctrl-C's path, as in storlab's CLI: the servers stop and the loop device goes.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     summary = []
-    with in_memory_lab(Path(args.image_dir), args.device_size) as lab:
+    stats_were = BPF_STATS.read_text().strip()
+    with ExitStack() as stack:
+        BPF_STATS.write_text("1")  # the kernel counts each program's run time (two clock reads a run)
+        stack.callback(BPF_STATS.write_text, stats_were)
+        trap = uprobe_trap_ns()
+        print(f"a uprobe hit costs {trap[1]:.0f} ns [{trap[0]:.0f}, {trap[2]:.0f}] beyond its program's run time "
+              "(a nop in a C loop with / without one, CPU time, 95 % CI)", flush=True)
+        lab = stack.enter_context(in_memory_lab(Path(args.image_dir), args.device_size))
         for engine in args.engines.split(","):
             for s, pairs in measure(engine, sets, args.rounds, args.width, args.rows, lab, args.postgres_version).items():
                 low, mid, high = interval(ratios(pairs))
@@ -258,7 +375,29 @@ def main() -> None:
                                f"(geometric mean, 95 % CI, width {s_high - s_low:.3f})\n"
                                f"{'':25} CPU beside the sessions' with - without: {c_mid:+.2f} % of the machine "
                                f"[{c_low:+.2f}, {c_high:+.2f}] (mean, 95 % CI)")
-    print("\n".join(summary))
+                own = traces_own(pairs, trap)
+                if own:
+                    summary.append(f"{'':25} {own}")
+        print("\n".join(summary))
+
+
+def traces_own(pairs: list[tuple[Load, Load]], trap: tuple[float, float, float]) -> str | None:
+    """The traces' own CPU (the programs' run time the kernel counted, and a trap per uprobe hit) over
+    the instance's CPU without them, per load: counted, not timed against another load, so the
+    machine's wandering speed moves it little. Its far ends take the trap's cost at its own far ends."""
+    loads = [on for _, on in pairs]
+    if not any(on.bpf_ns or on.uprobe_hits for on in loads):
+        return None
+
+    def shares(trap_ns: float) -> list[float]:
+        direct = [on.bpf_ns + on.uprobe_hits * trap_ns for on in loads]
+        return [100 * d / (on.server_cpu_s * 1e9 - d) for d, on in zip(direct, loads)]
+
+    low, mid, high = summarize(shares(trap[0])).ci_low, summarize(shares(trap[1])).mean, summarize(shares(trap[2])).ci_high
+    hits = statistics.mean(on.uprobe_hits / on.server_cpu_s for on in loads)
+    run = statistics.mean(100 * on.bpf_ns / (on.server_cpu_s * 1e9) for on in loads)
+    return (f"the traces' own CPU over the instance's without them: +{mid:.2f} % [+{low:.2f}, +{high:.2f}] (mean, 95 % CI: "
+            f"the programs' run time {run:.2f} %, and {hits:,.0f} uprobe hits per CPU-second x {trap[1]:.0f} ns)")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         # A polite kill (SIGTERM) or a closed terminal (SIGHUP) takes the same path as Ctrl-C: servers
-        # stopped, finished runs kept.
+        # stopped, finished runs kept. SIGINT too is set here: a shell starts a background job with it
+        # ignored, and Python then leaves it so; `kill -INT` must stop storlab however it was started.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         signal.signal(signal.SIGHUP, _hung_up)
         try:
@@ -274,17 +276,21 @@ def _answer(folder: str | None, dsn: str | None = None, experiment: str | None =
 
 _NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or IO per file), "
              "IO sizes as averages.")
-_TRACE_READS = ("Also trace every read of a data file (PostgreSQL: reads and read stalls per file; on a cold scan "
-                "it made one 16 to 29 % slower, so it is off unless asked for).")
+_TRACE_IO = ("Also trace every LWLock wait and each file's writes and syncs (PostgreSQL: LWLock wait counts, "
+             "writes and write stalls per file; about 3 % of the server's CPU on a CPU-bound load, so off unless "
+             "asked for).")
+_TRACE_READS = ("Also trace every read of a data file, and all --trace-io traces (PostgreSQL: reads and read stalls "
+                "per file; on a cold scan it made one 16 to 29 % slower, so it is off unless asked for).")
 
 
-def _tracing(no_trace: bool, trace_reads: bool):
-    """What bpftrace traces around each run, from the two options."""
+def _tracing(no_trace: bool, trace_io: bool, trace_reads: bool):
+    """What bpftrace traces around each run, from the three options."""
     from storlab.probes.bpftrace import Tracing
 
-    if no_trace and trace_reads:
-        raise UserError("--trace-reads: --no-trace turns every trace off; give one or the other")
-    return Tracing.OFF if no_trace else Tracing.READS if trace_reads else Tracing.ON
+    more = "--trace-reads" if trace_reads else "--trace-io" if trace_io else None
+    if no_trace and more:
+        raise UserError(f"{more}: --no-trace turns every trace off; give one or the other")
+    return Tracing.OFF if no_trace else Tracing.READS if trace_reads else Tracing.IO if trace_io else Tracing.ON
 
 
 def _say(console: Console):
@@ -309,6 +315,7 @@ def _say(console: Console):
               help='Stop once every factor is different or equivalent (as until = "settled" in the file): '
                    "repetitions = N becomes at most N rounds.")
 @click.option("--no-trace", is_flag=True, help=_NO_TRACE)
+@click.option("--trace-io", is_flag=True, help=_TRACE_IO)
 @click.option("--trace-reads", is_flag=True, help=_TRACE_READS)
 @click.option("--allow-server-programs", is_flag=True,
               help="Take engine_settings that run a program or load a library on the server (archive_command, "
@@ -317,7 +324,8 @@ def _say(console: Console):
                    "this machine, which may outlive the run: give it only to an experiment you trust. Not with "
                    "--store (a fleet's workers never take such settings); include files are refused even so.")
 def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
-        race: bool, until_settled: bool, no_trace: bool, trace_reads: bool, allow_server_programs: bool) -> None:
+        race: bool, until_settled: bool, no_trace: bool, trace_io: bool, trace_reads: bool,
+        allow_server_programs: bool) -> None:
     """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
@@ -326,7 +334,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     from storlab.running import fleet, runner
     from storlab.show import terminal
 
-    tracing = _tracing(no_trace, trace_reads)
+    tracing = _tracing(no_trace, trace_io, trace_reads)
     if allow_server_programs and dsn is not None:
         raise UserError("--allow-server-programs: only into a results folder; a shared store's experiments are run "
                         "by its workers too, and a worker never takes settings that run programs or load libraries")
@@ -406,7 +414,8 @@ def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: b
 @click.option("--cell", help="One cell's id (or a unique prefix).")
 @click.option("--resources", is_flag=True, help="Also who waits on what: each top wait's resources and their share, "
                                                "and every traced lock wait by relation (PostgreSQL, bpftrace).")
-@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads (PostgreSQL: runs made with --trace-reads), writes, bytes, stalls.")
+@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads, writes, bytes, stalls (PostgreSQL: runs made with "
+                   "--trace-io, their reads with --trace-reads).")
 def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str | None, resources: bool,
           files: bool) -> None:
     """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and
@@ -478,16 +487,17 @@ def submit(experiment_file: str, dsn: str) -> None:
               help="Stop once every run this worker may take is recorded; with --experiment, fail if it refuses that one.")
 @click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
 @click.option("--no-trace", is_flag=True, help=_NO_TRACE)
+@click.option("--trace-io", is_flag=True, help=_TRACE_IO)
 @click.option("--trace-reads", is_flag=True, help=_TRACE_READS)
 def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, until_done: bool, keep: bool,
-           no_trace: bool, trace_reads: bool) -> None:
+           no_trace: bool, trace_io: bool, trace_reads: bool) -> None:
     """Claim runs from a shared store, run them on this host (relative placements are relative to
     the working folder), and record each with this host's name and machine facts. Takes only runs it
     can run: its engine installed, the settings accepted, its placements there or made."""
     from storlab.running import fleet
 
     options = fleet.WorkerOptions(fleet.check_host(host or fleet.this_host()), experiment, lease_s, until_done, keep,
-                                  _tracing(no_trace, trace_reads))
+                                  _tracing(no_trace, trace_io, trace_reads))
     outcome = fleet.work(dsn, options, _say(_console()))
     if until_done:
         click.echo(f"{options.host}: {outcome.finished} runs recorded, {len(outcome.failed)} failed, {outcome.lost} given up")

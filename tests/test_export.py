@@ -55,7 +55,7 @@ def recorded(tmp_path_factory) -> Path:
         source.write_text(textwrap.dedent(EXPERIMENT.format(disk=lab / "disk")))
         out = tmp_path_factory.mktemp("export") / "results"
         env = {**os.environ, "STORLAB_STATE_DIR": str(tmp_path_factory.mktemp("state"))}
-        done = storlab("run", source, "--out", out, env=env)
+        done = storlab("run", source, "--out", out, "--trace-io", env=env)  # every probe's table filled
         assert done.returncode == 0, done.stderr
         yield out
     finally:

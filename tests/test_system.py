@@ -302,9 +302,10 @@ def test_check_says_for_each_trace_group_whether_it_can_run_here(tmp_path):
     result = invoke("check", str(tmp_path), "--json")
     traces = {i["name"]: i for i in json.loads(result.output)["items"] if i["group"] == "Traces"}
     assert "the size of every IO (block:block_rq_issue)" in traces
-    assert {"PostgreSQL 15: lock and LWLock waits, checkpoints, WAL switches", "PostgreSQL 15: writes and syncs of each file",
+    io = "LWLock waits, writes and syncs of each file (--trace-io)"
+    assert {"PostgreSQL 15: lock waits, checkpoints, WAL switches", f"PostgreSQL 15: {io}",
             "PostgreSQL 15: reads of each data file (--trace-reads)"} <= set(traces)
     for item in traces.values():
         assert item["value"] == "can run" and item["state"] == "ok" or item["state"] == "unknown" and item["reason"]
-    if "PostgreSQL 18: writes and syncs of each file" in traces:  # the wheel's server has no trace points
-        assert "without trace points" in traces["PostgreSQL 18: writes and syncs of each file"]["reason"]
+    if f"PostgreSQL 18: {io}" in traces:  # the wheel's server has no trace points
+        assert "without trace points" in traces[f"PostgreSQL 18: {io}"]["reason"]

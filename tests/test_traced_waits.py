@@ -22,9 +22,11 @@ import psutil
 import pytest
 
 from storlab.engines import provision
+from storlab.engines.postgres import probe_costs
 from storlab.engines.postgres.traced_waits import WITH_READS, program, why_not_traced
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, traced_waits
+from storlab.probes.bpftrace import Tracing
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.runs import RunResult
 from storlab.results.store import Store
@@ -132,7 +134,7 @@ def table_rows(text: str, first: str) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory):
-    return record(tmp_path_factory, TWIN)
+    return record(tmp_path_factory, TWIN, "--trace-io")
 
 
 @pytest.mark.engine
@@ -178,6 +180,8 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
     rows = [r for r in table_rows(shown.stdout, "Object") if len(r) == 13]
     assert rows and all(r[3:6] == ["—"] * 3 for r in rows), shown.stdout  # no reads shown as 0
     assert "reads not traced (storlab run --trace-reads)" in " ".join(shown.stdout.split())
+    said = " ".join(storlab("show", twin).stdout.split())
+    assert f"{probe_costs.COLLECTOR}; {probe_costs.SAMPLERS}; {probe_costs.TRACES_IO}" in said
     done = storlab("export", twin, "--format", "json")
     assert done.returncode == 0, done.stderr
     run = json.loads((twin / "runs.json").read_text())[0]
@@ -282,7 +286,7 @@ def test_a_run_on_a_fresh_host_mounts_tracefs_and_traces_every_run(tmp_path_fact
     with laid_out(tmp_path_factory, SMALL, reps=2) as (experiment, out, env, state):
         done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                                FRESH_HOST.format(tracefs=bpftrace.TRACEFS), "sh", *COMMAND, "run", experiment,
-                               "--out", out], capture_output=True, text=True, timeout=900,
+                               "--out", out, "--trace-io"], capture_output=True, text=True, timeout=900,
                               env={**env, "PYTHONPATH": str(CHECKOUT)})
         assert done.returncode == 0, done.stderr
         assert traces_of(state) == []
@@ -290,7 +294,9 @@ def test_a_run_on_a_fresh_host_mounts_tracefs_and_traces_every_run(tmp_path_fact
         runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
         traced = db.execute("SELECT count(DISTINCT run_id) FROM file_io WHERE source = 'bpftrace' OR source LIKE 'bpftrace,%'"
                             ).fetchone()[0]
-    assert runs == 2 and traced == runs
+        counted = db.execute("SELECT count(DISTINCT run_id) FROM waits WHERE wait_type LIKE 'Lock:%' AND wait_count > 0"
+                             ).fetchone()[0]
+    assert runs == 2 and traced == runs and counted == runs
 
 
 @pytest.mark.device
@@ -373,6 +379,10 @@ def test_no_trace_runs_no_bpftrace_and_says_so(tmp_path_factory):
     shown = storlab("show", out)
     assert shown.returncode == 0, shown.stderr
     assert "IO per file unavailable: traces turned off (--no-trace) (sampled waits kept)" in " ".join(shown.stdout.split())
+    # What its probes cost is said, the traces' not among them: none ran.
+    said = " ".join(shown.stdout.split())
+    assert f"{probe_costs.COLLECTOR}; {probe_costs.SAMPLERS}" in said
+    assert f"{probe_costs.SAMPLERS}; {probe_costs.TRACES.what}" not in said
     with sqlite3.connect(out / "storlab.sqlite") as db:
         assert db.execute("SELECT count(*) FROM waits WHERE wait_count IS NOT NULL").fetchone()[0] == 0
         assert db.execute("SELECT count(*) FROM waits").fetchone()[0] > 0  # the sampled waits are kept
@@ -447,7 +457,7 @@ def test_one_trace_across_runs_counts_each_run_apart_and_only_its_instance(lab_d
                 provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": other_dir}), keep=False,
                           connections=1) as other, other.admin() as other_conn:  # WAL switches and checkpoints: the superuser's
             for run in (1, 2):
-                probe = inst.wait_probe()
+                probe = inst.wait_probe(Tracing.IO)  # the writes tell the runs' tables apart
                 probe.start([conn.execute("SELECT pg_backend_pid()").fetchone()[0]])
                 try:
                     pids.append(probe.trace.pid)
@@ -487,7 +497,7 @@ def test_two_traced_experiments_at_once_each_keep_every_count(tmp_path_factory):
         .replace("rows_per_connection = 20000", "rows_per_connection = 4000")
     with laid_out(tmp_path_factory, small) as (first, first_out, first_env, _), \
             laid_out(tmp_path_factory, small.replace('name = "twin"', 'name = "twin2"')) as (second, second_out, second_env, _):
-        procs = [start("run", exp, "--out", out, env=env, stdout=subprocess.PIPE)
+        procs = [start("run", exp, "--out", out, "--trace-io", env=env, stdout=subprocess.PIPE)
                  for exp, out, env in ((first, first_out, first_env), (second, second_out, second_env))]
         for proc in procs:
             out, err = proc.communicate(timeout=600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from storlab import engines
 from storlab.answer import client_cpu, effects, explain, model, rate_curve
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
@@ -13,7 +14,7 @@ from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
 from storlab.lab import caps
-from storlab.probes import limits, traced_waits, waiting_tasks
+from storlab.probes import costs, limits, traced_waits, waiting_tasks
 
 # The differences the noise line says the rounds of (a fraction of the mean).
 TOLD = (0.10, 0.05)
@@ -175,6 +176,15 @@ def traces_line(results: Results) -> str | None:
     return f"wait counts, lock waits by relation and IO per file unavailable: {'; '.join(reasons)} (sampled waits kept)"
 
 
+def probe_costs_line(results: Results) -> str | None:
+    """What the probes each kept run had cost its load, as the benchmarks measured them."""
+    if results.experiment is None:
+        return None
+    engine = engines.engine(results.experiment.engine)
+    return costs.line([engine.probe_costs(r.wait_source, r.conditions.get("tracing"))
+                       for c in results.measured for r in c.runs])
+
+
 def shown_figures(results: Results) -> list:
     """The workload's figures after the headline that `show` has a column for: those it shows, where some
     cell has them (an engine's own counters, such as PostgreSQL's temporary MB, are not every engine's)."""
@@ -328,8 +338,7 @@ def compose(results: Results) -> model.Answer:
     notes = [line for line in (results.conditions, results.note) if line] + client_cpu.lines(results)
     notes += [facts_line(facts, host) for host, facts in results.machines]
     curve = rate_curve.answer(results)
-    traced = traces_line(results)
-    notes += [traced] if traced else []
+    notes += [line for line in (traces_line(results), probe_costs_line(results)) if line]
     return model.Answer(
         experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
                                     factors={short_name(k): v for k, v in results.factors.items()},

@@ -17,6 +17,7 @@ from storlab.engines.settings import Settings
 from storlab.errors import RunFailed
 from storlab.lab.diagnosis import ServerLog
 from storlab.lab.layout import InstanceSpec
+from storlab.probes.costs import Cost
 from storlab.probes.target import Probed
 
 
@@ -176,6 +177,11 @@ class Engine(ABC):
     @abstractmethod
     def log_bytes(self, log_size: int | None, written: int, settings: dict[str, Any]) -> int:
         """What its log holds on disk after a run that writes `written` bytes of log (capacity)."""
+
+    def probe_costs(self, source: str, tracing: str | None) -> tuple[Cost, ...]:
+        """What the probes of a run whose waits came from `source` and whose traces were `tracing`
+        (storlab.probes.bpftrace.Tracing's value; None: not recorded) cost its load, as measured."""
+        return ()
 
     def trace_groups(self) -> list[tuple[str, str | None]]:
         """For `storlab check`: each group of what a run traces in this engine's servers (by version),

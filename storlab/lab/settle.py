@@ -75,7 +75,8 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     return line
 
 
-_TRACED = {"off": "nothing (--no-trace)", "on": "waits, writes and syncs", "reads": "waits, writes, syncs and reads (--trace-reads)"}
+_TRACED = {"off": "nothing (--no-trace)", "on": "lock waits and events", "io": "waits, writes and syncs (--trace-io)",
+           "reads": "waits, writes, syncs and reads (--trace-reads)"}
 
 
 def _device(seen: dict[str, Any]) -> str:

@@ -58,14 +58,16 @@ Maps = dict[str, dict[Key, Any]]
 
 
 class Tracing(enum.Enum):
-    """What a run traces with bpftrace: OFF, nothing (--no-trace: the sampled figures only); ON, the
-    default (waits, writes, syncs, IO sizes: about 4 % of PostgreSQL's CPU-bound insert load, over its
-    1 % budget, benchmarks/probe_overhead.py); READS, that and every read of a data file
-    (--trace-reads: PostgreSQL's smgr trace points trap on every 8 kB read, which made a cold scan 16
-    to 29 % slower on this project's 2-core VM)."""
+    """What a run traces with bpftrace, each level all of the one before and more: OFF, nothing
+    (--no-trace: the sampled figures only); ON, the default (PostgreSQL's lock waits, checkpoints and
+    WAL switches, the IO sizes: inside the lab's 1 % budget); IO, also every LWLock wait and each
+    file's writes and syncs (--trace-io: about 3 % of the instance's CPU on a CPU-bound insert load);
+    READS, also every read of a data file (--trace-reads: a trap on every 8 kB read, which made a cold
+    scan 16 to 29 % slower). The costs: benchmarks/probe_overhead.py, docs/explaining.md."""
 
     OFF = "off"
     ON = "on"
+    IO = "io"
     READS = "reads"
 
 

@@ -57,7 +57,7 @@ class Conditions(BaseModel):
     page_cache: str | None = None
     warmup_s: float | None = None
     devices: dict[str, dict[str, Any]] | None = None
-    tracing: Literal["off", "on", "reads"] | None = None  # what bpftrace traced (None: a run from before it was kept)
+    tracing: Literal["off", "on", "io", "reads"] | None = None  # what bpftrace traced (None: a run from before it was kept)
     server_memory_held_bytes: int | None = None
 
 

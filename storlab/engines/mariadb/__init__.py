@@ -10,12 +10,13 @@ from typing import Any
 
 from storlab.engines import settings as common
 from storlab.engines.base import Engine, Instance
-from storlab.engines.mariadb import instance
+from storlab.engines.mariadb import instance, probe_costs
 from storlab.engines.mariadb.binaries import binaries
 from storlab.engines.mariadb.log import MariadbLog
 from storlab.engines.mariadb.settings import MariadbSettings
 from storlab.engines.mariadb.symptoms import SYMPTOMS
 from storlab.lab.layout import InstanceSpec
+from storlab.probes.costs import Cost
 
 MB = 1024**2
 CATALOG_BYTES = 30 * MB  # measured (README "Capacity"): the datadir's ibdata1 and system tables
@@ -43,6 +44,9 @@ class Mariadb(Engine):
 
     def installed(self, version: str | None = None) -> None:
         binaries()
+
+    def probe_costs(self, source: str, tracing: str | None) -> tuple[Cost, ...]:
+        return probe_costs.of_run(tracing)
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)

@@ -11,7 +11,7 @@ from typing import Any
 
 from storlab.engines import settings as common
 from storlab.engines.base import Engine, Instance
-from storlab.engines.postgres import instance, shared_memory, traced_waits
+from storlab.engines.postgres import instance, probe_costs, shared_memory, traced_waits
 from storlab.engines.postgres.binaries import (
     DEFAULT_VERSION,
     HOW_TO_INSTALL,
@@ -25,6 +25,7 @@ from storlab.engines.postgres.settings import PostgresSettings
 from storlab.engines.postgres.symptoms import SYMPTOMS
 from storlab.factors import KeyProblem, show, values
 from storlab.lab.layout import InstanceSpec
+from storlab.probes.costs import Cost
 from storlab.sizes import format_size, parse_size
 
 MB = 1024**2
@@ -70,6 +71,9 @@ class Postgres(Engine):
     def trace_groups(self) -> list[tuple[str, str | None]]:
         return [(f"{self.title} {version}: {name}", why) for version, bins in installed_versions().items()
                 for name, why in traced_waits.groups(bins / "postgres")]
+
+    def probe_costs(self, source: str, tracing: str | None) -> tuple[Cost, ...]:
+        return probe_costs.of_run(source, tracing)
 
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         return instance.provision(self, spec, keep, connections)

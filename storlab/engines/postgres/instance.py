@@ -34,7 +34,7 @@ from storlab import processes
 from storlab.engines.base import ClientAddress, Table
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
-from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_READS, WITH_READS, TracedWaitProbe
+from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_IO, WITH_IO, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec, Placement
@@ -300,10 +300,11 @@ class PostgresInstance:
 
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> TracedWaitProbe:
         """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run
-        (and `tracing` asks for them; its reads only with Tracing.READS)."""
+        (and `tracing` asks for them: LWLock waits and writes from Tracing.IO, reads with Tracing.READS)."""
         sampled = WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
-        groups = (WITH_READS if tracing is Tracing.READS else DEFAULT_GROUPS) + \
-            ((TEMP_READS,) if self.spec.temp is not None else ())
+        groups = {Tracing.READS: WITH_READS, Tracing.IO: WITH_IO}.get(tracing, DEFAULT_GROUPS)
+        if self.spec.temp is not None:
+            groups = tuple(dict.fromkeys(groups + TEMP_IO))
         return TracedWaitProbe(sampled, self, None if tracing is Tracing.OFF else "bpftrace", groups)
 
     def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:

@@ -7,13 +7,17 @@ filter maps. Everything is counted in BPF maps, printed and cleared at the end o
 - Lock waits (`lock__wait__start/done`): the workload's sessions only, as pg_wait_sampling's profile
   is; count, time and a log2 histogram per lock type and relation (the lock tag's database and
   relation; other lock kinds by their kind). Named after the run from pg_class.
-- LWLock waits (`lwlock__wait__start/done`): the same sessions, per tranche.
+- LWLock waits (`lwlock__wait__start/done`), only when asked for (storlab run --trace-io): the same
+  sessions, per tranche. One wait is two traps and two program runs, thousands a second on a busy
+  WAL: about 1.4 % of the instance's CPU on a CPU-bound insert load, over the lab's 1 % budget.
 - Reads of data files (`smgr__md__read__start/done`), only when asked for (storlab run
   --trace-reads): every process of the instance (a scan's parallel workers, the checkpointer), per
   relation file segment of 1 GB, one 8 kB block each. Each read takes two uprobe traps: a cold scan
   of 300 MB ran 16 to 29 % slower traced (two sets of 5 runs each, on this project's 2-core VM).
 - Writes and syncs of every file (`pwrite64`/`pwritev`, `fdatasync`/`fsync` system calls by the
-  instance's processes), per file by its directory and name: a data file's writes are then all of
+  instance's processes), only when asked for (storlab run --trace-io; about 1.4 % of the instance's
+  CPU on a CPU-bound insert load) or when the cell moves the temporary files (temp_on), per file by
+  its directory and name: a data file's writes are then all of
   them, the pages the server adds to a relation included (the smgr write trace point misses those:
   extending a relation has none), and the WAL's (its own trace point fires only when a backend must
   write out a full WAL buffer). A new WAL segment is zero-filled as xlogtemp.<pid> before it is
@@ -80,14 +84,20 @@ usdt:{bin}:postgresql:lock__wait__done /@lock_at[tid]/ {{
   @lock[arg4, $db, $rel] = stats($d); @lock_hist[arg4, $db, $rel] = hist($d);
 }}
 """,
+    # Keyed by the tranche name's address, its text copied once per run: a copy of the name and a
+    # 64-byte key hashed at every wait was most of this group's cost (benchmarks/probe_overhead.py).
     "lwlocks": """
 usdt:{bin}:postgresql:lwlock__wait__start /{sessions}/ {{ @lwlock_at[tid] = nsecs; }}
 usdt:{bin}:postgresql:lwlock__wait__done /@lwlock_at[tid]/ {{
   $d = nsecs - @lwlock_at[tid]; delete(@lwlock_at[tid]);
-  $t = str(arg0);
-  @lwlock[$t] = stats($d); @lwlock_hist[$t] = hist($d);
+  if (@lwlock_named[arg0] == 0) {{ @lwlock_named[arg0] = 1; @lwlock_name[arg0] = str(arg0); }}
+  @lwlock[arg0] = stats($d); @lwlock_hist[arg0] = hist($d);
 }}
 """,
+    # Keyed by the file's dentry and inode, its directory and name copied once per run (two 64-byte
+    # names copied and a 128-byte key hashed at every write were most of this group's cost); the
+    # inode keeps apart two files that held one freed dentry in turn. A WAL segment recycled mid-run
+    # under a new name is counted under the name it had at its first write of the run.
     "writes": """
 tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{instance}/ {{
   @write_at[tid] = nsecs; @write_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
@@ -95,11 +105,16 @@ tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{i
 tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@write_at[tid]/ {{
   $d = nsecs - @write_at[tid]; $f = (struct file *)@write_file[tid];
   delete(@write_at[tid]); delete(@write_file[tid]);
-  $dir = str($f->f_path.dentry->d_parent->d_name.name); $name = str($f->f_path.dentry->d_name.name);
-  if ($dir == "{temp}") {{
+  $dn = (uint64)$f->f_path.dentry; $ino = $f->f_inode->i_ino;
+  if (@file_kind[$dn, $ino] == 0) {{
+    $dir = str($f->f_path.dentry->d_parent->d_name.name);
+    @file_dir[$dn, $ino] = $dir; @file_name[$dn, $ino] = str($f->f_path.dentry->d_name.name);
+    @file_kind[$dn, $ino] = $dir == "{temp}" ? 2 : 1;
+  }}
+  if (@file_kind[$dn, $ino] == 2) {{
     @temp_write = stats($d); @temp_write_hist = hist($d); @temp_write_bytes = sum(args->ret);
   }} else {{
-    @write[$dir, $name] = stats($d); @write_hist[$dir, $name] = hist($d); @write_bytes[$dir, $name] = sum(args->ret);
+    @write[$dn, $ino] = stats($d); @write_hist[$dn, $ino] = hist($d); @write_bytes[$dn, $ino] = sum(args->ret);
   }}
 }}
 tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{instance}/ {{
@@ -108,7 +123,13 @@ tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{in
 tracepoint:syscalls:sys_exit_fdatasync,tracepoint:syscalls:sys_exit_fsync /@sync_at[tid]/ {{
   $d = nsecs - @sync_at[tid]; $f = (struct file *)@sync_file[tid];
   delete(@sync_at[tid]); delete(@sync_file[tid]);
-  @sync[str($f->f_path.dentry->d_parent->d_name.name), str($f->f_path.dentry->d_name.name)] = stats($d);
+  $dn = (uint64)$f->f_path.dentry; $ino = $f->f_inode->i_ino;
+  if (@file_kind[$dn, $ino] == 0) {{
+    $dir = str($f->f_path.dentry->d_parent->d_name.name);
+    @file_dir[$dn, $ino] = $dir; @file_name[$dn, $ino] = str($f->f_path.dentry->d_name.name);
+    @file_kind[$dn, $ino] = $dir == "{temp}" ? 2 : 1;
+  }}
+  @sync[$dn, $ino] = stats($d);
 }}
 """,
     # Every pread64 of the instance tested against its file's directory: a data file's reads (the
@@ -139,11 +160,15 @@ usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
 }}
 """,
 }
-# What a run traces by default (Tracing.ON), and with --trace-reads (Tracing.READS); a cell whose
-# temporary files have a placement of their own (temp_on) traces their reads too (TEMP_READS).
-DEFAULT_GROUPS = ("locks", "lwlocks", "writes", "events")
-WITH_READS = (*DEFAULT_GROUPS, "reads")
-TEMP_READS = "temp_reads"
+# What a run traces by default (Tracing.ON), with --trace-io (Tracing.IO) and with --trace-reads
+# (Tracing.READS): the default's cost is inside the lab's 1 % budget, LWLock waits and writes each
+# cost more than it (benchmarks/probe_overhead.py's trace groups). A cell whose temporary files have a
+# placement of their own (temp_on) traces their reads and writes whatever the level (TEMP_IO): they
+# are its question.
+DEFAULT_GROUPS = ("locks", "events")
+WITH_IO = (*DEFAULT_GROUPS, "lwlocks", "writes")
+WITH_READS = (*WITH_IO, "reads")
+TEMP_IO = ("temp_reads", "writes")
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
@@ -189,8 +214,10 @@ def groups(binary: Path) -> list[tuple[str, str | None]]:
     missing = next((c for c in _SYSCALLS if not (bpftrace.TRACEFS / "events/syscalls" / c).is_dir()), None)
     # One program traces all of them: what stops one stops every group.
     why = why_not_traced(binary) or (f"this kernel has no syscalls:{missing} tracepoint" if missing else None)
-    return [(name, why) for name in ("lock and LWLock waits, checkpoints, WAL switches", "writes and syncs of each file",
-                                     "reads and writes of the temporary files", "reads of each data file (--trace-reads)")]
+    return [(name, why) for name in ("lock waits, checkpoints, WAL switches",
+                                     "LWLock waits, writes and syncs of each file (--trace-io)",
+                                     "reads and writes of the temporary files (temp_on)",
+                                     "reads of each data file (--trace-reads)")]
 
 
 def why_not_traced(binary: Path, command: str | None = "bpftrace") -> str | None:
@@ -313,8 +340,17 @@ def lock_waits(maps: bpftrace.Maps, names: _Names) -> list[TracedWait]:
 
 
 def lwlock_waits(maps: bpftrace.Maps) -> list[TracedWait]:
-    return [TracedWait(f"LWLock:{key[0]}", "", n, ns / 1e9, _histogram(maps, "lwlock_hist", key))
-            for key, (n, ns) in _stats(maps, "lwlock")]
+    """Per tranche: the program keys them by their name's address, so two addresses of one name
+    (a tranche an extension named in each session) are added together."""
+    found: dict[str, TracedWait] = {}
+    for key, (n, ns) in _stats(maps, "lwlock"):
+        name = maps.get("lwlock_name", {}).get(key) or f"tranche at {int(key[0]):#x}"
+        acc = found.setdefault(name, TracedWait(f"LWLock:{name}", "", 0, 0.0))
+        acc.waits += n
+        acc.seconds += ns / 1e9
+        for bucket, count in _histogram(maps, "lwlock_hist", key).items():
+            acc.histogram[bucket] = acc.histogram.get(bucket, 0) + count
+    return list(found.values())
 
 
 def events(maps: bpftrace.Maps) -> list[tuple[float, str, float]]:
@@ -346,16 +382,22 @@ def instance_files(maps: bpftrace.Maps, names: _Names, groups: tuple[str, ...]) 
         one = file(*_file_key(*(int(k) for k in key)))
         one.reads, one.read_bytes, one.read_s = n, n * BLOCK, ns / 1e9
         one.read_histogram = _histogram(maps, "read_hist", key)
-    for key, (n, ns) in _stats(maps, "write"):
-        one = file(*key)
-        one.writes, one.write_s = n, ns / 1e9
-        one.write_bytes = int(maps.get("write_bytes", {}).get(key, 0))
-        one.write_histogram = _histogram(maps, "write_hist", key)
+    for key, (n, ns) in _stats(maps, "write"):  # a file's (dentry, inode): one file may have had two
+        one = file(*_file_named(maps, key))
+        one.writes, one.write_s = one.writes + n, one.write_s + ns / 1e9
+        one.write_bytes += int(maps.get("write_bytes", {}).get(key, 0))
+        for bucket, count in _histogram(maps, "write_hist", key).items():
+            one.write_histogram[bucket] = one.write_histogram.get(bucket, 0) + count
     for key, (n, ns) in _stats(maps, "sync"):
-        one = file(*key)
-        one.syncs, one.sync_s = n, ns / 1e9
+        one = file(*_file_named(maps, key))
+        one.syncs, one.sync_s = one.syncs + n, one.sync_s + ns / 1e9
     temp = _temporary_files(maps, names, "temp_reads" in groups)
     return list(found.values()) + ([temp] if temp is not None else [])
+
+
+def _file_named(maps: bpftrace.Maps, key: tuple) -> tuple[str, str]:
+    """A written or synced file's (directory, name), as the program copied them at its first IO of the run."""
+    return maps.get("file_dir", {}).get(key, "?"), maps.get("file_name", {}).get(key, f"inode {key[-1]}")
 
 
 def _temporary_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> FileIO | None:
