@@ -84,8 +84,8 @@ usdt:{bin}:postgresql:lock__wait__done /@lock_at[tid]/ {{
   @lock[arg4, $db, $rel] = stats($d); @lock_hist[arg4, $db, $rel] = hist($d);
 }}
 """,
-    # Keyed by the tranche name's address, its text copied once per run: a copy of the name and a
-    # 64-byte key hashed at every wait was most of this group's cost (benchmarks/probe_overhead.py).
+    # Keyed by the tranche name's address, its text copied once per run rather than at every wait: a
+    # tenth of this group's cost (benchmarks/probe_overhead.py); the per-event map updates are the rest.
     "lwlocks": """
 usdt:{bin}:postgresql:lwlock__wait__start /{sessions}/ {{ @lwlock_at[tid] = nsecs; }}
 usdt:{bin}:postgresql:lwlock__wait__done /@lwlock_at[tid]/ {{
@@ -94,10 +94,10 @@ usdt:{bin}:postgresql:lwlock__wait__done /@lwlock_at[tid]/ {{
   @lwlock[arg0] = stats($d); @lwlock_hist[arg0] = hist($d);
 }}
 """,
-    # Keyed by the file's dentry and inode, its directory and name copied once per run (two 64-byte
-    # names copied and a 128-byte key hashed at every write were most of this group's cost); the
-    # inode keeps apart two files that held one freed dentry in turn. A WAL segment recycled mid-run
-    # under a new name is counted under the name it had at its first write of the run.
+    # Keyed by the file's dentry and inode, its directory and name copied once per run rather than at
+    # every write (a fifth of this group's cost); the inode keeps apart two files that held one freed
+    # dentry in turn. A WAL segment recycled mid-run under a new name is counted under the name it had
+    # at its first write of the run.
     "writes": """
 tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{instance}/ {{
   @write_at[tid] = nsecs; @write_file[tid] = (uint64)*(curtask->files->fdt->fd + args->fd);
