@@ -23,7 +23,7 @@ import pytest
 
 from storlab.engines import provision
 from storlab.engines.postgres import probe_costs
-from storlab.engines.postgres.traced_waits import WITH_READS, program, why_not_traced
+from storlab.engines.postgres.traced_waits import WITH_IO, WITH_READS, program, why_not_traced
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, traced_waits
 from storlab.probes.bpftrace import Tracing
@@ -211,16 +211,22 @@ def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_
     assert 16 * 0.95 <= built <= 16 * 1.05, built
 
 
-def test_reads_are_traced_only_when_asked_for():
-    """Every data-file read takes two uprobe traps: they are in the program with --trace-reads only,
-    and --no-trace with it is refused in one line."""
+def test_what_costs_more_than_the_budget_is_traced_only_when_asked_for():
+    """LWLock waits and each file's writes cost more than the lab's 1 % (--trace-io), every data-file
+    read two uprobe traps (--trace-reads): none is in the default program, each is in its level's,
+    and --no-trace with either is refused in one line."""
     binary = Path("/usr/lib/postgresql/15/bin/postgres")
-    assert "smgr__md__read__start" not in program(binary)
+    default = program(binary)
+    assert "lock__wait__start" in default and "checkpoint__start" in default
+    assert not any(probe in default for probe in ("lwlock__wait__start", "sys_enter_pwrite64", "smgr__md__read__start"))
+    with_io = program(binary, WITH_IO)
+    assert "lwlock__wait__start" in with_io and "sys_enter_pwrite64" in with_io and "smgr__md__read__start" not in with_io
     with_reads = program(binary, WITH_READS)
     assert "smgr__md__read__start /(@postmaster[pid] || @postmaster[(uint64)curtask->real_parent->tgid])/" in with_reads
-    refused = invoke("run", "any.toml", "--no-trace", "--trace-reads")
-    assert refused.exit_code == 2
-    assert refused.stderr == "storlab: --trace-reads: --no-trace turns every trace off; give one or the other\n"
+    for more in ("--trace-io", "--trace-reads"):
+        refused = invoke("run", "any.toml", "--no-trace", more)
+        assert refused.exit_code == 2
+        assert refused.stderr == f"storlab: {more}: --no-trace turns every trace off; give one or the other\n"
 
 
 def test_a_binary_without_trace_points_is_named():
