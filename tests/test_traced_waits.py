@@ -339,10 +339,12 @@ def test_a_storlab_that_exits_waits_for_its_traces_to_end(kept):
                 # no session of pid 1: nothing counted
                 trace = bpftrace.Trace(program(Path("{POSTGRES_15}")), filters=filters([1], 1), across_runs=True)
                 trace.start()
-                print(trace.pid, flush=True)
+                print(trace.pid or f"not attached: {{trace.note}}", flush=True)
                 assert trace.stop() is not None, trace.note
     """)
-    pids = {int(read_line(proc)), int(read_line(proc))}
+    said = [read_line(proc), read_line(proc)]
+    assert all(line.isdigit() for line in said), said  # a trace that could not attach says why
+    pids = {int(line) for line in said}
     assert proc.wait(timeout=120) == 0, proc.stderr.read()
     assert len(pids) == (1 if kept else 2)  # kept: one process traced both runs
     assert all(gone(pid) for pid in pids)

@@ -172,7 +172,9 @@ class Manifest:
         return state_dir() / f"{self.instance_id}.json"
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
+        # A temporary file of this writer's own: `storlab clean --all` saves an instance's manifest while
+        # the run that owns it may be saving it too, and a shared name was moved away under the other.
+        tmp = self.path.with_name(f"{self.path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(asdict(self)))
         os.replace(tmp, self.path)
 
