@@ -73,6 +73,16 @@ TEMP_FILES = "temporary files"
 # The probes this module attaches: a binary without them is named in the note.
 _NEEDED = (b"lock__wait__start", b"lwlock__wait__start", b"smgr__md__read__start")
 
+# A written or synced file ($f) as its key ($dn, $ino), its directory and name copied at its first IO
+# of the run, and whether it is a temporary file (kind 2).
+_FILE_NAMED = """  $dn = (uint64)$f->f_path.dentry; $ino = $f->f_inode->i_ino;
+  if (@file_kind[$dn, $ino] == 0) {{
+    $dir = str($f->f_path.dentry->d_parent->d_name.name);
+    @file_dir[$dn, $ino] = $dir; @file_name[$dn, $ino] = str($f->f_path.dentry->d_name.name);
+    @file_kind[$dn, $ino] = $dir == "{temp}" ? 2 : 1;
+  }}
+"""
+
 # The program, in groups that can be traced apart (benchmarks/probe_overhead.py measures each one's cost).
 GROUPS = {
     "locks": """
@@ -105,13 +115,7 @@ tracepoint:syscalls:sys_enter_pwrite64,tracepoint:syscalls:sys_enter_pwritev /{i
 tracepoint:syscalls:sys_exit_pwrite64,tracepoint:syscalls:sys_exit_pwritev /@write_at[tid]/ {{
   $d = nsecs - @write_at[tid]; $f = (struct file *)@write_file[tid];
   delete(@write_at[tid]); delete(@write_file[tid]);
-  $dn = (uint64)$f->f_path.dentry; $ino = $f->f_inode->i_ino;
-  if (@file_kind[$dn, $ino] == 0) {{
-    $dir = str($f->f_path.dentry->d_parent->d_name.name);
-    @file_dir[$dn, $ino] = $dir; @file_name[$dn, $ino] = str($f->f_path.dentry->d_name.name);
-    @file_kind[$dn, $ino] = $dir == "{temp}" ? 2 : 1;
-  }}
-  if (@file_kind[$dn, $ino] == 2) {{
+""" + _FILE_NAMED + """  if (@file_kind[$dn, $ino] == 2) {{
     @temp_write = stats($d); @temp_write_hist = hist($d); @temp_write_bytes = sum(args->ret);
   }} else {{
     @write[$dn, $ino] = stats($d); @write_hist[$dn, $ino] = hist($d); @write_bytes[$dn, $ino] = sum(args->ret);
@@ -123,13 +127,7 @@ tracepoint:syscalls:sys_enter_fdatasync,tracepoint:syscalls:sys_enter_fsync /{in
 tracepoint:syscalls:sys_exit_fdatasync,tracepoint:syscalls:sys_exit_fsync /@sync_at[tid]/ {{
   $d = nsecs - @sync_at[tid]; $f = (struct file *)@sync_file[tid];
   delete(@sync_at[tid]); delete(@sync_file[tid]);
-  $dn = (uint64)$f->f_path.dentry; $ino = $f->f_inode->i_ino;
-  if (@file_kind[$dn, $ino] == 0) {{
-    $dir = str($f->f_path.dentry->d_parent->d_name.name);
-    @file_dir[$dn, $ino] = $dir; @file_name[$dn, $ino] = str($f->f_path.dentry->d_name.name);
-    @file_kind[$dn, $ino] = $dir == "{temp}" ? 2 : 1;
-  }}
-  @sync[$dn, $ino] = stats($d);
+""" + _FILE_NAMED + """  @sync[$dn, $ino] = stats($d);
 }}
 """,
     # Every pread64 of the instance tested against its file's directory: a data file's reads (the
