@@ -274,13 +274,14 @@ def _answer(folder: str | None, dsn: str | None = None, experiment: str | None =
     return compose(_results(folder, dsn, experiment))
 
 
-_NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or IO per file), "
-             "IO sizes as averages.")
+_NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or traced IO per "
+             "file; PostgreSQL's reads per relation are still counted by the server), IO sizes as averages.")
 _TRACE_IO = ("Also trace every LWLock wait and each file's writes and syncs (PostgreSQL: LWLock wait counts, "
              "writes and write stalls per file; about 3 % of the server's CPU on a CPU-bound load, so off unless "
              "asked for).")
-_TRACE_READS = ("Also trace every read of a data file, and all --trace-io traces (PostgreSQL: reads and read stalls "
-                "per file; on a cold scan it made one 16 to 29 % slower, so it is off unless asked for).")
+_TRACE_READS = ("Also trace every read of a data file, and all --trace-io traces (PostgreSQL: read stalls and "
+                "their histogram per file, where the server's own counts give reads per relation untimed; on a "
+                "cold scan it made one 16 to 29 % slower, so it is off unless asked for).")
 
 
 def _tracing(no_trace: bool, trace_io: bool, trace_reads: bool):
@@ -414,8 +415,9 @@ def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: b
 @click.option("--cell", help="One cell's id (or a unique prefix).")
 @click.option("--resources", is_flag=True, help="Also who waits on what: each top wait's resources and their share, "
                                                "and every traced lock wait by relation (PostgreSQL, bpftrace).")
-@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads, writes, bytes, stalls (PostgreSQL: runs made with "
-                   "--trace-io, their reads with --trace-reads).")
+@click.option("--files", is_flag=True, help="Also the IO of each file of the instance: reads, writes, bytes, stalls "
+                                           "(PostgreSQL: reads per relation counted by the server, timed in runs made "
+                                           "with --trace-reads; writes in runs made with --trace-io).")
 def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str | None, resources: bool,
           files: bool) -> None:
     """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and

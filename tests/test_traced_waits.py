@@ -167,19 +167,23 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
         traced_s = db.execute("SELECT traced_s FROM waits WHERE wait_type = 'Lock:extend'").fetchone()[0]
         wal = db.execute("SELECT sum(writes), sum(write_bytes), sum(syncs) FROM file_io WHERE object = 'WAL'").fetchone()
         partitions = dict(db.execute("SELECT object, write_bytes FROM file_io WHERE object GLOB 'lab_insert_[0-7]'"))
-        reads, sources = db.execute("SELECT sum(reads), group_concat(DISTINCT source) FROM file_io").fetchone()
+        sources = dict(db.execute("SELECT file GLOB 'pg_tblspc/*' OR file GLOB 'base/*', group_concat(DISTINCT source) "
+                                  "FROM file_io GROUP BY 1"))
     assert counted["Lock:extend"] > 0 and traced_s > 0
     assert any(name.startswith("LWLock:") for name in counted)
     # 320,000 rows of a UUID and a filler: megabytes of WAL, written and synced to its segments.
     assert wal[0] > 0 and wal[1] > 1e6 and wal[2] > 0
     # Each partition's file grows as rows go in: its writes are the extends, a share of the 8 each.
     assert len(partitions) == 8 and all(written > 1e6 for written in partitions.values()), partitions
-    # Reads are traced only when asked for (--trace-reads), and every file says so.
-    assert reads == 0 and sources == "bpftrace, reads not traced (storlab run --trace-reads)"
+    # A relation's reads are the server's counts (pg_statio), timed only when asked for (--trace-reads);
+    # the other files' (the WAL's, pg_xact's) are not counted, and say so.
+    assert sources == {1: "bpftrace + pg_statio, reads untimed (storlab run --trace-reads)",
+                       0: "bpftrace, reads not traced (storlab run --trace-reads)"}
     shown = storlab("waits", twin, "--files")
     rows = [r for r in table_rows(shown.stdout, "Object") if len(r) == 13]
-    assert rows and all(r[3:6] == ["—"] * 3 for r in rows), shown.stdout  # no reads shown as 0
-    assert "reads not traced (storlab run --trace-reads)" in " ".join(shown.stdout.split())
+    wal = [r for r in rows if r[0] == "WAL"]
+    assert wal and all(r[3:7] == ["—"] * 4 for r in wal), shown.stdout  # no reads shown as 0
+    assert all(r[3] != "—" and r[5:7] == ["—"] * 2 for r in rows if r[0].startswith("lab_insert")), shown.stdout
     said = " ".join(storlab("show", twin).stdout.split())
     assert f"{probe_costs.COLLECTOR}; {probe_costs.SAMPLERS}; {probe_costs.TRACES_IO}" in said
     done = storlab("export", twin, "--format", "json")
@@ -190,9 +194,11 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("engine", [pytest.param("postgres", marks=TRACED), "mariadb"])
-def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_factory, engine):
-    out = record(tmp_path_factory, SCAN, "--trace-reads", engine=engine)
+@pytest.mark.parametrize("engine,options", [pytest.param("postgres", ("--trace-reads",), marks=TRACED),
+                                            pytest.param("postgres", (), marks=TRACED), ("mariadb", ())],
+                         ids=["postgres-trace-reads", "postgres", "mariadb"])
+def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_factory, engine, options):
+    out = record(tmp_path_factory, SCAN, *options, engine=engine)
     shown = storlab("waits", out, "--files")
     assert shown.returncode == 0, shown.stderr
     rows = [r for r in table_rows(shown.stdout, "Object") if len(r) == 13]
@@ -202,9 +208,15 @@ def test_a_cold_scan_lists_the_tables_files_with_reads_and_read_stalls(tmp_path_
     reads = sum(float(r[3].replace(",", "")) for r in table)
     megabytes = sum(float(r[4].replace(",", "")) for r in table)
     assert reads > 0 and megabytes >= 4, shown.stdout  # a table of 16 MB of rows, read cold
-    assert all(r[5] != "—" and float(r[5]) > 0 for r in table if float(r[3].replace(",", "")) > 0)  # AvgRead_ms
-    if engine == "postgres":
+    timed = engine == "mariadb" or "--trace-reads" in options
+    if timed:
+        assert all(r[5] != "—" and float(r[5]) > 0 for r in table if float(r[3].replace(",", "")) > 0)  # AvgRead_ms
+    if engine == "postgres" and timed:
         assert all(r[6] != "—" for r in table if float(r[3].replace(",", "")) > 0)  # a histogram where traced
+    if not timed:  # PostgreSQL's reads as the server counted them (pg_statio): untimed, its writes not traced
+        assert all(r[5:7] == ["—", "—"] and r[7:] == ["—"] * 6 for r in rows), shown.stdout
+        said = " ".join(shown.stdout.split())
+        assert "reads untimed (storlab run --trace-reads)" in said and "writes not traced (storlab run --trace-io)" in said
     # The table built is the size declared, on both engines (InnoDB's rows are measured as it fills).
     with sqlite3.connect(out / "storlab.sqlite") as db:
         (built,) = db.execute("SELECT value FROM figures WHERE name = 'table_mb'").fetchone()
@@ -256,7 +268,7 @@ def test_waits_say_why_counts_are_unavailable(tmp_path):
     assert "no per-file IO: counts unavailable (tracing needs root)" in said
     shown = invoke("show", tmp_path)
     assert shown.exit_code == 0, shown.output
-    assert "lock waits by relation and IO per file unavailable: tracing needs root (sampled waits kept)" in \
+    assert "lock waits by relation and traced IO per file unavailable: tracing needs root (sampled waits kept)" in \
         " ".join(shown.stdout.split())
 
 
@@ -383,10 +395,13 @@ def test_no_trace_runs_no_bpftrace_and_says_so(tmp_path_factory):
     said = " ".join(storlab("waits", out, "--resources", "--files").stdout.split())
     assert "(counts unavailable: traces turned off (--no-trace))" in said
     assert "no traced lock waits: counts unavailable (traces turned off (--no-trace))" in said
-    assert "no per-file IO: counts unavailable (traces turned off (--no-trace))" in said
+    # The server's own counts of each relation's reads, without a trace: untimed, no writes.
+    assert "IO per file, per run (pg_statio, reads untimed (storlab run --trace-reads), writes not traced " \
+        "(storlab run --trace-io), 1 of 1 runs)" in said
     shown = storlab("show", out)
     assert shown.returncode == 0, shown.stderr
-    assert "IO per file unavailable: traces turned off (--no-trace) (sampled waits kept)" in " ".join(shown.stdout.split())
+    assert "traced IO per file unavailable: traces turned off (--no-trace) (sampled waits kept)" in \
+        " ".join(shown.stdout.split())
     # What its probes cost is said, the traces' not among them: none ran.
     said = " ".join(shown.stdout.split())
     assert f"{probe_costs.COLLECTOR}; {probe_costs.SAMPLERS}" in said

@@ -1,4 +1,5 @@
 import pytest
+from rich.console import Console
 
 from storlab.probes.recorders import Sampler, SessionsSched, sched_delta, sched_time
 from storlab.probes.waits import Wait, delta, is_benign, mean_per_run, top_share
@@ -61,16 +62,42 @@ def test_a_session_that_ended_counts_its_last_reading(tmp_path):
     assert SessionsSched([999], proc=tmp_path).since_start() is None
 
 
-def test_a_cells_reads_are_the_mean_of_the_runs_that_counted_them():
-    """A cell whose runs mixed --trace-reads and not (a resumed run, workers with different flags): its
-    reads are those of the traced runs, its writes of every run."""
-    from storlab.probes.file_io import READS_UNTRACED, FileIO, mean_per_run as files_per_run
+def test_a_cells_file_io_is_the_mean_of_the_runs_that_measured_each_figure():
+    """A cell whose runs mixed tracing levels (a resumed run, workers with different flags): its reads
+    counted over the runs that counted them, their times over the runs that timed them, its writes over
+    the runs that traced them; a file is shown as its most fully measured record."""
+    from storlab.probes.file_io import READS_UNTIMED, READS_UNTRACED, WRITES_UNTRACED, FileIO, measured
+    from storlab.probes.file_io import mean_per_run as files_per_run
 
-    traced = [FileIO("base/5/16390", "lab_wide", "disk", reads=100, read_bytes=819200, read_s=0.5, writes=10,
-                     source="bpftrace")]
+    timed = [FileIO("base/5/16390", "lab_wide", "disk", reads=100, read_bytes=819200, read_s=0.5, writes=10,
+                    source="bpftrace")]
     untraced = [FileIO("base/5/16390", "lab_wide", "disk", writes=30, source=f"bpftrace, {READS_UNTRACED}")]
-    (mixed,) = files_per_run([traced, untraced])
-    assert (mixed.reads, mixed.read_bytes, mixed.read_s, mixed.writes) == (100, 819200, 0.5, 20)
-    assert READS_UNTRACED not in mixed.source
+    counted = [FileIO("base/5/16390", "lab_wide", "disk", reads=40, read_bytes=327680,
+                      source=f"pg_statio, {READS_UNTIMED}, {WRITES_UNTRACED}")]
+    (mixed,) = files_per_run([timed, untraced, counted])
+    assert (mixed.reads, mixed.read_bytes) == (70, 573440)  # the timed and the counted run
+    assert (mixed.read_s, mixed.writes) == (0.5, 20)  # the one run that timed them; the two that traced writes
+    assert mixed.source == "bpftrace" and measured(mixed) == (True, True, True)
     (none,) = files_per_run([untraced, untraced])
-    assert none.reads == 0 and READS_UNTRACED in none.source  # the table says "—": reads not traced
+    assert none.reads == 0 and measured(none) == (False, False, True)  # the table says "—": reads not traced
+    (by_server,) = files_per_run([counted, counted])
+    assert (by_server.reads, by_server.writes) == (40, 0) and measured(by_server) == (True, False, False)
+    # A run that counted its relations' reads counts them although its temporary files' were not traced.
+    temp = FileIO("pgsql_tmp/pgsql_tmp*", "temporary files", "disk", writes=5, source=f"bpftrace, {READS_UNTRACED}")
+    files = {f.object: f for f in files_per_run([[counted[0], temp], [temp]])}
+    assert files["lab_wide"].reads == 40 and measured(files["temporary files"])[0] is False
+
+
+def test_the_file_table_shows_what_was_not_measured_as_a_dash():
+    from storlab.probes.file_io import READS_UNTIMED, WRITES_UNTRACED, FileIO, table
+
+    counted = FileIO("base/5/16390", "lab_wide", "disk", reads=40, read_bytes=327680,
+                     source=f"pg_statio, {READS_UNTIMED}, {WRITES_UNTRACED}")
+    traced = FileIO("pg_wal/000000010000000000000001", "WAL", "log", writes=3, write_bytes=24576, write_s=0.003,
+                    syncs=3, sync_s=0.006, write_histogram={1024: 3}, source="bpftrace, reads not traced")
+    console = Console(width=200, record=True)
+    console.print(table("files", [counted, traced]))
+    rows = {line.split("│")[0].strip(): [c.strip() for c in line.split("│")[3:]] for line in
+            console.export_text().splitlines() if "│" in line}
+    assert rows["lab_wide"] == ["40", "0.33", "—", "—"] + ["—"] * 6
+    assert rows["WAL"] == ["—"] * 4 + ["3", "0.02", "1.000", "≤0.00205", "3", "2.000"]

@@ -173,7 +173,8 @@ def traces_line(results: Results) -> str | None:
     reasons = traced_waits.unavailable_reasons([r.wait_source for c in results.measured for r in c.runs])
     if not reasons:
         return None
-    return f"wait counts, lock waits by relation and IO per file unavailable: {'; '.join(reasons)} (sampled waits kept)"
+    return (f"wait counts, lock waits by relation and traced IO per file unavailable: {'; '.join(reasons)} "
+            "(sampled waits kept)")
 
 
 def probe_costs_line(results: Results) -> str | None:

@@ -16,8 +16,12 @@ from rich.text import Text
 from storlab.probes.kept import Db, Probe, histogram
 
 MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in one row
-READS_UNTRACED = "reads not traced"  # in a source: its reads are not counted (PostgreSQL without --trace-reads)
-_NUMBERS = ("reads", "read_bytes", "read_s", "writes", "write_bytes", "write_s", "syncs", "sync_s")
+# In a record's source, what it did not measure: its reads (a PostgreSQL record from before reads
+# were counted by default, a file that is not a relation's), their times (PostgreSQL's reads counted
+# by the server, timed with --trace-reads), its writes and syncs (PostgreSQL's, traced with --trace-io).
+READS_UNTRACED = "reads not traced"
+READS_UNTIMED = "reads untimed"
+WRITES_UNTRACED = "writes not traced"
 
 
 @dataclass
@@ -45,46 +49,56 @@ class FileIO:
         return self.read_s + self.write_s + (self.sync_s or 0.0)
 
 
-_READ = ("reads", "read_bytes", "read_s")
+# What a file's record counted, each a group of its numbers: its reads, their times, its writes and syncs.
+_MEASURES = (("reads", "read_bytes"), ("read_s",), ("writes", "write_bytes", "write_s", "syncs", "sync_s"))
+_HISTOGRAMS = (None, "read_histogram", "write_histogram")
 
 
-def measured_reads(run: list[FileIO]) -> bool:
-    """Whether a run's file IO counts reads (PostgreSQL's counts them only with --trace-reads)."""
-    return not any(READS_UNTRACED in one.source for one in run)
+def measured(one: FileIO) -> tuple[bool, bool, bool]:
+    """Whether the record counted its file's reads, timed them, and counted its writes and syncs."""
+    counted = READS_UNTRACED not in one.source
+    return counted, counted and READS_UNTIMED not in one.source, WRITES_UNTRACED not in one.source
 
 
 def mean_per_run(runs: list[list[FileIO]]) -> list[FileIO]:
     """A cell's files: counts, bytes and times as the mean over its runs (a file a run did not touch
     counts 0 there), histograms summed over the runs. Files are matched by placement, object and name.
-    Reads are the mean over the runs that counted them (a cell whose runs mixed --trace-reads and
-    not: its reads are those of the traced runs, never diluted by the others' zeros)."""
-    n = len(runs)
-    if n == 0:
+    Each group of numbers (_MEASURES) is the mean over the runs that measured it: a cell whose runs
+    mixed tracing levels has its read times from the runs that timed them, never diluted by the
+    others' zeros. A file's source is that of its most fully measured record."""
+    if not runs:
         return []
-    with_reads = [run for run in runs if measured_reads(run)]
+    measuring = [0] * len(_MEASURES)
     found: dict[tuple[str, str, str], FileIO] = {}
     for run in runs:
-        reads = measured_reads(run)
+        for i in range(len(_MEASURES)):
+            measuring[i] += any(measured(one)[i] for one in run)
         for one in run:
             key = (one.placement, one.object, one.file)
             acc = found.setdefault(key, FileIO(one.file, one.object, one.placement, source=one.source,
                                                syncs=None if one.syncs is None else 0.0,
                                                sync_s=None if one.sync_s is None else 0.0))
-            if reads and READS_UNTRACED in acc.source:
-                acc.source = one.source  # the cell's reads come from the runs that counted them
-            for name in _NUMBERS:
-                value = getattr(one, name)
-                if value is not None and getattr(acc, name) is not None and (reads or name not in _READ):
-                    setattr(acc, name, getattr(acc, name) + value)
-            for name in ("read_histogram", "write_histogram"):
-                merged = getattr(acc, name)
-                for bucket, count in getattr(one, name).items():
-                    merged[bucket] = merged.get(bucket, 0) + count
+            mine = measured(one)
+            if sum(mine) > sum(measured(acc)):
+                acc.source = one.source
+            for counted, names, buckets in zip(mine, _MEASURES, _HISTOGRAMS):
+                if not counted:
+                    continue
+                for name in names:
+                    value = getattr(one, name)
+                    if value is not None and getattr(acc, name) is not None:
+                        setattr(acc, name, getattr(acc, name) + value)
+                if buckets is not None:
+                    merged = getattr(acc, buckets)
+                    for bucket, count in getattr(one, buckets).items():
+                        merged[bucket] = merged.get(bucket, 0) + count
     for acc in found.values():
-        for name in _NUMBERS:
-            if getattr(acc, name) is not None:
-                setattr(acc, name, getattr(acc, name) / (max(len(with_reads), 1) if name in _READ else n))
-    return sorted(found.values(), key=lambda f: (-f.stall_s, f.placement, f.object, f.file))
+        for runs_measuring, names in zip(measuring, _MEASURES):
+            for name in names:
+                if getattr(acc, name) is not None:
+                    setattr(acc, name, getattr(acc, name) / max(runs_measuring, 1))
+    return sorted(found.values(), key=lambda f: (-f.stall_s, -(f.read_bytes + f.write_bytes), f.placement, f.object,
+                                                 f.file))
 
 
 def percentile_bound(histogram: dict[int, int], q: float) -> float | None:
@@ -125,19 +139,30 @@ def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
     shown = [f for f in files if f.reads or f.writes or f.syncs]
     rest = shown[limit - 1:] if len(shown) > limit else []
     for f in shown[:len(shown) - len(rest)] if rest else shown:
-        reads = ("—", "—", "—", "—") if READS_UNTRACED in f.source else \
-            (f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}", _avg(f.read_s, f.reads), _p99(f.read_histogram))
-        out.add_row(f.object, Path(f.file).name, f.placement or "—", *reads, f"{f.writes:,.0f}",
-                    f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes), _p99(f.write_histogram),
-                    "—" if f.syncs is None else f"{f.syncs:,.0f}", _avg(f.sync_s, f.syncs))
+        out.add_row(f.object, Path(f.file).name, f.placement or "—",
+                    *_cells(measured(f), f.reads, f.read_bytes, f.read_s, f.read_histogram, f.writes, f.write_bytes,
+                            f.write_s, f.write_histogram, f.syncs, f.sync_s))
     if rest:
-        reads, writes = sum(f.reads for f in rest), sum(f.writes for f in rest)
-        summed = ("—", "—", "—", "") if all(READS_UNTRACED in f.source for f in rest) else \
-            (f"{reads:,.0f}", f"{sum(f.read_bytes for f in rest) / 1e6:,.2f}", _avg(sum(f.read_s for f in rest), reads), "")
-        out.add_row(f"{len(rest)} others", "", "", *summed, f"{writes:,.0f}",
-                    f"{sum(f.write_bytes for f in rest) / 1e6:,.2f}", _avg(sum(f.write_s for f in rest), writes),
-                    "", "", "")
+        every = [measured(f) for f in rest]
+        summed = {name: sum(getattr(f, name) or 0 for f in rest) for group in _MEASURES for name in group}
+        cells = _cells(tuple(any(m[i] for m in every) for i in range(len(_MEASURES))), summed["reads"],
+                       summed["read_bytes"], summed["read_s"], {}, summed["writes"], summed["write_bytes"],
+                       summed["write_s"], {}, None, None)
+        out.add_row(f"{len(rest)} others", "", "", *cells)
     return out
+
+
+def _cells(counted: tuple[bool, bool, bool], reads: float, read_bytes: float, read_s: float,
+           read_histogram: dict[int, int], writes: float, write_bytes: float, write_s: float,
+           write_histogram: dict[int, int], syncs: float | None, sync_s: float | None) -> list[str]:
+    """A row's numbers, "—" for what its records did not measure."""
+    reads_counted, reads_timed, writes_counted = counted
+    cells = [f"{reads:,.0f}", f"{read_bytes / 1e6:,.2f}"] if reads_counted else ["—", "—"]
+    cells += [_avg(read_s, reads), _p99(read_histogram)] if reads_timed else ["—", "—"]
+    if not writes_counted:
+        return cells + ["—"] * 6
+    return cells + [f"{writes:,.0f}", f"{write_bytes / 1e6:,.2f}", _avg(write_s, writes), _p99(write_histogram),
+                    "—" if syncs is None else f"{syncs:,.0f}", _avg(sync_s, syncs)]
 
 
 def _write(db: Db, run_id: int, files: list[FileIO]) -> None:

@@ -47,6 +47,8 @@ class Recorder:
     start: Callable[[RunStart], None]
     stop: Callable[[], Any]
     points: Callable[[Any], list] | None = None  # a probe's points for the run's timeline, from what it recorded
+    # What it recorded, completed once the load's sessions have exited: counters a session reports as it exits.
+    ended: Callable[[Any], Any] | None = None
 
 
 def around_run(instance: Probed, traced: bool, tracing: Tracing = Tracing.ON) -> list[Recorder]:
@@ -57,7 +59,7 @@ def around_run(instance: Probed, traced: bool, tracing: Tracing = Tracing.ON) ->
     devices = DeviceTimeline(_devices(instance.spec.placements))
     waits_over_time = WaitTimeline(waits.so_far)
     recorders = [
-        Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop),
+        Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop, ended=waits.ended),
         Recorder(TIMELINE, lambda run: devices.start(run.t0), devices.stop),
         Recorder(TIMELINE, lambda run: waits_over_time.start(run.t0), waits_over_time.stop),
     ]
@@ -100,6 +102,13 @@ def recording(recorders: list[Recorder], run: RunStart) -> Iterator[dict[str, An
     error = _stop(started, recorded)
     if error is not None:
         raise error
+
+
+def sessions_ended(recorders: list[Recorder], recorded: dict[str, Any]) -> None:
+    """Complete what the recorders recorded, once the load's sessions have exited."""
+    for recorder in recorders:
+        if recorder.ended is not None and recorder.records in recorded:
+            recorded[recorder.records] = recorder.ended(recorded[recorder.records])
 
 
 def _stop(started: list[Recorder], into: dict[str, Any]) -> Exception | None:

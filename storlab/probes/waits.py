@@ -62,6 +62,10 @@ class WaitProbe(Protocol):
 
     def stop(self) -> WaitCapture: ...
 
+    def ended(self, capture: WaitCapture) -> WaitCapture:
+        """`capture` (what stop() returned) completed once the load's sessions have exited: what the
+        server counts for a session as it exits."""
+
 
 @dataclass
 class WaitingTask:

@@ -156,6 +156,7 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
         started_at, t0 = time.time(), time.monotonic()
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)
+    run_probes.sessions_ended(recorders, recorded)  # once the load's sessions are closed
     if counts_temporary:  # once the load's sessions are closed: they report their temporary files as they end
         measured.figures.update({name: count - spilled.get(name, 0.0)
                                  for name, count in instance.temporary_files().items()})

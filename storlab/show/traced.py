@@ -75,8 +75,8 @@ def _files(c: CellResult, found: Traced) -> list[Table | Text]:
     if not found.files:
         if not traced_waits.unavailable_reasons([r.wait_source for r in c.runs]) and \
                 all(r.conditions.get("tracing") == "on" for r in c.runs):
-            return [Text(f"{c.cell.label} ({c.cell.id}): no per-file IO: its runs traced the default "
-                         "(each file's writes and syncs are traced with storlab run --trace-io)")]
+            return [Text(f"{c.cell.label} ({c.cell.id}): no per-file IO: its runs read no block from a file "
+                         "and traced the default (each file's writes and syncs are traced with storlab run --trace-io)")]
         return [Text(_why_not(c, "per-file IO"))]
     sources = ", ".join(sorted({f.source for f in found.files}))
     return [file_io.table(f"{c.cell.label} ({c.cell.id}): IO per file, per run ({sources}, {found.runs_with_files} of "

@@ -32,6 +32,7 @@ from psycopg import sql
 
 from storlab import processes
 from storlab.engines.base import ClientAddress, Table
+from storlab.engines.postgres import session_counters
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_IO, WITH_IO, WITH_READS, TracedWaitProbe
@@ -118,11 +119,6 @@ LOG_STATEMENTS = [
 SHOW_LOG_PREFIX = "SHOW log_line_prefix"
 RELOAD_S = 10.0
 STATEMENT_LOG_BYTES = 256 * 2**20
-WORKLOAD_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
-TEMPORARY_FILES = "SELECT temp_files, temp_bytes FROM pg_stat_database WHERE datname = current_database()"
-# A session reports the temporary files it deleted at its next idle moment, at most once a second, or
-# as it exits: the workload's sessions have exited within this, once their client let them go.
-SESSIONS_END_S = 5.0
 CHECKPOINT = "CHECKPOINT"
 SET_PARALLEL_WORKERS = "SET max_parallel_workers_per_gather = {workers}"
 EXPLAIN = "EXPLAIN (FORMAT JSON) "
@@ -291,12 +287,9 @@ class PostgresInstance:
         return "".join(line + "\n" for line in kept)
 
     def temporary_files(self) -> dict[str, float]:
-        deadline = time.monotonic() + SESSIONS_END_S
         with self.admin() as conn:
-            while conn.execute(WORKLOAD_BACKENDS, (WORKLOAD_ROLE,)).fetchone()[0] and time.monotonic() < deadline:
-                time.sleep(0.02)
-            files, written = conn.execute(TEMPORARY_FILES).fetchone()
-        return {"temp_files": float(files), "temp_mb": written / 2**20}
+            session_counters.wait_for_exit(conn, session_counters.ROLE_SESSIONS, WORKLOAD_ROLE)
+            return session_counters.temporary_files(conn)
 
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> TracedWaitProbe:
         """The sampled waits, with the trace points' counts and per-file IO where bpftrace can run

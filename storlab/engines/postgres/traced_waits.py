@@ -10,10 +10,13 @@ filter maps. Everything is counted in BPF maps, printed and cleared at the end o
 - LWLock waits (`lwlock__wait__start/done`), only when asked for (storlab run --trace-io): the same
   sessions, per tranche. One wait is two traps and two program runs, thousands a second on a busy
   WAL: about 1.4 % of the instance's CPU on a CPU-bound insert load, over the lab's 1 % budget.
-- Reads of data files (`smgr__md__read__start/done`), only when asked for (storlab run
-  --trace-reads): every process of the instance (a scan's parallel workers, the checkpointer), per
-  relation file segment of 1 GB, one 8 kB block each. Each read takes two uprobe traps: a cold scan
-  of 300 MB ran 16 to 29 % slower traced (two sets of 5 runs each, on this project's 2-core VM).
+- Reads of data files: by default the blocks each relation read as the server counts them
+  (session_counters.py: pg_statio, untimed, read once the run's sessions have exited), on the
+  relation's first file; timed with the trace points (`smgr__md__read__start/done`) when asked for
+  (storlab run --trace-reads): every process of the instance (a scan's parallel workers, the
+  checkpointer), per relation file segment of 1 GB, one 8 kB block each. Each read takes two uprobe
+  traps: a cold scan of 300 MB ran 16 to 29 % slower traced (two sets of 5 runs each, on this
+  project's 2-core VM).
 - Writes and syncs of every file (`pwrite64`/`pwritev`, `fdatasync`/`fsync` system calls by the
   instance's processes), only when asked for (storlab run --trace-io; about 1.4 % of the instance's
   CPU on a CPU-bound insert load) or when the cell moves the temporary files (temp_on), per file by
@@ -49,12 +52,14 @@ from typing import Any
 import psutil
 
 from storlab import timeline
+from storlab.engines.postgres import session_counters
 from storlab.probes import bpftrace, file_io, traced_waits
 from storlab.probes.file_io import FileIO
 from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
 from storlab.probes.target import Probed
 
 SOURCE = "bpftrace"
+COUNTED_READS = f"pg_statio, {file_io.READS_UNTIMED} (storlab run --trace-reads)"  # session_counters'
 BLOCK = 8192  # every smgr read is one block (bpftrace 0.17 reads no 7th USDT argument, the bytes read)
 SEGMENT_BLOCKS = 131072  # RELSEG_SIZE: 1 GB of 8 kB blocks per file segment (the Debian build's)
 # PostgreSQL 15's LockTagType, in order, by the names pg_locks and the wait events give them.
@@ -243,8 +248,15 @@ class TracedWaitProbe:
         self.source = sampled.source
         self.trace: bpftrace.Trace | None = None
         self.note = ""
+        self.sessions: list[int] = []
+        self.reads_before: session_counters.RelationReads | None = None
+        self.writes_traced = False
 
     def start(self, sessions: list[int]) -> None:
+        self.sessions = sessions
+        if "reads" not in self.groups:  # the server counts them, untimed (ended())
+            with self.instance.admin() as conn:
+                self.reads_before = session_counters.relation_reads(conn)
         self.sampled.start(sessions)
         binary = self.instance.bins / "postgres"  # the cell's version's server
         self.note = why_not_traced(binary, self.command) or ""
@@ -279,6 +291,7 @@ class TracedWaitProbe:
             capture = self.sampled.stop()
         if maps is None:
             return traced_waits.without_counts(capture, self.note or "not traced")
+        self.writes_traced = "writes" in self.groups
         with self.instance.admin() as conn:
             names = _Names(conn, self.instance)
             waited = lock_waits(maps, names) + lwlock_waits(maps)
@@ -287,6 +300,18 @@ class TracedWaitProbe:
         traced.files = files
         traced.events = events(maps)
         return traced
+
+    def ended(self, capture: WaitCapture) -> WaitCapture:
+        """The capture's files with each relation's reads as the server counted them, read once the
+        run's sessions have exited (they report their last counts as they exit)."""
+        if self.reads_before is None:
+            return capture
+        with self.instance.admin() as conn:
+            session_counters.wait_for_exit(conn, session_counters.THESE_SESSIONS, self.sessions)
+            after = session_counters.relation_reads(conn)
+            capture.files = with_counted_reads(capture.files, after.since(self.reads_before), after.block_size,
+                                               _Names(conn, self.instance), self.writes_traced)
+        return capture
 
 
 class _Names:
@@ -314,7 +339,10 @@ class _Names:
         row = self.conn.execute(FILE_OF, (node,)).fetchone() if directory in (str(self.database), "global") else None
         if row is None:  # dropped since, or another database's
             return f"file node {node}", f"{directory}/{node}", ""
-        return row[0], row[1], self.placements.get(row[2], self.home) if row[2] else self.home
+        return row[0], row[1], self.placement(row[2])
+
+    def placement(self, tablespace: int) -> str:
+        return self.placements.get(tablespace, self.home) if tablespace else self.home
 
 
 def _stats(maps: bpftrace.Maps, name: str) -> list[tuple[tuple, tuple[int, int]]]:
@@ -391,6 +419,34 @@ def instance_files(maps: bpftrace.Maps, names: _Names, groups: tuple[str, ...]) 
         one.syncs, one.sync_s = one.syncs + n, one.sync_s + ns / 1e9
     temp = _temporary_files(maps, names, "temp_reads" in groups)
     return list(found.values()) + ([temp] if temp is not None else [])
+
+
+def with_counted_reads(files: list[FileIO], read: dict[str, tuple[str, int, int]], block_size: int, names: _Names,
+                       writes_traced: bool) -> list[FileIO]:
+    """The run's traced files with the blocks each relation read (session_counters), untimed, on its
+    first file (the main fork's first segment: the server counts a relation's reads, not a file's).
+    Every traced file of a relation says its reads were counted (none where none are listed); a
+    relation that read but was not traced writing is added."""
+    source = f"{SOURCE} + {COUNTED_READS}" if writes_traced else \
+        f"{COUNTED_READS}, {file_io.WRITES_UNTRACED} (storlab run --trace-io)"
+    left = dict(read)
+    for one in files:
+        if _is_relation_file(one.file):
+            one.source = source
+            if one.file in left:
+                _, _, blocks = left.pop(one.file)
+                one.reads, one.read_bytes = blocks, blocks * block_size
+    return files + [FileIO(path, relation, names.placement(tablespace), reads=blocks, read_bytes=blocks * block_size,
+                           syncs=0 if writes_traced else None, sync_s=0.0 if writes_traced else None, source=source)
+                    for path, (relation, tablespace, blocks) in left.items()]
+
+
+def _is_relation_file(file: str) -> bool:
+    """Whether `file` (a path in the data directory) is a relation's of the workload's database or
+    the shared catalogs (the server counts those reads), not the WAL, a temporary file or another
+    database's relation."""
+    path = Path(file)
+    return RELATION_FILE.fullmatch(path.name) is not None and path.parts[0] in ("base", "global", "pg_tblspc")
 
 
 def _file_named(maps: bpftrace.Maps, key: tuple) -> tuple[str, str]:
