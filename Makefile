@@ -14,8 +14,11 @@ demo: system-packages venv
 	$(BIN)/storlab run examples/quickstart.toml
 	$(BIN)/storlab report results/quickstart
 
+# Two workers: most of a test's time is a server starting, a load running or a device being made, not
+# the CPU, and the tests already run beside another session's (each has its own state dir and cleans
+# only what it made), as two storlab runs on one host do.
 test: system-packages venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 system-packages:
 	@scripts/install-system-packages $(DEB_PACKAGES)
