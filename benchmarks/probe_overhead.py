@@ -25,7 +25,8 @@ round so drift favours none. Before each load the table is emptied and the insta
   trace:GROUP    PostgreSQL: the wait probe with one group of its bpftrace program alone (locks,
                  lwlocks, writes, temp_reads, events, reads: storlab.engines.postgres.traced_waits.GROUPS), to find
                  which group a cost comes from (by default `all` traces locks and events; `trace-io` adds
-                 lwlocks and writes)
+                 lwlocks and writes); trace:GROUP+GROUP... several together (a temp_on cell traces
+                 locks+events+temp_reads+writes)
 
 Prints each round, then per engine and probe set three or four figures:
 - the ratio (rows/s with it) / (rows/s without) as the geometric mean over the rounds with its 95 %
@@ -109,9 +110,9 @@ def recorders(instance, probes: str) -> list[Recorder]:
     name, _, faster = probes.partition(":x")
     if name in SAMPLERS:
         return sampler(instance, name, int(faster or 1))
-    if name in TRACE_GROUPS:  # one group of the PostgreSQL trace, with the sampled waits it sits beside
+    if _trace_groups(name):  # groups of the PostgreSQL trace, with the sampled waits they sit beside
         waits = TracedWaitProbe(instance.wait_probe(Tracing.OFF).sampled, instance, "bpftrace",
-                                (name.removeprefix("trace:"),))
+                                tuple(name.removeprefix("trace:").split("+")))
         return [Recorder(CAPTURE, lambda run: waits.start(run.sessions), waits.stop)]
     if name == "all":  # exactly what `storlab run` starts around a run on a device, its default traces included
         return around_run(instance, traced=True)
@@ -121,6 +122,12 @@ def recorders(instance, probes: str) -> list[Recorder]:
         return around_run(instance, traced=False, tracing=Tracing.OFF)
     alone = ALONE[name].recorder(RunScope(instance, traced=False))
     return [Recorder(name, lambda run: alone.start(run.sessions, run.t0), alone.stop)]
+
+
+def _trace_groups(name: str) -> bool:
+    """Whether `name` is trace:GROUP or trace:GROUP+GROUP..., of the trace's groups."""
+    return name.startswith("trace:") and all(f"trace:{group}" in TRACE_GROUPS
+                                             for group in name.removeprefix("trace:").split("+"))
 
 
 def sampler(instance, name: str, k: int) -> list[Recorder]:
@@ -346,7 +353,8 @@ def main() -> None:
     parser.add_argument("--postgres-version", default="15", help="the PostgreSQL version to measure (15 or 18)")
     args = parser.parse_args()
     sets = args.probes.split(",")
-    unknown = [s for s in sets if s not in SETS and not (s.partition(":x")[0] in SAMPLERS and s.partition(":x")[2].isdigit())]
+    unknown = [s for s in sets if s not in SETS and not _trace_groups(s)
+               and not (s.partition(":x")[0] in SAMPLERS and s.partition(":x")[2].isdigit())]
     if unknown:
         parser.error(f"unknown probe set {', '.join(unknown)} (known: {', '.join(SETS)})")
 

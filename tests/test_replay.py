@@ -6,7 +6,9 @@ anything starts."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from storlab.errors import RunFailed
 from storlab.experiment import file as experiment
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace
+from storlab.probes.bpftrace import Tracing
 from storlab.workloads import captured_log
 from storlab.workloads.replay import setup_statements
 from tests.commands import invoke, storlab
@@ -203,6 +206,24 @@ def test_capture_refuses_mariadb_and_a_file_already_there(write_experiment, lab_
     assert mariadb.exit_code == 2 and "capture writes a PostgreSQL statement log for the replay kind" in mariadb.output
 
 
+@pytest.mark.device
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only folder needs root")
+def test_capture_refuses_a_folder_it_cannot_write_before_the_load_runs(write_experiment, lab_root):
+    body = REPLAY.format(engine="postgres", layout="", keys="").replace('kind = "replay"', 'kind = "custom"') \
+        .replace('log = "day.log"', 'transaction = "setup.sql"')
+    (lab_root / "setup.sql").write_text(SETUP)
+    folder = lab_root / "read-only"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], check=True)
+    try:
+        done = invoke("capture", write_experiment(body), "--out", folder / "day.log")
+        assert done.exit_code == 2, done.output
+        assert done.stderr == f"storlab: {folder}: cannot write the log there (not writable: permissions, or a " \
+            "read-only filesystem)\n"
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 # -- against real servers --------------------------------------------------------------------------
 
 
@@ -280,7 +301,7 @@ def test_temp_on_moves_postgresql_s_temporary_files(lab_root):
         before = instance.temporary_files()
         position = instance.log_position()
         with instance.connect() as conn:
-            probe = instance.wait_probe()
+            probe = instance.wait_probe(Tracing.IO)  # the temporary files' IO is traced with --trace-io
             probe.start([instance.session_id(conn)])
             conn.execute(SPILL).fetchall()
             capture = probe.stop()

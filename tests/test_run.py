@@ -129,18 +129,25 @@ def _wait_for_runs(out: Path, count: int, proc: subprocess.Popen, timeout: float
     raise AssertionError("runs did not appear in time")
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
-def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, how):
+def _ignoring_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a background job (`storlab run … &`)
+
+
+@pytest.mark.parametrize("how, started", [(signal.SIGKILL, None), (signal.SIGINT, None),
+                                          (signal.SIGINT, _ignoring_ctrl_c)],
+                         ids=["killed", "ctrl-c", "ctrl-c to a background job"])
+def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, how, started):
     out = tmp_path / "results"
     experiment = tiny(reps=3, rows=6000)
-    proc = start("run", "--no-trace", experiment, "--out", out)
+    proc = start("run", "--no-trace", experiment, "--out", out, preexec_fn=started)
     _wait_for_runs(out, 1, proc)
     time.sleep(0.7)  # most likely inside the next run's workload
     proc.send_signal(how)
     code = proc.wait(timeout=60)
     if how == signal.SIGINT:
-        assert code == 130
-        assert "interrupted" in proc.stderr.read()
+        said = proc.stderr.read()
+        assert code == 130, said
+        assert "interrupted" in said
     deadline = time.monotonic() + 10
     while storlab_processes() and time.monotonic() < deadline:
         time.sleep(0.1)

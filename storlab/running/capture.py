@@ -6,6 +6,7 @@ prepare built (for a custom workload, its setup file)."""
 
 from __future__ import annotations
 
+import os
 from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,8 @@ def pick(experiment: Experiment, cell_id: str | None) -> matrix.Cell:
 
 
 def check(experiment: Experiment, out: Path) -> None:
-    """Refused before anything starts: an engine without a replayer, a file already there."""
+    """Refused before anything starts: an engine without a replayer, a file already there, a folder
+    it cannot be written to."""
     if experiment.engine != "postgres":
         raise UserError(f"{experiment.path.name}: capture writes a PostgreSQL statement log for the replay kind; "
                         f"{experiment.engine} has no replayer that keeps its timing (docs/experiment-file.md, replay)")
@@ -49,6 +51,9 @@ def check(experiment: Experiment, out: Path) -> None:
         raise UserError(f"{out}: already there; capture writes a new file (remove it, or name another with --out)")
     if not out.parent.is_dir():
         raise UserError(f"{out.parent}: no such folder for the log")
+    if not os.access(out.parent, os.W_OK | os.X_OK):  # known now, not after the load has run
+        raise UserError(f"{out.parent}: cannot write the log there (not writable: permissions, or a read-only "
+                        "filesystem)")
 
 
 def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep: bool = False) -> Captured:

@@ -35,7 +35,7 @@ from storlab.engines.base import ClientAddress, Table
 from storlab.engines.postgres import session_counters
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
 from storlab.engines.postgres.settings import conf_value, preload_libraries
-from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_IO, WITH_IO, WITH_READS, TracedWaitProbe
+from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_READS, WITH_IO, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, safe_files, templates
 from storlab.lab.layout import InstanceSpec, Placement
@@ -296,8 +296,8 @@ class PostgresInstance:
         (and `tracing` asks for them: LWLock waits and writes from Tracing.IO, reads with Tracing.READS)."""
         sampled = WaitSamplingProbe(self) if self.wait_sampling else ActivityProbe(self)
         groups = {Tracing.READS: WITH_READS, Tracing.IO: WITH_IO}.get(tracing, DEFAULT_GROUPS)
-        if self.spec.temp is not None:
-            groups = tuple(dict.fromkeys(groups + TEMP_IO))
+        if self.spec.temp is not None and tracing in (Tracing.IO, Tracing.READS):
+            groups = (*groups, TEMP_READS)
         return TracedWaitProbe(sampled, self, None if tracing is Tracing.OFF else "bpftrace", groups)
 
     def parallel_workers(self, conn: psycopg.Connection, workers: int) -> None:

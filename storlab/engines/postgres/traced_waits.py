@@ -19,16 +19,17 @@ filter maps. Everything is counted in BPF maps, printed and cleared at the end o
   project's 2-core VM).
 - Writes and syncs of every file (`pwrite64`/`pwritev`, `fdatasync`/`fsync` system calls by the
   instance's processes), only when asked for (storlab run --trace-io; about 1.4 % of the instance's
-  CPU on a CPU-bound insert load) or when the cell moves the temporary files (temp_on), per file by
-  its directory and name: a data file's writes are then all of
-  them, the pages the server adds to a relation included (the smgr write trace point misses those:
+  CPU on a CPU-bound insert load), per file by its directory and name: a data file's writes are then
+  all of them, the pages the server adds to a relation included (the smgr write trace point misses those:
   extending a relation has none), and the WAL's (its own trace point fires only when a backend must
   write out a full WAL buffer). A new WAL segment is zero-filled as xlogtemp.<pid> before it is
   renamed: its writes are listed under that name.
-- Temporary files (sorts and hashes beyond work_mem, in a tablespace's `pgsql_tmp`): their writes,
-  and when the cell puts them on a placement of their own (temp_on) their reads (`pread64`, each of
-  the instance's tested against its file's directory, a data file's read too), as one object on the
-  temp placement.
+- Temporary files (sorts and hashes beyond work_mem, in a tablespace's `pgsql_tmp`), with
+  --trace-io: their writes, and when the cell puts them on a placement of their own (temp_on) their
+  reads (`pread64`, each of the instance's tested against its file's directory, a data file's read
+  too), as one object on the temp placement. By default a temp_on cell has the server's counts of its
+  temporary files (temp_files, temp MB): tracing their IO tests every write and read of the instance,
+  over the lab's 1 % budget with the rest (docs/explaining.md).
 - Checkpoints (`checkpoint__start/done`, in the checkpointer) and WAL switches (`wal__switch`): when
   each happened, for the run's timeline (the capture's `events`). A checkpoint still going when the
   load ends is left out (its duration is not known).
@@ -71,8 +72,8 @@ RELATION_FILE = re.compile(r"(\d+)(_fsm|_vm|_init)?(?:\.(\d+))?")  # a relation'
 WAL_DIR = "wal"  # provision() puts the WAL in <log placement>/wal, pg_wal linking to it
 # Where a session's temporary files are (sorts and hashes beyond work_mem): every tablespace's
 # pgsql_tmp, each file named pgsql_tmp<pid>.<n>. They come and go by the hundred, so they are counted
-# together, as one object; their reads (pread64) are traced when the cell gives them a placement (temp_on),
-# whatever --trace-reads says.
+# together, as one object; with --trace-io their reads (pread64) are traced too when the cell gives them
+# a placement (temp_on), whatever --trace-reads says.
 TEMP_DIR = "pgsql_tmp"
 TEMP_FILES = "temporary files"
 # The probes this module attaches: a binary without them is named in the note.
@@ -166,12 +167,12 @@ usdt:{bin}:postgresql:smgr__md__read__done /@read_at[tid]/ {{
 # What a run traces by default (Tracing.ON), with --trace-io (Tracing.IO) and with --trace-reads
 # (Tracing.READS): the default's cost is inside the lab's 1 % budget, LWLock waits and writes each
 # cost more than it (benchmarks/probe_overhead.py's trace groups). A cell whose temporary files have a
-# placement of their own (temp_on) traces their reads and writes whatever the level (TEMP_IO): they
-# are its question.
+# placement of their own (temp_on) traces their reads too from --trace-io on (TEMP_READS): they are its
+# question; every file's writes, theirs among them, are the writes group's.
 DEFAULT_GROUPS = ("locks", "events")
 WITH_IO = (*DEFAULT_GROUPS, "lwlocks", "writes")
 WITH_READS = (*WITH_IO, "reads")
-TEMP_IO = ("temp_reads", "writes")
+TEMP_READS = "temp_reads"
 
 RELATION_NAME = "SELECT %s::oid::regclass::text"
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
@@ -219,7 +220,7 @@ def groups(binary: Path) -> list[tuple[str, str | None]]:
     why = why_not_traced(binary) or (f"this kernel has no syscalls:{missing} tracepoint" if missing else None)
     return [(name, why) for name in ("lock waits, checkpoints, WAL switches",
                                      "LWLock waits, writes and syncs of each file (--trace-io)",
-                                     "reads and writes of the temporary files (temp_on)",
+                                     "reads and writes of the temporary files (temp_on, --trace-io)",
                                      "reads of each data file (--trace-reads)")]
 
 
@@ -417,7 +418,7 @@ def instance_files(maps: bpftrace.Maps, names: _Names, groups: tuple[str, ...]) 
     for key, (n, ns) in _stats(maps, "sync"):
         one = file(*_file_named(maps, key))
         one.syncs, one.sync_s = one.syncs + n, one.sync_s + ns / 1e9
-    temp = _temporary_files(maps, names, "temp_reads" in groups)
+    temp = _temporary_files(maps, names, TEMP_READS in groups)
     return list(found.values()) + ([temp] if temp is not None else [])
 
 
@@ -456,11 +457,11 @@ def _file_named(maps: bpftrace.Maps, key: tuple) -> tuple[str, str]:
 
 def _temporary_files(maps: bpftrace.Maps, names: _Names, reads: bool) -> FileIO | None:
     """Every temporary file of the run as one: its writes, and its reads when they were traced (the
-    cell put them on a placement: temp_on), on the temp placement."""
+    cell put them on a placement: temp_on), on the temp placement (--trace-io)."""
     read, written = _stats(maps, "temp_read"), _stats(maps, "temp_write")
     if not read and not written:
         return None
-    source = SOURCE if reads else f"{SOURCE}, {file_io.READS_UNTRACED} (temp_on traces them)"
+    source = SOURCE if reads else f"{SOURCE}, {file_io.READS_UNTRACED} (traced with --trace-io in a temp_on cell)"
     temp = FileIO(f"{TEMP_DIR}/{TEMP_DIR}*", TEMP_FILES, names.temp, syncs=0, sync_s=0.0, source=source)
     for (key, (n, ns)) in read:
         temp.reads, temp.read_s = n, ns / 1e9
