@@ -10,6 +10,7 @@ from storlab.answer import rate_curve
 from storlab.answer.analysis import CellResult
 from storlab.answer.stats import summarize
 from storlab.experiment import file as experiment
+from storlab.report import rate_chart
 from storlab.results.experiment_record import CellRecord
 from storlab.results.runs import RunRecord
 from storlab.workloads import KINDS, rates
@@ -192,3 +193,18 @@ def test_the_knee_is_where_the_curve_bends():
 def test_a_straight_curve_has_no_knee():
     cells = [_cell(str(r), r, [(1, _run(r, r / 100 + (0.2 if r == 1000 else 0), target=r))]) for r in (500, 1000, 1500, 2000)]
     assert rate_curve.knee(_points(cells)) is None  # a wobble of 0.2 ms on 5 to 20 ms is no bend
+
+
+def test_the_rate_chart_labels_a_rate_both_layouts_kept_up_with_once(tmp_path):
+    """Two layouts that both keep up with 1150 and 1650 txn/s draw those points one above the other:
+    their labels would lie on each other, so each is written once; 3300, which one of them could not
+    sustain, is labelled where each ended up. (Rates off the axis' ticks: the SVG names every text.)"""
+    curves = []
+    for label, p99 in (("log_on=disk", 4.0), ("log_on=ram", 3.6)):
+        cells = [_cell(f"{label}{r}", r, [(1, _run(r, p99 * r / 1000, target=r))]) for r in (1150, 1650)]
+        cells.append(_cell(f"{label}3300", 3300, [(1, _run(2100 if label == "log_on=disk" else 3250, 400,
+                                                          sustained=label != "log_on=disk", target=3300))]))
+        curves.append(rate_curve.Curve(label, _points(cells), None))
+    drawn = rate_chart.chart(rate_curve.RateAnswer(curves, None), "t", tmp_path / "rate_curve.png")
+    assert drawn.count("<!-- 1150 -->") == 1 and drawn.count("<!-- 1650 -->") == 1
+    assert drawn.count("<!-- 3300 -->") == 1 and drawn.count("<!-- 3300 not sustained -->") == 1

@@ -18,7 +18,7 @@ from storlab.report.charts import PALETTE, plt, svg
 from storlab.workloads import rates
 
 FILE = "rate_curve.png"
-CAPTION = ("each point a rate (labelled on p99): the throughput achieved against its latency percentiles (open loop: "
+CAPTION = ("each point a rate (labelled on p99, once where several layouts kept up with it): the throughput achieved against its latency percentiles (open loop: "
            "latency from each transaction's scheduled start); x: a rate the layout did not sustain in most of its runs; "
            "ringed: the knee; hollow square: \"max\", closed loop")
 
@@ -29,6 +29,9 @@ def _plain(value: float, _=None) -> str:
 
 def chart(found: rate_curve.RateAnswer, title: str, png: Path) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.8))
+    # A rate kept up with is achieved at the rate itself, so its points of every layout stand one above
+    # another: labelled once, on the first; a rate not sustained is where each layout ended up.
+    labelled: set = set()
     for i, curve in enumerate(found.curves):
         colour = PALETTE[i % len(PALETTE)]
         kept = [p for p in curve.points if p.sustained is None or p.sustained >= 0.5]
@@ -47,10 +50,13 @@ def chart(found: rate_curve.RateAnswer, title: str, png: Path) -> str:
                 ax.plot([curve.closed.achieved.mean], [curve.closed.latency[figure].mean], "s", markerfacecolor="none",
                         color=colour, markersize=7)
         for p in curve.points:
-            if rates.P99.name in p.latency:
-                said = format_value(p.level) + ("" if p in kept else " not sustained")
-                ax.annotate(said, (p.achieved.mean, p.latency[rates.P99.name].mean), textcoords="offset points",
-                            xytext=(4, 4), fontsize=7, color=colour)
+            if rates.P99.name not in p.latency or (p in kept and p.level in labelled):
+                continue
+            if p in kept:
+                labelled.add(p.level)
+            said = format_value(p.level) + ("" if p in kept else " not sustained")
+            ax.annotate(said, (p.achieved.mean, p.latency[rates.P99.name].mean), textcoords="offset points",
+                        xytext=(4, 4), fontsize=8, color=colour)
         if curve.knee is not None and rates.P99.name in curve.knee.latency:
             x, y = curve.knee.achieved.mean, curve.knee.latency[rates.P99.name].mean
             ax.plot([x], [y], "o", markersize=13, markerfacecolor="none", color=colour)
