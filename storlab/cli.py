@@ -277,8 +277,8 @@ def _answer(folder: str | None, dsn: str | None = None, experiment: str | None =
 _NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or traced IO per "
              "file; PostgreSQL's reads per relation are still counted by the server), IO sizes as averages.")
 _TRACE_IO = ("Also trace every LWLock wait and each file's writes and syncs (PostgreSQL: LWLock wait counts, "
-             "writes and write stalls per file; about 3 % of the server's CPU on a CPU-bound load, so off unless "
-             "asked for).")
+             "writes and write stalls per file, and in a temp_on cell the temporary files' reads; about 3 % of the "
+             "server's CPU on a CPU-bound load, so off unless asked for).")
 _TRACE_READS = ("Also trace every read of a data file, and all --trace-io traces (PostgreSQL: read stalls and "
                 "their histogram per file, where the server's own counts give reads per relation untimed; on a "
                 "cold scan it made one 16 to 29 % slower, so it is off unless asked for).")
