@@ -101,3 +101,9 @@ def test_the_file_table_shows_what_was_not_measured_as_a_dash():
             console.export_text().splitlines() if "│" in line}
     assert rows["lab_wide"] == ["40", "0.33", "—", "—"] + ["—"] * 6
     assert rows["WAL"] == ["—"] * 4 + ["3", "0.02", "1.000", "≤0.00205", "3", "2.000"]
+    # Past the limit the rest is one row, summed, a dash where none of them measured a figure.
+    console = Console(width=200, record=True)
+    console.print(table("files", [traced, counted, counted], limit=2))
+    rows = {line.split("│")[0].strip(): [c.strip() for c in line.split("│")[3:]] for line in
+            console.export_text().splitlines() if "│" in line}
+    assert rows["2 others"] == ["80", "0.66", "—", "—"] + ["—"] * 6

@@ -139,30 +139,25 @@ def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
     shown = [f for f in files if f.reads or f.writes or f.syncs]
     rest = shown[limit - 1:] if len(shown) > limit else []
     for f in shown[:len(shown) - len(rest)] if rest else shown:
-        out.add_row(f.object, Path(f.file).name, f.placement or "—",
-                    *_cells(measured(f), f.reads, f.read_bytes, f.read_s, f.read_histogram, f.writes, f.write_bytes,
-                            f.write_s, f.write_histogram, f.syncs, f.sync_s))
-    if rest:
+        out.add_row(f.object, Path(f.file).name, f.placement or "—", *_cells(f, measured(f)))
+    if rest:  # summed, its syncs left out (not every source counts them) and no histogram
         every = [measured(f) for f in rest]
-        summed = {name: sum(getattr(f, name) or 0 for f in rest) for group in _MEASURES for name in group}
-        cells = _cells(tuple(any(m[i] for m in every) for i in range(len(_MEASURES))), summed["reads"],
-                       summed["read_bytes"], summed["read_s"], {}, summed["writes"], summed["write_bytes"],
-                       summed["write_s"], {}, None, None)
-        out.add_row(f"{len(rest)} others", "", "", *cells)
+        summed = FileIO("", "", "", **{name: sum(getattr(f, name) for f in rest)
+                                       for name in ("reads", "read_bytes", "read_s", "writes", "write_bytes", "write_s")})
+        out.add_row(f"{len(rest)} others", "", "", *_cells(summed, tuple(any(m[i] for m in every)
+                                                                        for i in range(len(_MEASURES)))))
     return out
 
 
-def _cells(counted: tuple[bool, bool, bool], reads: float, read_bytes: float, read_s: float,
-           read_histogram: dict[int, int], writes: float, write_bytes: float, write_s: float,
-           write_histogram: dict[int, int], syncs: float | None, sync_s: float | None) -> list[str]:
-    """A row's numbers, "—" for what its records did not measure."""
+def _cells(f: FileIO, counted: tuple[bool, bool, bool]) -> list[str]:
+    """A row's numbers, "—" for what its records did not measure (`counted`: as measured() says)."""
     reads_counted, reads_timed, writes_counted = counted
-    cells = [f"{reads:,.0f}", f"{read_bytes / 1e6:,.2f}"] if reads_counted else ["—", "—"]
-    cells += [_avg(read_s, reads), _p99(read_histogram)] if reads_timed else ["—", "—"]
+    cells = [f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}"] if reads_counted else ["—", "—"]
+    cells += [_avg(f.read_s, f.reads), _p99(f.read_histogram)] if reads_timed else ["—", "—"]
     if not writes_counted:
         return cells + ["—"] * 6
-    return cells + [f"{writes:,.0f}", f"{write_bytes / 1e6:,.2f}", _avg(write_s, writes), _p99(write_histogram),
-                    "—" if syncs is None else f"{syncs:,.0f}", _avg(sync_s, syncs)]
+    return cells + [f"{f.writes:,.0f}", f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes),
+                    _p99(f.write_histogram), "—" if f.syncs is None else f"{f.syncs:,.0f}", _avg(f.sync_s, f.syncs)]
 
 
 def _write(db: Db, run_id: int, files: list[FileIO]) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from storlab.lab.cgroups import ControlGroup
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.bpftrace import Tracing
-from storlab.probes.waits import WaitProbe
+from storlab.probes.waits import RunWaitProbe
 
 
 class WaitingSessions(Protocol):
@@ -44,7 +44,7 @@ class Probed(Protocol):
     def cpu_s(self) -> float:
         """The server's CPU seconds so far, its finished worker processes included (to be differenced)."""
 
-    def wait_probe(self, tracing: Tracing = Tracing.ON) -> WaitProbe:
+    def wait_probe(self, tracing: Tracing = Tracing.ON) -> RunWaitProbe:
         """The workload's waits, with what `tracing` asks bpftrace to trace (Tracing.OFF: storlab run --no-trace)."""
 
     def waiting_tasks_probe(self) -> WaitingSessions:

@@ -62,6 +62,11 @@ class WaitProbe(Protocol):
 
     def stop(self) -> WaitCapture: ...
 
+
+class RunWaitProbe(WaitProbe, Protocol):
+    """An instance's wait probe as a run records it (Probed.wait_probe): a sampled WaitProbe and what
+    the engine adds around it, with one more step after the load."""
+
     def ended(self, capture: WaitCapture) -> WaitCapture:
         """`capture` (what stop() returned) completed once the load's sessions have exited: what the
         server counts for a session as it exits."""
