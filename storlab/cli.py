@@ -198,10 +198,21 @@ def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s):
 # -- experiment commands ---------------------------------------------------------------------
 
 
-def _load(path: str, race: bool = False, until_settled: bool = False, allow_server_programs: bool = False):
+def _load(path: str, race: bool = False, until_settled: bool = False, allow_server_programs: bool = False,
+          allow_client_programs: bool = False):
     from storlab.experiment import file as experiment
 
-    return experiment.load(path, race, until_settled=until_settled, allow_server_programs=allow_server_programs)
+    return experiment.load(path, race, until_settled=until_settled, allow_server_programs=allow_server_programs,
+                           allow_client_programs=allow_client_programs)
+
+
+_ALLOW_CLIENT_PROGRAMS = ("Take client scripts that run a program on this machine (pgbench's \\shell and \\setshell; "
+                          "refused otherwise). The program runs as the OS user storlab-client (never root), in the run's "
+                          "control group, and is ended with the run; still, whoever wrote the experiment then runs code "
+                          "on this machine: give it only to an experiment you trust. Not with --store (a fleet's workers "
+                          "never take such scripts).")
+_NOT_WITH_STORE = ("{option}: only into a results folder; a shared store's experiments are run by its workers too, and a "
+                   "worker never takes {what}")
 
 
 def _dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -324,9 +335,10 @@ def _say(console: Console):
                    "otherwise). WARNING: whoever wrote the experiment then runs code as the servers' OS user on "
                    "this machine, which may outlive the run: give it only to an experiment you trust. Not with "
                    "--store (a fleet's workers never take such settings); include files are refused even so.")
+@click.option("--allow-client-programs", is_flag=True, help=_ALLOW_CLIENT_PROGRAMS)
 def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | None, dry_run: bool, keep: bool,
         race: bool, until_settled: bool, no_trace: bool, trace_io: bool, trace_reads: bool,
-        allow_server_programs: bool) -> None:
+        allow_server_programs: bool, allow_client_programs: bool) -> None:
     """Run (or resume) every cell x repetition of EXPERIMENT_FILE, then print the answer.
     Everything is checked before anything starts (also with --dry-run): the file, the placements,
     engine_settings against the installed engine, and each placement's free space. A results folder
@@ -337,9 +349,12 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 
     tracing = _tracing(no_trace, trace_io, trace_reads)
     if allow_server_programs and dsn is not None:
-        raise UserError("--allow-server-programs: only into a results folder; a shared store's experiments are run "
-                        "by its workers too, and a worker never takes settings that run programs or load libraries")
-    exp = _load(experiment_file, race, until_settled, allow_server_programs)
+        raise UserError(_NOT_WITH_STORE.format(option="--allow-server-programs",
+                                               what="settings that run programs or load libraries"))
+    if allow_client_programs and dsn is not None:
+        raise UserError(_NOT_WITH_STORE.format(option="--allow-client-programs",
+                                               what="client scripts that run programs"))
+    exp = _load(experiment_file, race, until_settled, allow_server_programs, allow_client_programs)
     console = _console()
     if dsn is not None:
         if out is not None:
@@ -380,13 +395,19 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
 @click.option("--keep", is_flag=True, help="Keep the instance's directories after the capture (stopped).")
 @click.option("--allow-server-programs", is_flag=True,
               help="Take engine_settings that run a program or load a library on the server (as storlab run's).")
-def capture(experiment_file: str, log: Path, cell: str | None, keep: bool, allow_server_programs: bool) -> None:
+@click.option("--allow-client-programs", is_flag=True,
+              help="Take client scripts that run a program on this machine (as storlab run's).")
+def capture(experiment_file: str, log: Path, cell: str | None, keep: bool, allow_server_programs: bool,
+            allow_client_programs: bool) -> None:
     """Run one cell of EXPERIMENT_FILE (PostgreSQL) once with every statement of its workload logged, and
     write the statement log the replay kind replays (stderr format, log_line_prefix '%m|%u|%d|%c|'). The
     workload's prepare runs before the log starts: the replay's setup must build what it built."""
     from storlab.running import capture as capturing
 
-    exp = _load(experiment_file, allow_server_programs=allow_server_programs)
+    if log.name in ("", ".", ".."):
+        raise UserError("--out: give the name of the log file to write, not a folder")
+    exp = _load(experiment_file, allow_server_programs=allow_server_programs,
+                allow_client_programs=allow_client_programs)
     captured = capturing.capture(exp, log.absolute(), cell, keep)
     found = captured.log
     of = f" of {captured.cell}" if captured.cell else ""
@@ -510,7 +531,7 @@ def worker(dsn: str, host: str | None, experiment: str | None, lease_s: float, u
 def clean(everything: bool) -> None:
     """Stop and remove what a crashed or interrupted run left behind (instances whose storlab process
     is gone, and those kept with --keep); runs still going are left alone unless --all."""
-    from storlab.lab import instances
+    from storlab.lab import owned
     from storlab.running import cleanup
 
     cleaned = cleanup.clean(live=everything, unreadable=True)
@@ -526,7 +547,7 @@ def clean(everything: bool) -> None:
         for path in item.refused:
             click.echo(f"{item.instance_id}: left {path}")
     if not cleaned:
-        running = [m for m in instances.Manifest.all() if not m.kept and m.owner_running]
+        running = [m for m in owned.Manifest.all() if not m.kept and m.owner_running]
         click.echo("nothing to clean" + (f" ({len(running)} instances of runs still going; --all stops them)" if running else ""))
 
 

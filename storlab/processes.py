@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -19,11 +20,11 @@ import psutil
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str]):
+def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str], open_files: int | None):
     """In the child, before exec: join the control groups (while still root: the servers' user cannot
-    write their cgroup.procs), drop to the user, then ask the kernel to kill the child when its
-    parent thread dies (set after setuid, which clears it). Tied to the thread that starts the
-    child: start long-lived children from a thread that lives as long as they should."""
+    write their cgroup.procs), limit its descriptors, drop to the user, then ask the kernel to kill
+    the child when its parent thread dies (set after setuid, which clears it). Tied to the thread
+    that starts the child: start long-lived children from a thread that lives as long as they should."""
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getpid()
 
@@ -31,6 +32,8 @@ def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str]):
         for procs in cgroups:
             with open(procs, "w") as joined:
                 joined.write(str(os.getpid()))
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
         if uid is not None and uid != os.getuid():
             os.setgroups([])
             os.setgid(gid)
@@ -43,9 +46,10 @@ def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str]):
 
 
 def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, cgroups: tuple[str, ...] = (),
-          **popen: Any) -> subprocess.Popen:
+          open_files: int | None = None, **popen: Any) -> subprocess.Popen:
     """Start `argv` in its own process group (as `uid`/`gid` when given, inside the control groups
-    whose cgroup.procs files `cgroups` names), tied to storlab's life.
+    whose cgroup.procs files `cgroups` names, with at most `open_files` descriptors when given), tied
+    to storlab's life.
 
     A Ctrl-C is held while the child is forked: with a preexec_fn, Python runs its at-fork hooks
     (logging's lock release) in storlab, and a KeyboardInterrupt raised inside one is printed and
@@ -53,7 +57,7 @@ def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, cg
     child = None
     try:
         with interrupts_held():
-            child = subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid, list(cgroups)),
+            child = subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid, list(cgroups), open_files),
                                      start_new_session=True, **popen)
     except BaseException:
         if child is not None:

@@ -6,6 +6,7 @@ tier's marker. Test modules never import each other: what two of them share is h
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
@@ -22,7 +23,7 @@ import pytest
 
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
-from storlab.lab import instances
+from storlab.lab import owned
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.commands import start
@@ -38,6 +39,31 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in SLOW):
             item.add_marker(pytest.mark.fast)
+
+
+# A test marked `alone` needs the machine's IO to itself (a bound on throughput it must reach); every
+# other test shares it, as the other xdist worker's (and another session's suite) do. A readers-writer
+# lock over files: the turnstile lets a test marked alone wait for the running tests to end while no new
+# one starts.
+TURNSTILE = Path(tempfile.gettempdir()) / "storlab-tests-turnstile.lock"
+SHARE = Path(tempfile.gettempdir()) / "storlab-tests-share.lock"
+
+
+@pytest.fixture(autouse=True)
+def machine_share(request):
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(TURNSTILE, "a") as turnstile, open(SHARE, "a") as share:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(share, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
@@ -183,7 +209,7 @@ def store_server(lab_root, monkeypatch):
             hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
             hba.write_text("local all fleet scram-sha-256\n" + hba.read_text())
             conn.execute("SELECT pg_reload_conf()")
-        mine = [m for m in instances.Manifest.all() if m.owner_pid == os.getpid()]
+        mine = [m for m in owned.Manifest.all() if m.owner_pid == os.getpid()]
         monkeypatch.setenv("PGPASSFILE", str(passfile))
         yield StoreServer(instance.socket_dir, password, passfile, mine[0].server_pid)
 
@@ -217,7 +243,7 @@ def run_load(instance, kind_name: str, files: dict | None = None, probe=None, **
 def instances_up() -> list:
     """Instances of this test's state dir whose server is up: PostgreSQL's postmaster.pid says "ready",
     MariaDB has opened its socket."""
-    from storlab.lab import instances
+    from storlab.lab import owned
 
     def ready(manifest) -> bool:
         for d in map(Path, manifest.dirs):
@@ -228,7 +254,7 @@ def instances_up() -> list:
                 return True
         return False
 
-    return [m for m in instances.Manifest.all() if m.server_pid and ready(m)]
+    return [m for m in owned.Manifest.all() if m.server_pid and ready(m)]
 
 
 def stop_storlab(proc: subprocess.Popen) -> None:
@@ -245,7 +271,7 @@ def stop_storlab(proc: subprocess.Popen) -> None:
     cleanup.clean(live=True)
 
 
-def stop_instance(manifest: instances.Manifest) -> list[int]:
+def stop_instance(manifest: owned.Manifest) -> list[int]:
     """SIGSTOP every process of an instance, its server and the server's children: a stalled server."""
     server = psutil.Process(manifest.server_pid)
     server.suspend()  # first, so it forks no child after the listing

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storlab.experiment import places
-from storlab.lab import instances
+from storlab.lab import owned
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices, mkfs, mount and bpftrace need root")
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def leftovers(image_dir: Path) -> list[str]:
 
 
 def manifests() -> list[Path]:
-    return sorted(instances.state_dir().glob("*.json"))
+    return sorted(owned.state_dir().glob("*.json"))
 
 
 def nothing_left(image_dir: Path) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from storlab.lab import instances
+from storlab.lab import owned
 from storlab.lab.layout import CellLayout
 from storlab.running import capacity
 from storlab.sizes import format_bytes
@@ -120,4 +120,4 @@ def test_a_placement_that_fills_up_is_named_and_stops_the_experiment(small_exper
         (message,) = db.execute("SELECT message FROM failures").fetchone()  # one failure, not one per run
     assert "No space left on device" in message
     assert storlab_processes() == [] and [p.name for p in small_fs.iterdir()] == ["filler"]
-    assert instances.Manifest.all() == []
+    assert owned.Manifest.all() == []

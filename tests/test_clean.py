@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storlab.engines.postgres import shared_memory
-from storlab.lab import instances
+from storlab.lab import os_users, owned
 from storlab.running import cleanup
 from tests.commands import start, storlab
 from tests.conftest import instances_up, stop_storlab, storlab_processes
@@ -39,7 +39,7 @@ batch = 500
 
 
 
-def ready_instances(count: int, procs: list[subprocess.Popen], timeout: float = 120) -> list[instances.Manifest]:
+def ready_instances(count: int, procs: list[subprocess.Popen], timeout: float = 120) -> list[owned.Manifest]:
     """Wait until `count` instances are up at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,13 +83,15 @@ def test_clean_while_two_runs_go_stops_nothing(tiny, tmp_path):
         assert failures(out) == []
         with sqlite3.connect(out / "storlab.sqlite") as db:
             assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 6
-    assert storlab_processes() == [] and instances.Manifest.all() == []
+    assert storlab_processes() == [] and owned.Manifest.all() == []
 
 
 @pytest.mark.engine
 def test_clean_all_stops_a_live_run_and_says_so(tiny, tmp_path):
     out = tmp_path / "r"
-    proc = start("run", tiny("live", reps=2, rows=20_000), "--out", out)
+    # Runs of seconds each: `clean --all` (a new process, half a second to start) must find the instance
+    # it was shown still up (with 20,000 rows a session the run had gone on to its next instance's set-up).
+    proc = start("run", tiny("live", reps=1, rows=300_000), "--out", out)
     try:
         (manifest,) = ready_instances(1, [proc])
         cleaned = storlab("clean", "--all")
@@ -99,28 +101,28 @@ def test_clean_all_stops_a_live_run_and_says_so(tiny, tmp_path):
     finally:
         stop_storlab(proc)
     assert len(failures(out)) >= 1
-    assert storlab_processes() == [] and instances.Manifest.all() == []
+    assert storlab_processes() == [] and owned.Manifest.all() == []
 
 
 def test_a_reused_pid_is_not_the_owner(lab_dir):
     me = os.getpid()
-    live = instances.Manifest("poaaaaaaaa", "postgres", owner_pid=me, owner_start=instances.pid_start(me))
-    reused = instances.Manifest("pobbbbbbbb", "postgres", owner_pid=me, owner_start=instances.pid_start(me) - 1)
+    live = owned.Manifest("poaaaaaaaa", "postgres", owner_pid=me, owner_start=owned.pid_start(me))
+    reused = owned.Manifest("pobbbbbbbb", "postgres", owner_pid=me, owner_start=owned.pid_start(me) - 1)
     for manifest in (live, reused):
         manifest.save()
     assert [c.instance_id for c in cleanup.clean()] == ["pobbbbbbbb"]  # same pid, another start: gone
-    assert [m.instance_id for m in instances.Manifest.all()] == ["poaaaaaaaa"]
+    assert [m.instance_id for m in owned.Manifest.all()] == ["poaaaaaaaa"]
     assert [(c.instance_id, c.live) for c in cleanup.clean(live=True)] == [("poaaaaaaaa", True)]
-    assert instances.Manifest.all() == []
+    assert owned.Manifest.all() == []
 
 
 def test_a_manifest_that_cannot_be_read_is_reported_by_clean():
     me = os.getpid()
-    good = instances.Manifest("poaaaaaaaa", "postgres", owner_pid=me, owner_start=instances.pid_start(me) - 1)
+    good = owned.Manifest("poaaaaaaaa", "postgres", owner_pid=me, owner_start=owned.pid_start(me) - 1)
     good.save()
-    broken = instances.state_dir() / "pobbbbbbbb.json"
+    broken = owned.state_dir() / "pobbbbbbbb.json"
     broken.write_text('{"instance_id": "pobbbbbbbb", "engine": "postg')  # cut short, as by a full disk
-    alien = instances.state_dir() / "mayyyyyyyy.json"
+    alien = owned.state_dir() / "mayyyyyyyy.json"
     alien.write_text('{"instance_id": "mayyyyyyyy", "engine": "mariadb", "owner_pid": 1, "dirs": "/"}')
     cleaned = storlab("clean")
     assert cleaned.returncode == 0, cleaned.stderr
@@ -132,7 +134,7 @@ def test_a_manifest_that_cannot_be_read_is_reported_by_clean():
     ]
     assert "poaaaaaaaa: removed nothing" in lines
     assert broken.exists() and alien.exists()  # left for someone to look at
-    assert instances.Manifest.all() == []
+    assert owned.Manifest.all() == []
 
 
 def _mapped_segments(pid: int) -> set[str]:
@@ -160,7 +162,7 @@ def test_a_killed_runs_shared_memory_is_removed_by_clean(tiny, tmp_path):
         created = [s.shmid for s in shared_memory.segments() if s.creator_pid == manifest.server_pid]
         assert created  # its System V header, left too
         decoy.write_bytes(b"\0" * 64)
-        user = instances.server_user()
+        user = os_users.server_user()
         os.chown(decoy, user.uid, user.gid)
 
         cleaned = storlab("clean")
@@ -169,7 +171,7 @@ def test_a_killed_runs_shared_memory_is_removed_by_clean(tiny, tmp_path):
         assert not any(Path(f).exists() for f in ours)
         assert not [s for s in shared_memory.segments() if s.shmid in created]
         assert decoy.exists()
-        assert instances.Manifest.all() == []
+        assert owned.Manifest.all() == []
     finally:
         decoy.unlink(missing_ok=True)
         stop_storlab(proc)
@@ -179,17 +181,17 @@ def test_one_marker_names_the_owner_and_never_goes_through_a_link(tmp_path):
     """Instances, devices and templates mark what storlab made the same way: one line naming the owner."""
     made = tmp_path / "made"
     made.mkdir()
-    instances.mark(made, "template pg-15-abc")
-    assert (made / instances.MARKER).read_text() == "template pg-15-abc\n"
-    assert instances.marked_by(made) == "template pg-15-abc"
+    owned.mark(made, "template pg-15-abc")
+    assert (made / owned.MARKER).read_text() == "template pg-15-abc\n"
+    assert owned.marked_by(made) == "template pg-15-abc"
     with pytest.raises(FileExistsError):  # never written twice, nor over what is there
-        instances.mark(made, "another")
+        owned.mark(made, "another")
     planted = tmp_path / "planted"
     planted.mkdir()
     target = tmp_path / "target"
     target.write_text("someone else's\n")
-    (planted / instances.MARKER).symlink_to(target)
-    assert instances.marked_by(planted) is None
+    (planted / owned.MARKER).symlink_to(target)
+    assert owned.marked_by(planted) is None
     with pytest.raises(FileExistsError):
-        instances.mark(planted, "x")
+        owned.mark(planted, "x")
     assert target.read_text() == "someone else's\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storlab.errors import RunFailed, UserError
-from storlab.lab import devices, instances, settle
+from storlab.lab import devices, owned, settle
 from storlab.experiment import places
 from storlab.factors import KeyProblem
 from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec
@@ -225,9 +225,9 @@ def test_clean_never_touches_a_mount_or_loop_device_it_did_not_make(image_dir):
             owner = "de00000000"
             ours = image_dir / f"storlab-{owner}-fast"
             (ours / "mnt").mkdir(parents=True)
-            (ours / instances.MARKER).write_text(owner + "\n")
+            (ours / owned.MARKER).write_text(owner + "\n")
             subprocess.run(["mount", "--bind", str(foreign / "mnt"), str(ours / "mnt")], check=True)
-            manifest = instances.Manifest(owner, "devices", owner_pid=2**22 + 1, devices=[
+            manifest = owned.Manifest(owner, "devices", owner_pid=2**22 + 1, devices=[
                 {"placement": "fast", "dir": str(ours), "image": str(ours / "image"), "mount_point": str(ours / "mnt"), "loop": loop},
                 {"placement": "slow", "dir": str(foreign), "image": str(image), "mount_point": str(foreign / "mnt"), "loop": loop},
             ])

@@ -13,7 +13,7 @@ import pytest
 from storlab.engines import provision
 from storlab.engines.mariadb.settings import conf_value as mariadb_value
 from storlab.engines.postgres.settings import conf_value as postgres_value
-from storlab.lab import instances
+from storlab.lab import owned
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import storlab
 from tests.conftest import storlab_processes
@@ -120,7 +120,7 @@ def test_a_setting_refused_only_at_start_stops_the_experiment(experiment_with, t
     assert line.endswith("; stopped before the other runs")
     with sqlite3.connect(out / "storlab.sqlite") as db:
         assert db.execute("SELECT count(*) FROM failures").fetchone()[0] == 1  # not one per run
-    assert storlab_processes() == [] and not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+    assert storlab_processes() == [] and not list(lab_dir.glob("storlab-*")) and owned.Manifest.all() == []
 
 
 def test_preload_libraries_are_added_to_storlabs_and_values_stay_one_line(lab_dir):

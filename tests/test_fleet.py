@@ -18,7 +18,7 @@ from storlab.engines.postgres import instance as postgres
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
-from storlab.lab import instances
+from storlab.lab import owned
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
@@ -184,14 +184,14 @@ def queue_rows(server: StoreServer) -> list[tuple]:
                             "ORDER BY position").fetchall()
 
 
-def mid_run(server: StoreServer, proc: subprocess.Popen, timeout: float = 120) -> tuple[str, int, instances.Manifest]:
+def mid_run(server: StoreServer, proc: subprocess.Popen, timeout: float = 120) -> tuple[str, int, owned.Manifest]:
     """Wait until the worker holds a claim and its run's server is up: (cell, repetition, manifest)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
         held = [r for r in queue_rows(server) if r[3] == "claimed" and r[5].endswith(f" pid {proc.pid})")]
-        running = [m for m in instances.Manifest.all()
-                   if m.owner_pid == proc.pid and instances.running(m.server_pid, m.server_start)]
+        running = [m for m in owned.Manifest.all()
+                   if m.owner_pid == proc.pid and owned.running(m.server_pid, m.server_start)]
         if held and running:
             return held[0][0], held[0][1], running[0]
         time.sleep(0.1)
@@ -217,9 +217,9 @@ def test_two_hosts_a_killed_worker_and_every_run_exactly_once(store_server, writ
     victim.kill()  # SIGKILL: no clean-up of its own
     victim.wait()
     deadline = time.monotonic() + 10
-    while instances.running(manifest.server_pid, manifest.server_start) and time.monotonic() < deadline:
+    while owned.running(manifest.server_pid, manifest.server_start) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not instances.running(manifest.server_pid, manifest.server_start), "the dead worker's server survived it"
+    assert not owned.running(manifest.server_pid, manifest.server_start), "the dead worker's server survived it"
     assert ("claimed", 1) in [(r[3], r[4]) for r in queue_rows(store_server) if r[:2] == (cell_id, rep)]
 
     again = start_worker(store_server, "db1", lab_root / "db1")  # the host's worker, started again
@@ -300,14 +300,14 @@ def test_a_stopped_worker_hands_its_claim_back(store_server, write_experiment, l
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err
-    assert not instances.running(manifest.server_pid, manifest.server_start)
+    assert not owned.running(manifest.server_pid, manifest.server_start)
     row = next(r for r in queue_rows(store_server) if r[:2] == (cell_id, rep))
     assert row[3] == "queued" and row[4] == 1
     with store_server.admin() as conn:
         assert conn.execute("SELECT token, lease_until FROM storlab.queue WHERE cell_id = %s AND repetition = %s",
                             (cell_id, rep)).fetchone() == (None, None)
-    assert set(storlab_processes()) == {store_server.server_pid} and instances.Manifest.all() == [
-        m for m in instances.Manifest.all() if m.owner_pid == os.getpid()]
+    assert set(storlab_processes()) == {store_server.server_pid} and owned.Manifest.all() == [
+        m for m in owned.Manifest.all() if m.owner_pid == os.getpid()]
 
 
 # Ways a submitter (anyone who can write the store) could leave an experiment's rows, and the line each is.

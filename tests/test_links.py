@@ -21,7 +21,7 @@ from storlab.engines import provision
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
 from storlab.engines.postgres import shared_memory
-from storlab.lab import instances, safe_files, settle, templates
+from storlab.lab import instances, os_users, owned, safe_files, settle, templates
 from storlab.lab.devices import DevicePool
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke
@@ -34,7 +34,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def as_server_user(*argv: object) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", instances.SERVER_USER, "--", *map(str, argv)],
+    return subprocess.run(["runuser", "-u", os_users.SERVER_USER, "--", *map(str, argv)],
                           capture_output=True, text=True)
 
 
@@ -42,7 +42,7 @@ def plant(link: Path, target: Path) -> None:
     """A link made by the servers' user (replacing whatever had that name)."""
     done = as_server_user("ln", "-sfn", target, link)
     assert done.returncode == 0, done.stderr
-    assert os.lstat(link).st_uid == instances.server_user().uid
+    assert os.lstat(link).st_uid == os_users.server_user().uid
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_a_template_is_roots_and_one_the_servers_user_changed_is_built_again(lab
     assert as_server_user("ln", "-sfn", victim.path, conf).returncode != 0  # a finished template is closed to it
     # A template as an older storlab left it, the servers' user's, with a link planted where each run
     # appends its settings.
-    instances.give_to(made, instances.server_user())
+    instances.give_to(made, os_users.server_user())
     plant(conf, victim.path)
     with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
         with inst.connect() as conn:
@@ -95,7 +95,7 @@ def test_a_link_planted_while_a_template_is_built_is_refused(private_templates, 
 
 
 def test_a_templates_folder_another_user_could_change_is_refused(lab_root, monkeypatch):
-    user = instances.server_user()
+    user = os_users.server_user()
     folder = lab_root / "templates"
     folder.mkdir()
     os.chown(folder, user.uid, user.gid)
@@ -137,7 +137,7 @@ def test_an_image_folder_another_user_could_change_is_refused(lab_root, victim):
 
 
 def test_settings_are_never_written_through_a_link(lab_root, victim):
-    user = instances.server_user()
+    user = os_users.server_user()
     folder = lab_root / "instance"
     folder.mkdir()
     os.chown(folder, user.uid, user.gid)
@@ -166,7 +166,7 @@ def test_a_failed_run_never_quotes_a_file_its_log_was_swapped_for(lab_dir, priva
         with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
             ws = inst.workspace
             log = ws.server.log_path
-            user = instances.server_user()
+            user = os_users.server_user()
             assert "ready to accept connections" in safe_files.read_tail(log, user.uid, 1 << 20)  # its own log is read
             plant(log, victim.path)
             assert safe_files.read_tail(log, user.uid, 1 << 20) == ""
@@ -197,11 +197,11 @@ def test_a_socket_folder_swapped_for_a_link_is_not_emptied(lab_root, lab_dir, pr
     try:
         with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
             sockets = inst.workspace.socket_dir
-            (decoy / instances.MARKER).write_text(inst.workspace.manifest.instance_id + "\n")  # even a marker that fits
+            (decoy / owned.MARKER).write_text(inst.workspace.manifest.instance_id + "\n")  # even a marker that fits
             moved = sockets.with_name(sockets.name + "-moved")
             assert as_server_user("mv", sockets, moved).returncode == 0
             plant(sockets, decoy)
-        assert keep.read_text() == "root's\n" and (decoy / instances.MARKER).exists()
+        assert keep.read_text() == "root's\n" and (decoy / owned.MARKER).exists()
         assert list(lab_dir.iterdir()) == []  # the instance's own folders went as usual
     finally:
         if moved is not None:
@@ -220,7 +220,7 @@ def test_evicting_an_instance_never_follows_a_folder_swapped_for_a_link_mid_walk
     for name in ("one", "two"):
         (folder / name).write_text("the server's\n")
         Victim(victim.path.parent, name)
-    instances.give_to(root / "pgdata", instances.server_user())
+    instances.give_to(root / "pgdata", os_users.server_user())
     advised = []
     fadvise = os.posix_fadvise
 
@@ -279,15 +279,15 @@ def test_a_killed_servers_shared_memory_is_never_read_through_a_fifo(lab_dir, pr
 
 
 def test_a_marker_that_is_a_fifo_or_a_link_is_not_read(lab_root, victim):
-    user = instances.server_user()
+    user = os_users.server_user()
     folder = lab_root / "storlab-po12345678"
     folder.mkdir()
     os.chown(folder, user.uid, user.gid)
-    plant(folder / instances.MARKER, victim.path)
-    assert instances.remove_owned_dir(folder, "po12345678") is False and folder.exists()
-    (folder / instances.MARKER).unlink()
-    assert as_server_user("mkfifo", folder / instances.MARKER).returncode == 0
-    assert instances.remove_owned_dir(folder, "po12345678") is False  # returns: a FIFO does not block it
+    plant(folder / owned.MARKER, victim.path)
+    assert owned.remove_owned_dir(folder, "po12345678") is False and folder.exists()
+    (folder / owned.MARKER).unlink()
+    assert as_server_user("mkfifo", folder / owned.MARKER).returncode == 0
+    assert owned.remove_owned_dir(folder, "po12345678") is False  # returns: a FIFO does not block it
     assert victim.untouched()
 
 
@@ -298,7 +298,7 @@ def shared_results(lab_root) -> Path:
     """A results folder the servers' user may write in (as a folder shared between users would be)."""
     shutil.copytree(DATA / "explain", lab_root / "results")
     folder = lab_root / "results" / "quickstart"
-    user = instances.server_user()
+    user = os_users.server_user()
     os.chown(folder, user.uid, user.gid)
     return folder
 
@@ -331,7 +331,7 @@ def test_a_results_folder_another_user_could_change_is_refused_before_anything(l
     under a folder of theirs, or one open to everyone is refused in one line (exit 2) by every command
     that writes one, before anything is made in it; the default folder (results/NAME under the
     working folder) too. Under a sticky folder (/var/tmp) a root-only folder is fine."""
-    user = instances.server_user()
+    user = os_users.server_user()
     theirs = lab_root / "theirs"
     theirs.mkdir()
     os.chown(theirs, user.uid, user.gid)
@@ -413,7 +413,7 @@ def test_sql_files_outside_the_experiments_folder_are_refused(write_experiment, 
 @pytest.mark.parametrize("key", ["setup", "transaction"])
 def test_a_sql_file_linked_out_of_the_folder_is_refused_and_never_read(write_experiment, lab_root, victim, key):
     write_experiment("SELECT 1;\n", "t.sql")
-    user = instances.server_user()
+    user = os_users.server_user()
     os.chown(lab_root, user.uid, user.gid)  # the experiment's folder, its author's (here the servers' user)
     plant(lab_root / "q.sql", victim.path)
     workload = f'{key} = "q.sql"\n' + ('transaction = "t.sql"\n' if key == "setup" else "")

@@ -13,7 +13,7 @@ import pytest
 from storlab.engines import provision
 from storlab.engines.mariadb import instance as mariadb
 from storlab.errors import UserError
-from storlab.lab import instances
+from storlab.lab import os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads.random_insert import RANDOM_UUID
 from tests.conftest import prepared, run_load, storlab_processes
@@ -107,7 +107,7 @@ def test_partitions_and_redo_log_are_where_declared(two_placements):
     assert _gone(pid) and not socket.exists()
     assert storlab_processes() == []
     assert not list(two_placements["disk"].glob("storlab-*")) and not list(two_placements["fast"].glob("storlab-*"))
-    assert instances.Manifest.all() == []
+    assert owned.Manifest.all() == []
 
 
 def test_system_tablespace_files_in_order_across_placements(two_placements):
@@ -138,7 +138,7 @@ def test_page_size_is_honoured(tmp_placement, page_size, expected):
 
 def test_pytest_tmp_path_placement_works_or_fails_clearly(tmp_path):
     spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": tmp_path})
-    blocked = instances.unreachable_ancestor(tmp_path, instances.server_user())
+    blocked = os_users.unreachable_ancestor(tmp_path, os_users.server_user())
     if blocked is not None:  # as root: pytest's base temp dir is private to root
         with pytest.raises(UserError, match=str(blocked)):
             with provision("mariadb", spec, keep=False, connections=2):

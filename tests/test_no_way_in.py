@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from storlab.engines import provision
-from storlab.lab import cgroups, instances
+from storlab.lab import cgroups, os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.commands import invoke, storlab
@@ -55,13 +55,13 @@ ATTACKER = textwrap.dedent("""
 
 
 def start_attacker(victim_dir: Path, stop: Path, image_dir: Path, *watched: Path) -> subprocess.Popen:
-    return subprocess.Popen(["runuser", "-u", instances.SERVER_USER, "--", "/usr/bin/python3", "-c", ATTACKER,
+    return subprocess.Popen(["runuser", "-u", os_users.SERVER_USER, "--", "/usr/bin/python3", "-c", ATTACKER,
                              str(victim_dir), str(stop), str(image_dir), *map(str, watched)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_a_placement_another_user_could_change_is_refused_before_anything_starts(write_experiment, lab_root):
-    user = instances.server_user()
+    user = os_users.server_user()
     theirs = lab_root / "theirs"
     theirs.mkdir()
     os.chown(theirs, user.uid, user.gid)
@@ -157,7 +157,7 @@ def test_a_folder_of_an_instance_that_is_no_longer_storlabs_is_said_once(lab_roo
     """A crashed run's folder renamed and a link put in its place: `storlab clean` touches nothing
     there, says so, and does not say it again at the next clean."""
     me = os.getpid()
-    manifest = instances.Manifest("pocccccccc", "postgres", owner_pid=me, owner_start=instances.pid_start(me) - 1)
+    manifest = owned.Manifest("pocccccccc", "postgres", owner_pid=me, owner_start=owned.pid_start(me) - 1)
     manifest.dirs.append(str(lab_root / "storlab-pocccccccc"))
     manifest.save()
     (lab_root / "storlab-pocccccccc").symlink_to(victim.path.parent)
@@ -222,7 +222,7 @@ def test_a_device_tables_powers_and_system_folders_are_refused(write_experiment,
 
 def test_a_templates_folder_another_user_owns_is_refused_before_anything_starts(write_experiment, lab_root,
                                                                                  lab_dir, monkeypatch):
-    user = instances.server_user()
+    user = os_users.server_user()
     folder = lab_root / "templates"
     folder.mkdir()
     os.chown(folder, user.uid, user.gid)

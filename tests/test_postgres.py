@@ -9,7 +9,7 @@ import pytest
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances
+from storlab.lab import os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.conftest import prepared, run_load, storlab_processes
@@ -50,7 +50,7 @@ def test_layout_puts_files_where_declared(two_placements):
         assert Path(data_directory).is_relative_to(two_placements["disk"])
     assert storlab_processes() == []
     assert not list(two_placements["disk"].glob("storlab-*")) and not list(two_placements["fast"].glob("storlab-*"))
-    assert instances.Manifest.all() == []
+    assert owned.Manifest.all() == []
 
 
 def test_server_runs_unprivileged_and_stops_on_error(lab_dir):
@@ -108,14 +108,14 @@ def test_never_removes_a_directory_it_did_not_make(lab_dir):
     foreign = lab_dir / "storlab-po00000000"
     foreign.mkdir()
     (foreign / "precious").write_text("x")
-    assert instances.remove_owned_dir(foreign, "po00000000") is False
+    assert owned.remove_owned_dir(foreign, "po00000000") is False
     assert (foreign / "precious").exists()
-    manifest = instances.Manifest("po00000000", "postgres", owner_pid=1, dirs=[str(foreign)])
+    manifest = owned.Manifest("po00000000", "postgres", owner_pid=1, dirs=[str(foreign)])
     manifest.save()
     assert cleanup.clean(live=True)[0].refused == [f"{foreign} (not storlab's folder now; nothing there was touched)"]
     assert (foreign / "precious").exists()
     with pytest.raises(RunFailed, match="will not reuse"):
-        instances.make_owned_dir(foreign, manifest, instances.server_user())
+        owned.make_owned_dir(foreign, manifest, os_users.server_user())
 
 
 def test_no_configuration_file_can_open_it_to_the_network(lab_dir):
@@ -152,5 +152,5 @@ def test_a_placement_path_with_a_quote_is_quoted_or_refused_in_one_line(lab_root
                                         r"a ' in a tablespace's location\); choose another directory$"):
         with provision("postgres", quoted, keep=False, connections=2):
             pass
-    assert storlab_processes() == [] and instances.Manifest.all() == []
+    assert storlab_processes() == [] and owned.Manifest.all() == []
     assert not list(placements["log"].iterdir())

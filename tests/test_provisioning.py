@@ -18,7 +18,7 @@ import pytest
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import RunFailed
-from storlab.lab import instances
+from storlab.lab import instances, os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import start
 from tests.conftest import stop_instance, stop_storlab, stopped_processes, storlab_processes
@@ -52,7 +52,7 @@ def unanswered(title: str) -> str:
 
 
 def nothing_left(lab_dir) -> bool:
-    return storlab_processes() == [] and list(lab_dir.iterdir()) == [] and instances.Manifest.all() == []
+    return storlab_processes() == [] and list(lab_dir.iterdir()) == [] and owned.Manifest.all() == []
 
 
 @pytest.mark.engine
@@ -100,9 +100,9 @@ stall_after_s = 3
 SETUP_SLEEP = "SELECT pg_sleep(600)"
 
 
-def preparing() -> instances.Manifest | None:
+def preparing() -> owned.Manifest | None:
     """The instance whose workload's setup is sleeping: the server up, the prepare under way."""
-    for manifest in instances.Manifest.all():
+    for manifest in owned.Manifest.all():
         for folder in manifest.dirs:
             if not folder.startswith("/tmp/storlab-"):
                 continue
@@ -144,7 +144,7 @@ def test_a_server_that_stops_answering_while_the_workload_prepares_fails_its_run
 def test_a_set_up_tool_that_does_not_finish_is_stopped_in_one_line():
     nap = f"600.{os.getpid()}"  # names this test's sleep among the machine's processes
     with pytest.raises(instances.ToolFailed) as caught:
-        instances.run_as(instances.server_user(), ["sh", "-c", f"echo initializing the cluster; sleep {nap}"],
+        instances.run_as(os_users.server_user(), ["sh", "-c", f"echo initializing the cluster; sleep {nap}"],
                          "initdb", timeout=1)
     assert str(caught.value) == "initdb: sh did not finish within 1 s and was stopped; its output: initializing the cluster"
     left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", nap]]

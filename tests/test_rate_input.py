@@ -4,17 +4,22 @@ rate curve's arithmetic."""
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
 import pytest
 
 from storlab.answer import rate_curve
 from storlab.answer.analysis import CellResult
 from storlab.answer.stats import summarize
+from storlab.errors import RunFailed
 from storlab.experiment import file as experiment
 from storlab.report import rate_chart
 from storlab.results.experiment_record import CellRecord
 from storlab.results.runs import RunRecord
 from storlab.workloads import KINDS, rates
-from storlab.workloads.pgbench import read_log
+from storlab.workloads import pgbench_log
+from storlab.workloads.pgbench import programs_run
 from storlab.workloads.sysbench import percentiles
 from tests.commands import invoke
 
@@ -46,6 +51,10 @@ def refused(write_experiment, keys: str, engine: str = "postgres", kind: str = "
                  'or "max" (closed loop) or a list of them, got 0'),
     ("rate = [500, -1]", "workload.rate: expected a rate"),
     ("rate = 5e7", "workload.rate: 50,000,000.0 transactions a second is more than the limit of 1,000,000"),
+    ("rate = [1e-300, 500]\nduration_s = 5", "exp.toml:10: workload.rate: 1e-300 transactions a second over a 5 s run "
+                                             "expects less than one transaction, so no latency or throughput could be "
+                                             "measured; give at least 0.2"),
+    ("rate = 0.05", "workload.rate: 0.05 transactions a second over a 10 s run expects less than one transaction"),
     ('rate = "fast"', 'workload.rate: expected a rate'),
     ("scale = 0", "workload.scale: expected a positive integer"),
     ("scale = 1_000_000", "workload.scale: 1,000,000 is more than the limit of 100,000"),
@@ -118,11 +127,68 @@ def test_the_latency_goal_reads_the_runs_and_is_not_what_is_measured(write_exper
 # -- reading the tools' output ----------------------------------------------------------------------
 
 
-def test_pgbench_s_log_is_read_whole_every_thread_s_file(tmp_path):
-    (tmp_path / "txn.100").write_text("0 1 2633 0 1795611858 622293 88\n0 2 skipped 0 1795611858 623650 9000\n")
-    (tmp_path / "txn.100.1").write_text("1 1 1348 0 1795611858 621041 12\n")
-    log = read_log(tmp_path)
-    assert log.shape == (3, 7) and sorted(log[:, 2]) == ["1348", "2633", "skipped"]
+def test_pgbench_s_log_is_read_from_every_thread_s_file():
+    first = io.BytesIO(b"0 1 2633 0 1795611858 622293 88\n0 2 skipped 0 1795611858 623650 9000\n"
+                       b"0 3 failed 0 1795611859 900000 10\n")
+    second = io.BytesIO(b"1 1 1348 0 1795611858 621041 12\n1 2 4000 0 1795611859 100000 7")  # no last newline
+    log = pgbench_log.summary([first, second], 0.0, 2.0)
+    assert (log.kept, log.skipped, log.failed, log.late) == (3, 1, 1, 2)
+    assert log.span.first_start == pytest.approx(1795611858.622293 - 0.002633, abs=1e-6)
+    assert log.span.last_end == pytest.approx(1795611859.1, abs=1e-6)
+    assert log.latency_sum_ms == pytest.approx(2.633 + 1.348 + 4.0)
+    assert (log.lag_sum_ms, log.lag_max_ms) == pytest.approx((0.107, 0.088))
+    # A run shorter than a second is one bucket: its three completed transactions over its length.
+    per_second = [(t, v) for t, name, v in log.timeline if name == "transactions_per_s"]
+    assert [t for t, _ in per_second] == [0.0] and per_second[0][1] == pytest.approx(3 / 0.48034, rel=1e-5)
+
+
+def _log(latency_us: np.ndarray, per_second: int, threads: int) -> list[io.BytesIO]:
+    """pgbench's log of these latencies, `per_second` transactions ending each second, spread over threads."""
+    ends = 1_800_000_000 + np.arange(len(latency_us)) / per_second + 1
+    files = []
+    for t in range(threads):
+        rows = [f"{t} {i} {lat} 0 {int(end)} {int(round((end % 1) * 1e6)) % 1_000_000}"
+                for i, (lat, end) in enumerate(zip(latency_us[t::threads], ends[t::threads]))]
+        files.append(io.BytesIO(("\n".join(rows) + "\n").encode()))
+    return files
+
+
+def test_the_run_s_percentiles_are_within_half_a_percent_of_the_transaction_at_their_rank():
+    rng = np.random.default_rng(7)
+    latency_us = np.maximum(1, rng.lognormal(np.log(800), 1.0, 200_000).round()).astype(int)
+    log = pgbench_log.summary(_log(latency_us, 20_000, 3), 0.0, None)
+    assert log.kept == len(latency_us)
+    for p in (50, 95, 99, 99.9):
+        exact = np.percentile(latency_us / 1000, p, method="inverted_cdf")
+        assert log.latency.percentile(p) == pytest.approx(exact, rel=0.005), p
+    # Each second's percentiles are its own transactions', exactly.
+    p99 = [v for t, name, v in log.timeline if name == "latency_p99_ms"]
+    assert len(p99) == 10 and p99[3] == np.percentile(latency_us[60_000:80_000] / 1000, 99)
+
+
+def test_the_histogram_s_size_does_not_grow_with_the_transactions():
+    small, large = pgbench_log.Histogram(), pgbench_log.Histogram()
+    small.add(np.array([1.25, 1.25]))
+    large.add(np.random.default_rng(1).lognormal(0, 2, 1_000_000))
+    assert small.counts.nbytes == large.counts.nbytes < 64 * 1024
+    assert small.percentile(50) == small.percentile(99) == 1.25  # never outside what was seen
+
+
+def test_a_negative_latency_fails_the_run():
+    with pytest.raises(RunFailed, match="negative latency"):
+        pgbench_log.summary([io.BytesIO(b"0 1 -9200000000000000 0 1795611858 622293\n")], 0.0, None)
+
+
+@pytest.mark.parametrize("script, line", [
+    ("\\shell id\n", 1), ("SELECT 1;\n\\setshell x echo 1\n", 2), ("\\SHELL id\n", 1),
+    ("\\   shell id\n", 1), ("\\\\\nshell id\n", 1), ("\\shell\\\n id\n", 1), ("-- \\shell in a comment\n", 1)])
+def test_every_spelling_of_a_meta_command_that_runs_a_program_is_found(script, line):
+    found = programs_run("s.sql", script)
+    assert [(f.file, f.line) for f in found] == [("s.sql", line)]
+
+
+def test_meta_commands_that_run_nothing_are_not_found():
+    assert programs_run("s.sql", "\\set aid random(1, 10)\n\\sleep 1 ms\nSELECT 'shell';\n\\shellx\n") == []
 
 
 def test_percentiles_are_read_from_the_histogram_as_sysbench_reads_it():

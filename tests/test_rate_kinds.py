@@ -19,7 +19,6 @@ import pytest
 
 from storlab.engines import provision
 from storlab.lab.layout import CellLayout, spec_for
-from storlab.workloads.pgbench import read_log
 from tests.commands import start, storlab
 from tests.conftest import instances_up, prepared, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
@@ -81,10 +80,12 @@ def test_the_tps_and_p99_recorded_are_the_ones_pgbench_printed_and_logged(lab_di
             measured = load.run()
             printed = "\n".join(load.client.ended.text)
             folder = load.folder
-            log = read_log(folder)
+            with folder.written("txn") as files:
+                rows = [line.split() for file in files for line in file.read().decode().splitlines()]
+            log = np.array(rows, dtype=object)
         finally:
             load.close()
-    assert f"pgbench (PostgreSQL) {version}" in subprocess.run([load.argv(Path("/x"))[0], "--version"],
+    assert f"pgbench (PostgreSQL) {version}" in subprocess.run([load.client.argv[0], "--version"],
                                                               capture_output=True, text=True).stdout
     tps = float(re.search(r"^tps = ([\d.]+) \(without initial connection time\)$", printed, re.M).group(1))
     lag = re.search(r"^rate limit schedule lag: avg ([\d.]+) \(max ([\d.]+)\) ms$", printed, re.M)
@@ -92,15 +93,16 @@ def test_the_tps_and_p99_recorded_are_the_ones_pgbench_printed_and_logged(lab_di
     latency_ms = done[:, 2].astype(float) / 1000
     f = measured.figures
     assert f["transactions_per_s"] == tps
-    assert f["latency_p99_ms"] == np.percentile(latency_ms, 99)
-    assert f["latency_p50_ms"] == np.percentile(latency_ms, 50)
+    # From a histogram of the log: within 0.5 % of the transaction at each rank.
+    assert f["latency_p99_ms"] == pytest.approx(np.percentile(latency_ms, 99, method="inverted_cdf"), rel=0.005)
+    assert f["latency_p50_ms"] == pytest.approx(np.percentile(latency_ms, 50, method="inverted_cdf"), rel=0.005)
     assert f["transactions"] == len(done) == int(re.search(r"processed: (\d+)", printed).group(1))
     assert (f["schedule_lag_ms"], f["schedule_lag_max_ms"]) == (float(lag.group(1)), float(lag.group(2)))
     # The log's latencies are the ones pgbench averaged in its report (printed to 3 decimals).
     assert latency_ms.mean() == pytest.approx(float(re.search(r"latency average = ([\d.]+) ms", printed).group(1)), abs=0.001)
     assert f["target_rate"] == 400 and f["client_cpu_s"] > 0 and f["server_cpu_s"] > 0
     per_second = [p for p in measured.timeline if p[1] == "transactions_per_s"]
-    assert len(per_second) == 2 and not folder.exists()
+    assert len(per_second) == 2 and not folder.path.exists()
 
 
 def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_experiment, tmp_path):

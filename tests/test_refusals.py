@@ -21,7 +21,7 @@ import pytest
 
 from storlab import engines
 from storlab.errors import UserError
-from storlab.lab import instances, setting_failures
+from storlab.lab import owned, setting_failures
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results import folder_lock, shared_store
 from storlab.results.folder_store import FILENAME
@@ -88,7 +88,7 @@ def nothing_left(lab_dir: Path) -> None:
     while storlab_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert storlab_processes() == []
-    assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+    assert not list(lab_dir.glob("storlab-*")) and owned.Manifest.all() == []
 
 
 @pytest.fixture
@@ -303,12 +303,12 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, holder):
     out.mkdir()
     me = os.getpid()
     left = {"dead": {"pid": 2**22 + 1, "start": 1, "started_at": 0, "command": "storlab run x"},
-            "reused": {"pid": me, "start": instances.pid_start(me) - 1, "started_at": 0, "command": "storlab run x"},
+            "reused": {"pid": me, "start": owned.pid_start(me) - 1, "started_at": 0, "command": "storlab run x"},
             "garbage": "not json"}[holder]
     (out / folder_lock.FILENAME).write_text(json.dumps(left) if holder != "garbage" else left)
     with folder_lock.writing(out):
         held = json.loads((out / folder_lock.FILENAME).read_text())
-        assert (held["pid"], held["start"]) == (me, instances.pid_start(me))
+        assert (held["pid"], held["start"]) == (me, owned.pid_start(me))
     assert list(out.iterdir()) == []
 
 

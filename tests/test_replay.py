@@ -6,6 +6,7 @@ anything starts."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -23,6 +24,7 @@ from storlab.probes.bpftrace import Tracing
 from storlab.workloads import captured_log
 from storlab.workloads.replay import setup_statements
 from tests.commands import invoke, storlab
+from tests.experiments import fleet_body
 from tests.conftest import prepared
 
 START = datetime(2026, 1, 5, 9, 0, 0)
@@ -137,6 +139,17 @@ def test_a_plain_dump_s_copy_rows_are_sent_as_they_are():
      "literal not closed near line 7"),
     (known_log().replace("statement: ", "duration: 0.1 ms  statement: "), "day.log line 1: no statement to replay"),
     (known_log() + "\n" + known_log(), "day.log line 67: an empty line"),
+    (known_log().replace("2026-01-05 09:00:00.100", "2026-13-45 09:00:00.100", 1),
+     "day.log line 7: '2026-13-45 09:00:00.100' is not a time: no such date or time of day"),
+    (known_log().replace("2026-01-05 09:00:00.100", "2026-01-05 99:99:99.100", 1), "day.log line 7: '2026-01-05 "
+     "99:99:99.100' is not a time"),
+    (known_log().replace("2026-01-05 09:00:00.100", "0000-01-05 09:00:00.100", 1), "day.log line 7: '0000-01-05 "
+     "09:00:00.100' is not a time"),
+    (known_log(sessions=1021, each=1), "workload.log: day.log line 1021: 1,021 sessions open at once; pgreplay holds at "
+     "most 1,020 (it watches each session's socket with select(), which holds 1,024 descriptors)"),
+    (known_log().replace("2026-01-05 09:00:02", "2029-01-05 09:00:02"), "workload.log: day.log spans 94,694,402 s (line "
+     "1 to line 66): replayed at speed 1 it would run 94,694,402 s, past the run's limit of 86,400 s "
+     "(workload.run_limit_s)"),
 ])
 def test_a_log_pgreplay_cannot_parse_is_refused_naming_its_line(write_experiment, lab_root, log, said):
     assert said in refused(write_experiment, lab_root, log=log)
@@ -161,6 +174,18 @@ def test_bad_replay_input_is_one_line(write_experiment, lab_root, keys, layout, 
                   "--dry-run")
     assert done.exit_code == 2 and done.output.count("\n") == 1, done.output
     assert said in done.output
+
+
+@pytest.mark.parametrize("copy", ["COPY known TO stdout;", "copy (SELECT 1) to STDOUT WITH (FORMAT csv);",
+                                  "COPY known FROM stdin;"])
+def test_a_setup_s_copy_to_or_from_the_client_is_refused_naming_its_line(write_experiment, lab_root, copy):
+    (lab_root / "day.log").write_text(known_log())
+    (lab_root / "setup.sql").write_text(SETUP + copy + "\n")
+    done = invoke("run", write_experiment(REPLAY.format(engine="postgres", layout="", keys="")), "--dry-run")
+    assert done.exit_code == 2 and done.output.count("\n") == 1, done.output
+    assert done.output == ("storlab: exp.toml:14: workload.setup: setup.sql statement 2 (line 2): a COPY to or from the "
+                           "client (TO stdout, or FROM stdin without its rows after it) has no client to talk to in a "
+                           "setup; give the rows as a plain pg_dump writes them\n")
 
 
 def test_a_log_of_several_databases_asks_which_to_replay(write_experiment, lab_root):
@@ -222,6 +247,27 @@ def test_capture_refuses_a_folder_it_cannot_write_before_the_load_runs(write_exp
             "read-only filesystem)\n"
     finally:
         subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a link another user made is refused only when storlab runs as root")
+def test_capture_refuses_a_folder_reached_through_another_user_s_link_and_no_folder_before_the_load_runs(
+        write_experiment, lab_root):
+    body = REPLAY.format(engine="postgres", layout="", keys="").replace('kind = "replay"', 'kind = "custom"') \
+        .replace('log = "day.log"', 'transaction = "setup.sql"')
+    (lab_root / "setup.sql").write_text(SETUP)
+    target = lab_root / "elsewhere"
+    target.mkdir()
+    linked = lab_root / "linked"
+    linked.symlink_to(target)
+    os.lchown(linked, 65534, 65534)  # nobody's link
+    path = write_experiment(body)
+    done = invoke("capture", path, "--out", linked / "day.log")
+    assert done.exit_code == 2, done.output
+    assert done.stderr == (f"storlab: {linked}: linked is a link storlab did not make; capture writes the log through "
+                           "no link another user made\n")
+    done = invoke("capture", path, "--out", "")
+    assert done.exit_code == 2 and done.stderr == "storlab: --out: give the name of the log file to write, not a folder\n"
+    assert not list(target.iterdir()) and not (lab_root / "disk").exists()  # nothing ran
 
 
 # -- against real servers --------------------------------------------------------------------------
@@ -341,3 +387,34 @@ def test_temp_on_moves_mariadb_s_temporary_files(lab_root):
     assert after["tmp_disk_tables"] - before["tmp_disk_tables"] >= 1
     assert [(f.file, f.placement) for f in capture.files if f.object == "temporary files"] == [
         ("temporary tables (deleted)", "fast")]
+
+
+@pytest.mark.engine
+def test_a_worker_skips_a_stored_log_it_cannot_read_and_serves_the_others(store_server, write_experiment, lab_root):
+    env = store_server.env()
+    (lab_root / "day.log").write_text(known_log())
+    (lab_root / "setup.sql").write_text(SETUP)
+    replayed = write_experiment(REPLAY.format(engine="postgres", layout="", keys="").replace("./disk", "disk"),
+                                "edited.toml")
+    other = write_experiment(fleet_body(name="other", reps=1).replace("data_files = [1, 2]", "data_files = 1"),
+                             "other.toml")
+    for source in (replayed, other):
+        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
+    with store_server.admin() as conn:  # a line no clock has, as a submitter who can write the store could leave it
+        schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = 'replayed'").fetchone()[0]
+        conn.execute(f"UPDATE {schema}.experiment SET files = %s", (json.dumps(
+            {"day.log": known_log().replace("2026-01-05 09:00:00.100", "2026-13-45 09:00:00.100", 1),
+             "setup.sql": SETUP}),))
+    here = lab_root / "db1"
+    here.mkdir()
+    here.chmod(0o755)
+    said = []
+    for _ in range(2):  # however often the worker is started again
+        done = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env,
+                       cwd=here)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert [line for line in done.stdout.splitlines() if line.startswith("replayed: ")] == [
+            "replayed: not taken by db1: replayed.toml:13: workload.log: day.log line 7: '2026-13-45 09:00:00.100' is "
+            "not a time: no such date or time of day"]
+        said.append(done.stdout)
+    assert "other: (single cell) #1: recorded" in said[0]

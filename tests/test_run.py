@@ -14,8 +14,9 @@ import pytest
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
-from storlab.lab import instances
+from storlab.lab import owned
 from storlab.running import stall
+from storlab.workloads.kind import DEFAULT_RUN_LIMIT_S
 from tests.commands import invoke, start, storlab
 from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
 
@@ -160,7 +161,7 @@ def test_killed_run_leaves_nothing_and_resumes_exactly(tiny, tmp_path, lab_dir, 
     after = runs_in(out)
     assert len(after) == 6 and len(set(after)) == 6 and set(before) <= set(after)
     assert storlab_processes() == []
-    assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+    assert not list(lab_dir.glob("storlab-*")) and owned.Manifest.all() == []
 
 
 def test_unreachable_placement_is_named_before_any_run(write_experiment, tmp_path):
@@ -219,7 +220,7 @@ def test_a_stalled_server_fails_its_run_and_the_next_goes_on(write_experiment, l
     assert at - stopped_at < 3 + 30  # failed soon after the declared deadline, not when resumed
     assert sorted(runs) == [(cell_id, rep) for rep in (1, 2, 3) if rep != failed] and failed < 3  # it went on
     assert stopped_processes(stopped) == [] and storlab_processes() == []
-    assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+    assert not list(lab_dir.glob("storlab-*")) and owned.Manifest.all() == []
 
 
 @pytest.mark.parametrize("value", ["[3, 4]", "1", "true", '"60s"', "90000", "nan"])
@@ -304,7 +305,7 @@ def test_a_run_past_its_limit_fails_and_the_next_goes_on(write_experiment, lab_d
     naps = sorted(first for first, last in seen.values() if last - first > 8)
     started = dict(zip([cell for cell in planned if cell in napping], naps))
     assert len(naps) == 2 and all(at[cell] - started[cell] < 20 for cell in napping)
-    assert storlab_processes() == [] and instances.Manifest.all() == []
+    assert storlab_processes() == [] and owned.Manifest.all() == []
     assert not list(lab_dir.glob("storlab-*"))
 
 
@@ -321,5 +322,5 @@ def test_the_run_limit_is_not_part_of_what_is_measured(write_experiment, lab_dir
     default = experiment.load(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10)))
     declared = experiment.load(write_experiment(TINY.format(reps=2, disk=lab_dir, rows=10) + "run_limit_s = 600\n"))
     assert default.identity() == declared.identity()
-    assert stall.run_limit(matrix.cells(default)[0].workload) == stall.DEFAULT_RUN_LIMIT_S == 86400
-    assert stall.run_limit(matrix.cells(declared)[0].workload) == 600
+    assert matrix.cells(default)[0].workload.run_limit == DEFAULT_RUN_LIMIT_S == 86400
+    assert matrix.cells(declared)[0].workload.run_limit == 600

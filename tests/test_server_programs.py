@@ -19,7 +19,7 @@ import pytest
 
 from storlab.engines import provision
 from storlab.engines.postgres.settings import PostgresSettings
-from storlab.lab import instances
+from storlab.lab import os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke, storlab
 from tests.experiments import BASE, MARIADB, changed, fleet_body
@@ -51,7 +51,7 @@ def server_user_processes() -> set[int]:
     """The live processes of the servers' OS user, but those of another test session's instances
     (other sessions' tests run beside these, and every server storlab starts, and what it starts,
     carries its session's STORLAB_STATE_DIR)."""
-    uid = instances.server_user().uid
+    uid = os_users.server_user().uid
     mine = f"STORLAB_STATE_DIR={Path(os.environ['STORLAB_STATE_DIR']).parent}/".encode()
     found = set()
     for process in psutil.process_iter(["uids", "status"]):
@@ -168,7 +168,7 @@ def test_custom_sql_that_runs_a_program_or_reads_a_file_is_refused_in_one_line(w
     assert line.startswith(f"storlab: {where}: ") and said in line, line
     assert left_since(before) == set()
     assert not Path("/tmp/storlab-hostile-outfile").exists()
-    assert not list(lab_dir.glob("storlab-*")) and instances.Manifest.all() == []
+    assert not list(lab_dir.glob("storlab-*")) and owned.Manifest.all() == []
 
 
 # -- settings that run programs or load libraries ---------------------------------------------

@@ -323,14 +323,19 @@ def test_run_until_settled_stops_once_settled_and_says_why(write_experiment, lab
 
 @pytest.mark.engine
 def test_run_until_settled_stops_when_its_budget_is_spent(write_experiment, lab_dir, tmp_path):
-    # two data-file counts that do not differ: two rounds can settle nothing, and one second is spent by then
-    body = TINY.format(reps='{ max = 6, until = "settled", budget = "1s" }', disk=lab_dir, rows=1000)
-    path = write_experiment(body.replace('data_on = "disk"', 'data_on = "disk"\ndata_files = [1, 2]'), "budget.toml")
+    # A factor that cannot matter to these inserts (a statement timeout none comes near) and a margin no two
+    # rounds of real runs can show equivalence within: one second is spent after the first two rounds, and
+    # the answer is not settled then unless the look's test calls the null factor different, which it may
+    # only at the alpha the first of 99 looks spends (0.09 %). (1 and 2 data files, as it was, really differ
+    # at 1,000 rows a session: one run in a two-worker suite settled them different.)
+    body = TINY.format(reps='{ max = 100, until = "settled", budget = "1s" }', disk=lab_dir, rows=1000)
+    body = body.replace('engine = "postgres"', 'engine = "postgres"\nequivalent_within = "0.1%"')
+    path = write_experiment(body + '\n[engine_settings]\nstatement_timeout = ["1h", "2h"]\n', "budget.toml")
     out = tmp_path / "r"
     done = storlab("run", str(path), "--no-trace", "--out", str(out))
     assert done.returncode == 0, done.stderr
     runs, why = stored(out)
-    assert why.startswith("budget spent: 1 s after 2 rounds, not settled: data_files ") and len(runs) == 4
+    assert why.startswith("budget spent: 1 s after 2 rounds, not settled: statement_timeout ") and len(runs) == 4
     shown = storlab("show", str(out))
     assert why in shown.stdout
 

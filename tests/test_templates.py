@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from storlab.engines import provision
-from storlab.lab import instances, templates
+from storlab.engines.postgres import shared_memory
+from storlab.lab import templates
 from storlab.lab.layout import CellLayout, spec_for
 from tests.conftest import run_load, storlab_processes
 
@@ -63,19 +64,17 @@ def test_runs_copy_one_template_and_leave_it_as_it_was(engine, lab_root, private
     assert not list(disk.glob("storlab-*")) and not list(fast.glob("storlab-*"))
 
 
-def servers_segments() -> set[Path]:
-    """/dev/shm files of PostgreSQL servers run as the servers' OS user (not the machine's own server)."""
-    uid = instances.server_user().uid
-    return {p for p in Path("/dev/shm").glob("PostgreSQL.*") if p.stat().st_uid == uid}
-
-
 def test_an_immediate_shutdown_leaves_no_shared_memory(lab_dir, private_templates):
+    """The instance's own segments and /dev/shm files, found through its data directory (the other
+    xdist worker's servers, and the machine's own, make and drop theirs meanwhile)."""
     spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
-    before = servers_segments()
     with provision("postgres", spec, keep=False, connections=2) as inst:
         run_load(inst, "random-insert", connections=2, rows_per_connection=1000, batch=100)
-        assert servers_segments() - before  # it had some
-    assert servers_segments() <= before
+        segments, files = shared_memory.held(list(inst.roots.values()))
+        assert segments and files  # it had some
+    left = {(s.shmid, s.creator_pid) for s in shared_memory.segments()}
+    assert not [s for s in segments if (s.shmid, s.creator_pid) in left]
+    assert not [path for path in files if path.exists()]
 
 
 def test_templates_are_keyed_by_what_install_fixes():

@@ -15,6 +15,7 @@ import numpy as np
 
 from storlab.engines.settings import Settings
 from storlab.errors import RunFailed
+from storlab.lab.clients import Clients
 from storlab.lab.diagnosis import ServerLog
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.costs import Cost
@@ -48,6 +49,8 @@ class Table:
 class Instance(Probed, Protocol):
     """A running throwaway server with one cell's layout: what its probes ask (probes.target.Probed:
     its sessions, the superuser's, its waits, its placements) and what the workloads ask."""
+
+    clients: Clients  # where a load generator of the field runs against it (storlab.lab.clients)
 
     def session_id(self, conn: Any) -> int: ...
 

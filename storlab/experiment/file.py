@@ -31,6 +31,9 @@ from storlab.lab import placements
 from storlab.rounds import RaceSettings, Settling
 from storlab.workloads import KINDS, Workload
 
+# A client script that runs programs on this machine (pgbench's \shell) is taken only from a file run
+# here by whoever runs it, never from a fleet's store.
+CLIENT_PROGRAMS_ALLOWED_WITH = "storlab run --allow-client-programs"
 
 @dataclass(frozen=True, eq=False)  # one experiment is itself only: its cells are computed once (matrix.cells)
 class Experiment:
@@ -130,20 +133,23 @@ class Experiment:
 
 
 def load(path: str | Path, race: bool = False, check_placements: bool = True, until_settled: bool = False,
-         allow_server_programs: bool = False) -> Experiment:
+         allow_server_programs: bool = False, allow_client_programs: bool = False) -> Experiment:
     """Read and validate an experiment file; any mistake raises UserError naming file, line and key.
     Nothing is created: placements are checked by looking only (`check_placements`: on this
     machine; `storlab submit` leaves them to the workers, whose placements they are). `race`: as if
     the file said `race = true` (storlab run --race); `until_settled`: as if its repetitions said
     until = "settled" (storlab run --until-settled); `allow_server_programs`: engine settings that run
-    a program or load a library on the server are taken (storlab run --allow-server-programs)."""
+    a program or load a library on the server are taken (storlab run --allow-server-programs);
+    `allow_client_programs`: client scripts that run a program on this machine are taken (storlab run
+    --allow-client-programs)."""
     path = Path(path)
     return parse(path, read_text(path), check_placements=check_placements, race=race, until_settled=until_settled,
-                 allow_server_programs=allow_server_programs)
+                 allow_server_programs=allow_server_programs, allow_client_programs=allow_client_programs)
 
 
 def parse(path: Path, text: str, files: dict[str, str] | None = None, check_placements: bool = True,
-          race: bool = False, until_settled: bool = False, allow_server_programs: bool = False) -> Experiment:
+          race: bool = False, until_settled: bool = False, allow_server_programs: bool = False,
+          allow_client_programs: bool = False) -> Experiment:
     """An experiment from its text, as if read from `path` (relative placements are relative to its
     folder). `files`: the text of the SQL files it names, as a store keeps them (otherwise read)."""
     try:
@@ -194,6 +200,11 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
         KINDS[model.workload.kind].check_files(model.workload, sql)
     except KeyProblem as exc:
         raise fail(exc.loc, str(exc)) from None
+    runs = KINDS[model.workload.kind].client_programs(model.workload, sql)
+    if runs and not allow_client_programs:
+        found = runs[0]
+        raise fail(("workload", found.key), f"{found.file} line {found.line}: {found.what} runs a program on this "
+                   f"machine; taken only with {CLIENT_PROGRAMS_ALLOWED_WITH} (a fleet worker never takes it)")
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=declared, sql=sql)
     problem = (limits_problem(experiment) or placements_problem(experiment) or data_folders_problem(experiment)
                or capped_devices_problem(experiment)) if check_placements else None

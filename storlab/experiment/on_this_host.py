@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from storlab import engines, factors
 from storlab.experiment import places
-from storlab.lab import caps, cgroups, devices, instances, placements
+from storlab.lab import caps, cgroups, devices, mounts, os_users, placements
 
 if TYPE_CHECKING:
     from storlab.experiment.file import Experiment
@@ -43,7 +43,7 @@ def data_folders_problem(experiment: Experiment) -> tuple[tuple, str] | None:
 def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     """Each placement can hold a server's files, and no directory has two names; a device placement
     can be made on this machine (root, tools, room for its image). Only looks."""
-    user = instances.server_user(create=False)
+    user = os_users.server_user(create=False)
     by_path: dict[Path, str] = {}
     for name, raw in experiment.model.placements.items():
         loc = ("placements", name)
@@ -53,7 +53,7 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
                     devices.check_host(name, spec)
                 except devices.DeviceRefused as refused:
                     return (*loc, refused.key), refused.reason
-                blocked = instances.unreachable_ancestor(spec.format.image_dir, user)
+                blocked = os_users.unreachable_ancestor(spec.format.image_dir, user)
                 if blocked is not None:
                     return (*loc, "image_dir"), (f"{spec.format.image_dir} is not reachable by the servers' OS user "
                                                  f"{user.name} ({blocked} is mode {blocked.stat().st_mode & 0o7777:04o}): "
@@ -78,12 +78,33 @@ def limits_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     memory = any(m not in (None, places.UNCAPPED) for m in factors.values(experiment.model.layout.server_memory))
     why = cgroups.limits_unavailable(bool(capped), memory) if capped or memory else None
     if why is None:
-        return None
+        return _memory_on_ram(experiment) if memory else None
     if not capped:
         return ("layout", "server_memory"), f"a server memory limit cannot be set here: {why}"
     name, table = next(iter(capped.items()))
     key = next(k for k in places.CAP_KEYS if getattr(table, k) is not None)
     return ("placements", name, key), f"IO caps cannot be set here: {why}"
+
+
+# Filesystems whose files are memory: under a server memory limit they would be charged to whichever
+# process first wrote a page (storlab copying an instance's files, or a server), so the limit would hold
+# back a share of them no one could say.
+RAM_FILESYSTEMS = ("tmpfs", "ramfs")
+
+
+def _memory_on_ram(experiment: Experiment) -> tuple[tuple, str] | None:
+    """A server memory limit beside a placement on a RAM disk is refused: the limit could not say what it holds."""
+    layout = experiment.model.layout
+    used = {name for key in ("data_on", "log_on", "temp_on") for ref in factors.values(getattr(layout, key))
+            if ref is not None for name in ([ref] if isinstance(ref, str) else ref)}
+    for name in experiment.directories:
+        found = mounts.mount_of(experiment.placement_path(name)) if name in used else None
+        if found is not None and found["filesystem"] in RAM_FILESYSTEMS:
+            return ("layout", "server_memory"), (
+                f"placements.{name} is a RAM disk ({found['filesystem']}): its files are memory that a server memory "
+                "limit would charge to whichever process first wrote them, so the limit would hold back an unknown "
+                "share of them; put that placement on a device (a loop device of its own), or set no server_memory")
+    return None
 
 
 def capped_devices_problem(experiment: Experiment) -> tuple[tuple, str] | None:

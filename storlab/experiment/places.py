@@ -42,6 +42,7 @@ def _options(v: Any, what: str) -> str:
 CAP_KEYS = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s")
 MAX_IOPS = 10_000_000
 MAX_MB_S = 1_000_000
+MIN_MB_S = 4096 / 2**20  # a page a second: a page-sized IO waits a second for its share
 
 
 UNCAPPED = "max"  # as the kernel's io.max writes it: a level of a cap's factor that holds nothing back
@@ -56,6 +57,9 @@ def _iops(v: Any, what: str) -> int | str:
 def _mb_s(v: Any, what: str) -> int | float | str:
     if v != UNCAPPED and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_MB_S):
         raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    if v != UNCAPPED and v < MIN_MB_S:
+        raise ValueError(f"{show(v)} MiB a second is less than a 4 KiB page a second ({MIN_MB_S:g}), the least a "
+                         "cap can hold (the kernel counts whole bytes, and reads 0 as no cap at all)")
     return v
 
 

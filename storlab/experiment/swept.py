@@ -97,6 +97,10 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=lambda v: f"{type(v).__name__}:{v}")
 
 
+# Layout keys that are sizes: two spellings of one size are one value.
+LAYOUT_SIZES = {("layout", "log_size"), ("layout", "log_growth"), ("layout", "server_memory")}
+
+
 def check_factors(model: ExperimentModel, declared: dict[str, list[Any]]) -> tuple[tuple, str] | None:
     """No value twice in a factor (two cells of one value; a setting's size in two spellings is one
     value, as the engine's grammar reads it), no two factors sharing a short name (exclude rules and
@@ -107,13 +111,16 @@ def check_factors(model: ExperimentModel, declared: dict[str, list[Any]]) -> tup
         loc = factor_loc(dotted)
         seen: dict[Any, Any] = {}  # what tells values apart -> the first value so told
         for value in values:
-            size = grammar.size_bytes(value) if loc[0] == "engine_settings" else None
+            size = (grammar.size_bytes(value) if loc[0] == "engine_settings"
+                    else parse_size(value) if loc in LAYOUT_SIZES and isinstance(value, str) and value != places.UNCAPPED
+                    else None)
             key = canonical(value) if size is None else ("bytes", size)
             if key in seen and canonical(seen[key]) == canonical(value):
                 return loc, f"{show(value)} is listed twice; each value of a factor makes one cell"
             if key in seen:
                 amount = format_size(size) if size and size % 1024 == 0 else f"{size:,}"
-                return loc, (f"{show(value)} and {show(seen[key])} are one value to {grammar.title} ({amount}); "
+                reader = grammar.title if loc[0] == "engine_settings" else "storlab"
+                return loc, (f"{show(value)} and {show(seen[key])} are one value to {reader} ({amount}); "
                              "each value of a factor makes one cell")
             seen[key] = value
         short = short_name(dotted)

@@ -24,7 +24,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts, safe_files
+from storlab.lab import instances, mounts, owned, safe_files
 
 SECTORS = (512, 1024, 2048, 4096)
 FILESYSTEMS = ("ext4", "xfs")
@@ -245,7 +245,7 @@ def _mounts_under(directory: Path) -> list[str]:
 
 
 def _owned(directory: Path, owner: str) -> bool:
-    return instances.marked_by(directory) == owner
+    return owned.marked_by(directory) == owner
 
 
 def remove_device(entry: Mapping[str, str], owner: str) -> tuple[list[str], list[str]]:
@@ -280,7 +280,7 @@ def remove_device(entry: Mapping[str, str], owner: str) -> tuple[list[str], list
         refused.append(f"{directory} (a mount is still inside)")
     if refused:
         return removed, refused
-    if instances.remove_owned_dir(directory, owner):
+    if owned.remove_owned_dir(directory, owner):
         removed.append(f"deleted {directory}")
     else:
         refused.append(str(directory))
@@ -307,7 +307,7 @@ def _umount(mount_point: Path) -> bool:
     return False
 
 
-def remove_recorded(manifest: instances.Manifest, placement: str | None = None) -> tuple[list[str], list[str]]:
+def remove_recorded(manifest: owned.Manifest, placement: str | None = None) -> tuple[list[str], list[str]]:
     """Every device a manifest names, or those of one placement: (removed, refused). `storlab clean`
     calls it after a crash; what is refused stays in the manifest for the next try."""
     removed, refused = [], []
@@ -336,8 +336,8 @@ class DevicePool:
     """
 
     def __init__(self) -> None:
-        self.manifest = instances.Manifest(instances.new_instance_id("devices"), "devices", owner_pid=os.getpid(),
-                                           owner_start=instances.pid_start(os.getpid()))
+        self.manifest = owned.Manifest(owned.new_instance_id("devices"), "devices", owner_pid=os.getpid(),
+                                           owner_start=owned.pid_start(os.getpid()))
         self.devices: dict[str, Device] = {}
 
     def __enter__(self) -> "DevicePool":
@@ -399,7 +399,7 @@ class DevicePool:
         try:
             with processes.interrupts_held():  # a directory without its marker could never be removed
                 directory.mkdir(mode=0o711)  # the servers' user passes through to the mount, sees nothing else
-                instances.mark(directory, self.manifest.instance_id)
+                owned.mark(directory, self.manifest.instance_id)
             with open(image, "xb") as handle:
                 os.fchmod(handle.fileno(), 0o600)
                 handle.truncate(fmt.size_bytes)  # sparse: disk space is taken as the filesystem writes

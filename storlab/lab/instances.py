@@ -1,108 +1,34 @@
-"""What every engine's throwaway instance shares: the directories storlab owns, the manifest that
-lets `storlab clean` finish the job after a crash, the unprivileged OS user, and the server process.
-
-Every directory storlab creates carries a marker naming the instance; storlab removes or reuses a
-directory only when the marker is there and names the same instance.
-"""
+"""What every engine's throwaway instance shares: its workspace (a directory of storlab's own on each
+placement, written down in its manifest: storlab.lab.owned), its control group, the tools run as the
+servers' OS user, and the server process, stopped and removed on every way out."""
 
 from __future__ import annotations
 
-import json
 import os
-import pwd
-import secrets
+import re
 import signal
-import stat
 import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
+from storlab.sizes import format_size
 from storlab.lab import caps, cgroups, diagnosis, safe_files, setting_failures
+from storlab.lab.clients import Clients
+from storlab.lab.os_users import OsUser, check_reachable, client_user, server_user
+from storlab.lab.owned import (Manifest, make_owned_dir, new_instance_id, pid_start, remove_owned_dir)
 
-MARKER = ".storlab-owned"
-SERVER_USER = "storlab"
+KILLED_CHILD = re.compile(r"(\w[\w ]* \(PID \d+\)) was terminated by signal 9")
 # A fresh server answers within seconds of its start, however loaded the machine; one that has not by
 # then (stopped, or stuck on a hung device) never will.
 START_S = 120
 # Every connection to an instance: a live server accepts a session within milliseconds.
 CONNECT_TIMEOUT_S = 10
-
-
-def state_dir() -> Path:
-    """Where manifests of live instances are kept, so a later `storlab clean` finds them."""
-    base = os.environ.get("STORLAB_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "storlab"
-    )
-    path = Path(base) / "instances"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@dataclass
-class ServerUser:
-    name: str
-    uid: int
-    gid: int
-
-    @property
-    def is_self(self) -> bool:
-        return self.uid == os.getuid()
-
-
-def current_user() -> ServerUser:
-    me = pwd.getpwuid(os.getuid())
-    return ServerUser(me.pw_name, me.pw_uid, me.pw_gid)
-
-
-def server_user(create: bool = True) -> ServerUser:
-    """Servers refuse to run as root: as root, run them as the `storlab` system user (made if missing).
-    Without `create`, a user not made yet is described as it will be: in no group, no uid of its own
-    (so only the "other" permission bits let it through a directory)."""
-    if os.getuid() != 0:
-        return current_user()
-    try:
-        entry = pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        if not create:
-            return ServerUser(SERVER_USER, -1, -1)
-        run_as(current_user(), ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
-                                "/nonexistent", "--shell", "/usr/sbin/nologin", SERVER_USER], "useradd", timeout=60)
-        entry = pwd.getpwnam(SERVER_USER)
-    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
-
-
-def unreachable_ancestor(path: Path, user: ServerUser) -> Path | None:
-    """The first existing ancestor of `path` the user cannot traverse (a server there cannot start)."""
-    if user.uid == 0:
-        return None
-    for ancestor in reversed([path, *path.parents]):
-        if not ancestor.exists():
-            break
-        st = ancestor.stat()
-        if st.st_uid == user.uid:
-            bit = stat.S_IXUSR
-        elif user.gid >= 0 and (st.st_gid == user.gid or st.st_gid in os.getgrouplist(user.name, user.gid)):
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
-            return ancestor
-    return None
-
-
-def check_reachable(label: str, path: Path, user: ServerUser) -> None:
-    blocked = unreachable_ancestor(path, user)
-    if blocked is not None:
-        raise UserError(
-            f"{label}: {path} is not reachable by the servers' OS user {user.name} "
-            f"({blocked} is mode {stat.S_IMODE(blocked.stat().st_mode):04o}); choose a directory outside it"
-        )
 
 
 # Why a placement must be a folder only root can change: storlab, as root, makes its instance's folder
@@ -120,158 +46,14 @@ def check_guarded(label: str, path: Path) -> None:
         raise UserError(f"{label}: {problem}")
 
 
-def new_instance_id(engine: str) -> str:
-    return f"{engine[:2]}{secrets.token_hex(4)}"
-
-
-def pid_start(pid: int) -> int | None:
-    """When a process started (clock ticks since boot). A pid is reused, a pid with its start time is
-    not: together they name one process for good."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, ValueError, IndexError):
-        return None
-    # A zombie has ended; only its parent has not collected it yet.
-    return None if fields[0] in ("Z", "X") else int(fields[19])
-
-
-def running(pid: int | None, started: int | None) -> bool:
-    """Whether the process recorded as (pid, start time) still runs; without a recorded start time
-    (a manifest from an older storlab) any process with that pid counts, to be safe."""
-    if not pid:
-        return False
-    now = pid_start(pid)
-    return now is not None and (started is None or now == started)
-
-
-@dataclass
-class Manifest:
-    """A live instance written down before anything is created, rewritten as it grows."""
-
-    instance_id: str
-    engine: str
-    owner_pid: int
-    owner_start: int | None = None
-    dirs: list[str] = field(default_factory=list)
-    server_pid: int | None = None
-    server_start: int | None = None
-    kept: bool = False
-    # Devices storlab made (storlab.devices): one entry per device, written before it is made.
-    devices: list[dict] = field(default_factory=list)
-    # The control group the server runs in (storlab.cgroups), written before it is made; on cgroup v1,
-    # the same group in the hierarchies its IO caps and memory limit need.
-    cgroup: str | None = None
-    cgroup_more: list[str] = field(default_factory=list)
-
-    @property
-    def owner_running(self) -> bool:
-        return running(self.owner_pid, self.owner_start)
-
-    @property
-    def path(self) -> Path:
-        return state_dir() / f"{self.instance_id}.json"
-
-    def save(self) -> None:
-        # A temporary file of this writer's own: `storlab clean --all` saves an instance's manifest while
-        # the run that owns it may be saving it too, and a shared name was moved away under the other.
-        tmp = self.path.with_name(f"{self.path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, self.path)
-
-    def forget(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-    @classmethod
-    def all(cls) -> list["Manifest"]:
-        return cls.read()[0]
-
-    @classmethod
-    def read(cls) -> tuple[list["Manifest"], dict[Path, str]]:
-        """Every manifest, and the files that cannot be read as one (file -> why): `storlab clean`
-        names those, since it cannot tell what they would have it clean."""
-        found, unreadable = [], {}
-        for file in sorted(state_dir().glob("*.json")):
-            try:
-                manifest = cls(**json.loads(file.read_text()))
-                if not (isinstance(manifest.instance_id, str) and isinstance(manifest.dirs, list)
-                        and all(isinstance(d, str) for d in manifest.dirs)
-                        and isinstance(manifest.devices, list) and all(isinstance(d, dict) for d in manifest.devices)
-                        and (manifest.cgroup is None or isinstance(manifest.cgroup, str))
-                        and isinstance(manifest.cgroup_more, list)
-                        and all(isinstance(g, str) for g in manifest.cgroup_more)):
-                    raise ValueError("its fields are not a manifest's")
-                found.append(manifest)
-            except (OSError, ValueError, TypeError) as exc:
-                unreadable[file] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return found, unreadable
-
-
-def make_owned_dir(path: Path, manifest: Manifest, user: ServerUser, server_writes: bool = True) -> Path:
-    """Create a fresh directory for the instance, marked as storlab's. `server_writes`: owned by the
-    server user (a socket directory); otherwise it stays storlab's (mode 0711), and only the
-    directories made in it are the server's, so no name in it can be swapped for a link."""
-    if path.exists():
-        raise RunFailed(f"{path} already exists; storlab will not reuse a directory it did not make for this instance")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    manifest.dirs.append(str(path))
-    manifest.save()
-    path.mkdir(mode=0o700)
-    # Through a descriptor: the placement's folder may be writable by others, who could swap the new
-    # name for a link before storlab marks it and hands it over.
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        mark(path, manifest.instance_id, dir_fd=fd)
-        if not server_writes:
-            os.fchmod(fd, 0o711)
-        elif not user.is_self:
-            os.fchown(fd, user.uid, user.gid)
-    finally:
-        os.close(fd)
-    return path
-
-
-def mark(directory: Path, owner: str, dir_fd: int | None = None) -> None:
-    """Write storlab's marker into a directory it has just made: one line naming its owner (an instance's
-    id, or a template's name), in a new file, never through a link (`dir_fd`: the directory, opened)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    fd = os.open(MARKER, flags, 0o644, dir_fd=dir_fd) if dir_fd is not None else os.open(directory / MARKER, flags, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(owner + "\n")
-
-
-def marked_by(directory: Path) -> str | None:
-    """Who storlab's marker in `directory` names; None without a marker (or with a link in its place)."""
-    try:
-        fd = os.open(directory / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd) as f:
-        return f.read(4096).strip()
-
-
-def make_server_dir(path: Path, user: ServerUser) -> Path:
-    """An empty subdirectory of an owned directory (initdb and tablespaces insist on empty ones)."""
-    path.mkdir(mode=0o700)
-    if not user.is_self:
-        os.chown(path, user.uid, user.gid, follow_symlinks=False)
-    return path
-
-
-def remove_owned_dir(path: Path, instance_id: str) -> bool:
-    """Remove a directory only if storlab's marker in it names this instance. The marker goes last:
-    if anything else cannot be removed (a process still writing there), the directory stays marked,
-    so a later `storlab clean` may finish the job. Nothing in it is followed if it is a link."""
-    return safe_files.remove_marked(path, MARKER, instance_id)
-
-
-def server_env(user: ServerUser) -> dict[str, str]:
+def server_env(user: OsUser) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "MYSQL", "MARIADB"))}
     if not user.is_self:
         env.update(HOME="/tmp", USER=user.name, LOGNAME=user.name)
     return env
 
 
-def run_tool(user: ServerUser, argv: list[str], what: str | None = None, cwd: Path | None = None,
+def run_tool(user: OsUser, argv: list[str], what: str | None = None, cwd: Path | None = None,
              timeout: float = 300, input: str | None = None) -> tuple[int, str]:
     """Run a tool as the server user (`input` on its standard input): its exit code and its output
     (stdout and stderr together). One that has not finished after `timeout` is killed, and what it
@@ -319,7 +101,7 @@ class PlacementFull(RunFailed):
         self.placement = placement
 
 
-def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None, timeout: float = 300,
+def run_as(user: OsUser, argv: list[str], what: str, cwd: Path | None = None, timeout: float = 300,
            input: str | None = None) -> str:
     """Run a set-up tool as `user` (initdb, mariadb-install-db: the server user); its output on failure."""
     code, out = run_tool(user, argv, what, cwd, timeout, input)
@@ -328,7 +110,7 @@ def run_as(user: ServerUser, argv: list[str], what: str, cwd: Path | None = None
     return out
 
 
-def give_to(folder: Path, user: ServerUser) -> None:
+def give_to(folder: Path, user: OsUser) -> None:
     """Hand a throwaway folder storlab made (and everything in it) to the server user."""
     if not user.is_self:
         safe_files.give_to(folder, user.uid, user.gid)
@@ -338,7 +120,7 @@ class ServerProcess:
     """A database server started by storlab: its own session (so a terminal's Ctrl-C reaches storlab,
     which then stops it in order), killed by the kernel if storlab itself dies."""
 
-    def __init__(self, argv: list[str], user: ServerUser, log_path: Path, manifest: Manifest,
+    def __init__(self, argv: list[str], user: OsUser, log_path: Path, manifest: Manifest,
                  group: cgroups.ControlGroup | None = None):
         self.argv = argv
         self.log_path = log_path
@@ -422,9 +204,10 @@ class Workspace:
     """The directories and bookkeeping of one instance being provisioned."""
 
     manifest: Manifest
-    user: ServerUser
+    user: OsUser
     roots: dict[str, Path]  # placement name -> the instance's own directory on it
     socket_dir: Path
+    clients: Clients  # its load generators: their OS user, control group and folders
     group: cgroups.ControlGroup | None = None  # every process the server starts, whatever it does
     server: ServerProcess | None = None
 
@@ -454,6 +237,10 @@ class Workspace:
         text = getattr(exc, "output", "")
         if self.server is not None:
             text += "\n" + safe_files.read_tail(self.server.log_path, self.user.uid, diagnosis.LOG_TAIL_BYTES)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        killed = self.out_of_memory(engine, text)
+        if killed is not None:
+            return RunFailed(f"{first}; {killed}")
         cause = diagnosis.explain(engine.log, text, self.server.cwd if self.server else None, self.roots, settings)
         if cause is not None and cause.placement:
             return PlacementFull(cause.message, cause.placement)
@@ -466,9 +253,29 @@ class Workspace:
         if self.server is not None and not self.server.alive():
             lines = diagnosis.messages(engine.log, text)
             said = diagnosis.first_stop(engine.log, lines) or " | ".join(lines[-3:]) or "nothing in its log"
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return RunFailed(f"{first}; the server's log says: {said}")
         return None
+
+    def out_of_memory(self, engine: Server, logged: str) -> str | None:
+        """What the kernel's OOM killer did in the instance's group at its memory limit, in words (which
+        process, the limit, the peak); None when it killed nothing."""
+        if self.group is None or self.group.limits.memory_bytes is None:
+            return None
+        try:
+            reading = self.group.reading()
+        except RunFailed:
+            return None
+        if not reading.oom_kills:
+            return None
+        if self.server is not None and not self.server.alive():
+            which = f"the server itself ({Path(self.server.argv[0]).name}, pid {self.server.pid})"
+        else:  # PostgreSQL's postmaster names the child it lost: "server process (PID 123) was terminated by signal 9"
+            named = KILLED_CHILD.search(logged)
+            which = named.group(1) if named else "one of the server's processes"
+        peak = f", peak {format_size(reading.peak_bytes)}" if reading.peak_bytes else ""
+        return (f"the kernel's OOM killer ended {which}: the server's memory limit of "
+                f"{format_size(self.group.limits.memory_bytes)} (layout.server_memory) was reached "
+                f"({reading.oom_kills} killed{peak})")
 
 
 @contextmanager
@@ -499,7 +306,9 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
             manifest.cgroup_more = [str(p) for p in place.more.values()]
             manifest.save()
             group = cgroups.ControlGroup.make(place, limits)
-        ws = Workspace(manifest, user, roots, make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user), group)
+        clients = Clients(manifest, client_user())
+        sockets = make_owned_dir(Path("/tmp") / f"storlab-{iid}", manifest, user, reached_by=clients.user)
+        ws = Workspace(manifest, user, roots, sockets, clients, group)
         try:
             yield ws
         except Exception as exc:
@@ -510,6 +319,7 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
         ended_well = True
     finally:
         def tear_down() -> None:
+            clients_left = ws is not None and not ws.clients.remove()
             if ws is not None and ws.server is not None:
                 ws.server.stop(stop_signal)
             # What the server started and left (a program an experiment's SQL ran in a session of its
@@ -529,7 +339,7 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
                 manifest.save()
             else:
                 refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), iid)]
-                if not refused and not group_left:
+                if not refused and not group_left and not clients_left:
                     manifest.forget()
                 else:
                     manifest.save()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from storlab.errors import RunFailed
 from storlab.lab import safe_files
-from storlab.lab.instances import GUARDED, ServerUser, unreachable_ancestor
+from storlab.lab.instances import GUARDED
+from storlab.lab.os_users import OsUser, unreachable_ancestor
 
 TMPFS = "tmpfs"
 # A RAM disk placement lives under the tmpfs every Linux mounts; storlab needs no mount of its own.
@@ -58,7 +59,7 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def path_problem(path: Path, user: ServerUser) -> str | None:
+def path_problem(path: Path, user: OsUser) -> str | None:
     """What stops `path` from holding a server's files, found without creating anything; None if fine."""
     encoded = os.fsencode(str(path))
     if len(encoded) >= PATH_MAX:

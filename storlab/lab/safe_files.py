@@ -141,6 +141,16 @@ def _exists(name: str, parent: int) -> bool:
     return True
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why storlab could not make a file in `folder` as write_new does (missing, or reached through a link
+    another user made); None when it can."""
+    try:
+        os.close(_open_dir(folder))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def write_new(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     """Create `path` (it must not exist yet) and write `data` to it, with exactly `mode`."""
     body = data.encode() if isinstance(data, str) else data

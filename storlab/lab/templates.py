@@ -28,11 +28,11 @@ from typing import Callable
 
 from storlab import processes
 from storlab.errors import RunFailed
-from storlab.lab import instances, safe_files
+from storlab.lab import instances, os_users, owned, safe_files
 
 # Part of every key: a change in how templates are built makes the old ones unused.
 FORMAT = 1
-MARKER = instances.MARKER
+MARKER = owned.MARKER
 COPY_S = 600  # a template's copy takes seconds; one that takes this long is stuck on its device
 
 
@@ -54,7 +54,7 @@ def template(engine: str, options: dict, build: Callable[[Path], None]) -> Path:
         if _storlabs(final):
             return final
         _discard(final)
-    user = instances.server_user()
+    user = os_users.server_user()
     building = root() / f".build-{final.name}-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(mode=0o755)
@@ -64,7 +64,7 @@ def template(engine: str, options: dict, build: Callable[[Path], None]) -> Path:
         build(building)
         _seal(building)
         (building / "options.json").write_text(json.dumps({"engine": engine, **options}, indent=1) + "\n")
-        instances.mark(building, f"template {final.name}")
+        owned.mark(building, f"template {final.name}")
         try:
             os.rename(building, final)
         except OSError:
@@ -162,4 +162,4 @@ def copy(source: Path, target: Path, preallocated: bool = False) -> None:
                 os.posix_fallocate(fd, 0, size)
             finally:
                 os.close(fd)
-    instances.give_to(target, instances.server_user())
+    instances.give_to(target, os_users.server_user())

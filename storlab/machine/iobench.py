@@ -31,7 +31,7 @@ from rich.table import Table
 
 from storlab import processes, sizes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import caps, cgroups, instances, mounts, placements
+from storlab.lab import caps, cgroups, mounts, os_users, owned, placements
 
 FIO = "fio"
 
@@ -272,14 +272,14 @@ def _scratch(target: Path, limits: caps.Limits) -> Iterator[tuple[Path, cgroups.
     """A fresh directory under `target` for the test file, written down in a manifest and marked as
     storlab's (as an instance's directories are), and with `limits` a control group holding them, so
     `storlab clean` removes both if storlab is killed."""
-    manifest = instances.Manifest(instances.new_instance_id("io"), "io", owner_pid=os.getpid(),
-                                  owner_start=instances.pid_start(os.getpid()))
+    manifest = owned.Manifest(owned.new_instance_id("io"), "io", owner_pid=os.getpid(),
+                                  owner_start=owned.pid_start(os.getpid()))
     manifest.save()
     scratch = target / f"storlab-{manifest.instance_id}"
     group = None
     try:
         try:
-            instances.make_owned_dir(scratch, manifest, instances.current_user())
+            owned.make_owned_dir(scratch, manifest, os_users.current_user())
         except OSError as exc:
             raise RunFailed(f"cannot create {scratch}: {exc.strerror}") from None
         if limits:
@@ -292,7 +292,7 @@ def _scratch(target: Path, limits: caps.Limits) -> Iterator[tuple[Path, cgroups.
         with processes.interrupts_held():
             if group is None or group.remove():
                 manifest.cgroup, manifest.cgroup_more = None, []
-            if instances.remove_owned_dir(scratch, manifest.instance_id) and manifest.cgroup is None:
+            if owned.remove_owned_dir(scratch, manifest.instance_id) and manifest.cgroup is None:
                 manifest.forget()
             else:
                 manifest.save()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, safe_files
+from storlab.lab import owned, safe_files
 
 FILENAME = ".storlab-lock"
 MAX_HOLDER_BYTES = 4096
@@ -67,7 +67,7 @@ def _holder(fd: int) -> str:
         return "another storlab process"  # it is still writing who it is
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(said.get("started_at", 0))))
     command = str(said.get("command", ""))[:200]
-    alive = "" if instances.running(pid, start) else ", no longer running"
+    alive = "" if owned.running(pid, start) else ", no longer running"
     return f"pid {pid} ({command or 'storlab'}, started {when}{alive})"
 
 
@@ -98,7 +98,7 @@ def writing(folder: Path) -> Iterator[None]:
         me = os.getpid()
         with suppress(OSError):  # who holds it is for a refusal's message only (a full disk)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": me, "start": instances.pid_start(me), "started_at": time.time(),
+            os.pwrite(fd, json.dumps({"pid": me, "start": owned.pid_start(me), "started_at": time.time(),
                                       "command": " ".join(["storlab", *sys.argv[1:]])}).encode(), 0)
         yield
     finally:

@@ -51,6 +51,9 @@ def check(experiment: Experiment, out: Path) -> None:
         raise UserError(f"{out}: already there; capture writes a new file (remove it, or name another with --out)")
     if not out.parent.is_dir():
         raise UserError(f"{out.parent}: no such folder for the log")
+    problem = safe_files.folder_problem(out.parent)
+    if problem is not None:
+        raise UserError(f"{out.parent}: {problem}; capture writes the log through no link another user made")
     if not os.access(out.parent, os.W_OK | os.X_OK):  # known now, not after the load has run
         raise UserError(f"{out.parent}: cannot write the log there (not writable: permissions, or a read-only "
                         "filesystem)")
@@ -65,7 +68,7 @@ def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep:
     with (devices.DevicePool() if experiment.device_sizes else nullcontext()) as pool:
         lab = cell_runs.Lab(experiment, paths, keep, pool)
         with cell_runs.cell_instance(lab, cell) as instance, \
-                stall.Watchdog(instance, stall.stall_after(params), limit_s=stall.run_limit(params)) as watch:
+                stall.Watchdog(instance, stall.stall_after(params), limit_s=params.run_limit) as watch:
             kind.prepare(instance, params, experiment.sql)
             instance.checkpoint()
             position = instance.log_statements()

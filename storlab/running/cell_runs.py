@@ -93,7 +93,7 @@ def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | No
     try:
         with cell_instance(lab, cell) as instance, \
                 stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.abandoned(),
-                               limit_s=stall.run_limit(cell.workload)) as watch:
+                               limit_s=cell.workload.run_limit) as watch:
             # Watched from here: the prepare may stall, or never end (the custom kind runs its transaction once).
             lab.experiment.workload.prepare(instance, cell.workload, lab.experiment.sql)
             while slot is not None:

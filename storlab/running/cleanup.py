@@ -12,7 +12,7 @@ from pathlib import Path
 
 from storlab import engines, processes
 from storlab.lab import cgroups, devices
-from storlab.lab.instances import Manifest, marked_by, remove_owned_dir, running
+from storlab.lab.owned import Manifest, marked_by, remove_owned_dir, running
 
 
 def _still_ours(pid: int, dirs: list[str]) -> bool:
@@ -68,6 +68,16 @@ class Cleaned:
     unreadable: str | None = None  # why its manifest cannot be read (then nothing of it was cleaned)
 
 
+def _end_group(group: cgroups.ControlGroup, removed: list[str], refused: list[str]) -> tuple[bool, bool]:
+    """Kill what is in one of storlab's groups and remove it: whether anything was killed, whether it is gone."""
+    killed = bool(group.kill())
+    if group.remove():
+        removed += [f"control group {path}" for path in group.paths]
+        return killed, True
+    refused.append(f"control group {group.path} (a process in it would not die; the next clean tries again)")
+    return killed, False
+
+
 def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> list[Cleaned]:
     """Stop and remove what crashed runs left behind: instances whose storlab process is gone (pid and
     start time, so a reused pid is not mistaken for it). `live` also stops instances of storlab runs
@@ -96,14 +106,20 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
             stopped = _kill_orphans(pid, manifest.dirs) or stopped
         refused: list[str] = []
         removed: list[str] = []
+        clients = cgroups.recorded(manifest.client_cgroup) if manifest.client_cgroup else None
+        if clients is not None:  # its load generators, and whatever they started
+            killed, gone = _end_group(clients, removed, refused)
+            stopped = killed or stopped
+            if gone:
+                manifest.client_cgroup = None
+        elif manifest.client_cgroup:
+            manifest.client_cgroup = None  # not a group of storlab's: never touched
         group = cgroups.recorded_with(manifest.cgroup, manifest.cgroup_more) if manifest.cgroup else None
         if group is not None:
-            stopped = bool(group.kill()) or stopped
-            if group.remove():
-                removed += [f"control group {path}" for path in group.paths]
+            killed, gone = _end_group(group, removed, refused)
+            stopped = killed or stopped
+            if gone:
                 manifest.cgroup, manifest.cgroup_more = None, []
-            else:
-                refused.append(f"control group {group.path} (a process in it would not die; the next clean tries again)")
         elif manifest.cgroup:
             manifest.cgroup, manifest.cgroup_more = None, []  # not a group of storlab's: never touched
         # While its directories still exist. A manifest of devices alone names no engine.
@@ -124,7 +140,7 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
                 manifest.dirs.remove(d)
             else:
                 refused.append(f"{d} (could not be removed: something still uses it; the next clean tries again)")
-        if manifest.devices or manifest.dirs or manifest.cgroup:
+        if manifest.devices or manifest.dirs or manifest.cgroup or manifest.client_cgroup:
             manifest.save()
         else:
             manifest.forget()

@@ -279,6 +279,9 @@ class Worker:
         except (UserError, RunFailed) as exc:
             self._refuse(entry, str(exc), RunFailed if isinstance(exc, RunFailed) else UserError)
             return
+        except Exception as exc:  # whatever a store's rows hold, one experiment never stops the worker serving the others
+            self._refuse(entry, f"storlab cannot read it ({type(exc).__name__}: {str(exc)[:200]})")
+            return
         facts = system.collect_facts(sorted(set(paths.values())))
         facts_id = store.record_facts(facts, system.comparable(facts))
         self.runnable[entry.id] = Runnable(store, exp, {c.id: c for c in cells}, paths, facts_id)

@@ -18,7 +18,7 @@ from storlab.answer import analysis, racing
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix, places
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, instances, placements, templates
+from storlab.lab import devices, instances, os_users, placements, templates
 from storlab.lab.placements import TMPFS
 from storlab.machine import system
 from storlab.probes import bpftrace
@@ -50,7 +50,7 @@ def prepare_placements(experiment: Experiment) -> dict[str, Path]:
     """Make the missing placement directories, after checking each again (the load checked them by
     looking only; the servers' OS user may have been made since)."""
     found = placement_paths(experiment)
-    user = instances.server_user()
+    user = os_users.server_user()
     for name, path in found.items():
         problem = placements.path_problem(path, user)
         if problem:

@@ -23,15 +23,11 @@ from typing import Any, Callable, Iterator
 
 from storlab import processes
 from storlab.errors import RunFailed
-from storlab.lab import cgroups, instances
+from storlab.lab import cgroups, owned
 from storlab.workloads.kind import WorkloadParams
 from storlab.engines.base import Instance
 
 DEFAULT_STALL_S = 60.0
-# A day: the seeds' runs took up to an hour each on their devices and a 1 TB table population six
-# hours (seeds 000, 001), so no honest run comes near it on a machine fit to benchmark; a statement
-# that never ends holds an instance, or a fleet worker, a day at most. Declare less with run_limit_s.
-DEFAULT_RUN_LIMIT_S = 86400.0
 PING_PERIOD_S = 1.0
 PING = "SELECT 1"
 
@@ -49,21 +45,16 @@ def stall_after(workload: WorkloadParams) -> float:
     return workload.stall_after_s or DEFAULT_STALL_S
 
 
-def run_limit(workload: WorkloadParams) -> float:
-    """The cell's declared wall-clock limit per run, or the default."""
-    return workload.run_limit_s or DEFAULT_RUN_LIMIT_S
-
-
 def kill_instance(roots: dict[str, Any]) -> None:
     """SIGKILL every process of the instance whose directories are `roots`: its server, found through
     its manifest, the server's children (a PostgreSQL backend leads a session of its own) and whatever
     else is in its control group. A stopped process dies of SIGKILL without being continued."""
     dirs = {str(path) for path in roots.values()}
-    for manifest in instances.Manifest.all():
+    for manifest in owned.Manifest.all():
         if not dirs & set(manifest.dirs):
             continue
         pid = manifest.server_pid
-        if pid and instances.running(pid, manifest.server_start):
+        if pid and owned.running(pid, manifest.server_start):
             processes.kill_tree(pid)
         group = cgroups.recorded(manifest.cgroup) if manifest.cgroup else None
         if group is not None:

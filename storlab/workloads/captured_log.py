@@ -77,14 +77,17 @@ OPENING_S = 1.0
 @dataclass(frozen=True)
 class CapturedLog:
     """What a replay of the log does: its statements, its sessions, how long it took when captured
-    (from its first replayed entry to its last), and how many sessions begin in its opening second."""
+    (from its first replayed entry to its latest), how many sessions begin in its opening second, and
+    the most open at once."""
 
     csv: bool
     statements: int
     sessions: int
     span_s: float
+    span_lines: tuple[int, int]  # the lines of its first entry and of its latest
     opening: int
     most_at_once: int  # the most sessions open at once
+    most_line: int  # the line where that many were first open
     databases: tuple[str, ...]  # the databases whose sessions it replays, in order of first use
 
 
@@ -95,6 +98,10 @@ def _seconds(stamp: str) -> float:
 def _check(line: int, time: str, user: str, database: str, session: str) -> None:
     if not TIME.match(time):
         raise LogProblem(line, f"{time[:30]!r} is not a time as %m writes it (YYYY-MM-DD HH:MM:SS.FFF)")
+    try:
+        _seconds(time)
+    except (ValueError, OverflowError):  # a month 13, a 25th hour, the year 0
+        raise LogProblem(line, f"{time[:23]!r} is not a time: no such date or time of day") from None
     if len(user) > NAME_LENGTH or len(database) > NAME_LENGTH:
         raise LogProblem(line, f"a user or database name longer than {NAME_LENGTH} characters")
     if not SESSION.fullmatch(session):
@@ -161,11 +168,12 @@ def read(text: str, is_csv: bool, database: str | None = None) -> CapturedLog:
     could not parse it, or it replays nothing. Read once per log and database: the experiment's check,
     each instance's session count and each run's load ask the same (a str's hash is kept with it)."""
     first = last = None
+    first_line = last_line = 0
     statements = 0
     seen: dict[str, str] = {}  # session -> its database
     open_now: set[str] = set()
     opening: set[str] = set()
-    most = 0
+    most = most_line = 0
     for entry in entries(text, is_csv):
         item = entry.item
         if item is None:
@@ -175,8 +183,10 @@ def read(text: str, is_csv: bool, database: str | None = None) -> CapturedLog:
         if database is not None and entry.database != database:
             continue
         at = _seconds(entry.time)
-        first = at if first is None else first
-        last = at
+        if first is None:
+            first, first_line = at, entry.line
+        if last is None or at >= last:  # a server's processes log a moment out of order
+            last, last_line = at, entry.line
         seen.setdefault(entry.session, entry.database)
         if at - first <= OPENING_S:
             opening.add(entry.session)
@@ -184,13 +194,14 @@ def read(text: str, is_csv: bool, database: str | None = None) -> CapturedLog:
             open_now.discard(entry.session)
         else:
             open_now.add(entry.session)
-        most = max(most, len(open_now))
+        if len(open_now) > most:
+            most, most_line = len(open_now), entry.line
         statements += item in ("statement", "execute")
     if not statements:
         raise LogProblem(1, "no statement to replay: log the statements with log_statement = 'all' (pgreplay skips "
                          "what log_min_duration_statement writes)")
-    return CapturedLog(is_csv, statements, len(seen), last - first, max(1, len(opening)), max(1, most),
-                       tuple(dict.fromkeys(seen.values())))
+    return CapturedLog(is_csv, statements, len(seen), last - first, (first_line, last_line), max(1, len(opening)),
+                       max(1, most), most_line, tuple(dict.fromkeys(seen.values())))
 
 
 def for_replay(text: str, is_csv: bool, user: str, database: str, keep: str | None = None) -> tuple[str, list[int]]:

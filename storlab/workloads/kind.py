@@ -73,8 +73,12 @@ MAX_WARMUP_S = 3600
 MIN_STALL_S, MAX_STALL_S = 2, 86400
 # A run's wall-clock limit: below 10 s it would fail runs for the machine's hiccups (a checkpoint, a
 # sync) rather than for a statement that never ends; a week is seven times the default
-# (stall.DEFAULT_RUN_LIMIT_S), more than an honest run could want.
+# (DEFAULT_RUN_LIMIT_S), more than an honest run could want.
 MIN_RUN_LIMIT_S, MAX_RUN_LIMIT_S = 10, 7 * 86400
+# The default, a day: the seeds' runs took up to an hour each on their devices and a 1 TB table population six
+# hours (seeds 000, 001), so no honest run comes near it on a machine fit to benchmark; a statement
+# that never ends holds an instance, or a fleet worker, a day at most. Declare less with run_limit_s.
+DEFAULT_RUN_LIMIT_S = 86400.0
 MAX_CONNECTIONS = 1024
 
 # `connections`, a factor like any workload key, for every kind whose load runs in several sessions.
@@ -102,6 +106,11 @@ class WorkloadParams(BaseModel):
     @classmethod
     def _run_limit(cls, v):
         return _seconds(v, MIN_RUN_LIMIT_S, MAX_RUN_LIMIT_S)
+
+    @property
+    def run_limit(self) -> float:
+        """The declared wall-clock limit per run, or the default."""
+        return self.run_limit_s or DEFAULT_RUN_LIMIT_S
 
     def check_engine(self, engine: Engine) -> None:
         """Raise factors.KeyProblem naming a key this engine cannot honour (the default: all can, for
@@ -137,6 +146,16 @@ class Warmup(BaseModel):
     @classmethod
     def _warmup(cls, v):
         return None if v is None else factors.factor(v, factors.seconds(MAX_WARMUP_S), f"a number of seconds from 0 to {MAX_WARMUP_S}")
+
+
+@dataclass(frozen=True)
+class ClientProgram:
+    """A line of a user's file that runs a program on the client's machine."""
+
+    key: str  # the workload key naming the file
+    file: str
+    line: int
+    what: str  # the command, as written: \shell, \setshell
 
 
 class Workload:
@@ -183,6 +202,11 @@ class Workload:
     def check_files(self, params: WorkloadParams, files: Mapping[str, str]) -> None:
         """Raise factors.KeyProblem naming the key of a file the kind cannot use, when the experiment
         loads (the default: every file is the engine's to judge, when it runs)."""
+
+    def client_programs(self, params: WorkloadParams, files: Mapping[str, str]) -> list[ClientProgram]:
+        """What the user's files would have the kind's client run as a program of the machine (pgbench's
+        \\shell): refused when the experiment loads unless it is run here with --allow-client-programs."""
+        return []
 
     def footprint(self, engine: str, params: WorkloadParams) -> Footprint | None:
         """What one run writes, measured for the kind's own SQL; None when it cannot be told (the

@@ -14,7 +14,9 @@ repetition starts from the same data.
 
 The figures are pgbench's own: transactions a second, the average latency, the schedule lag and the
 counts of failed, skipped and late transactions as it prints them; the percentiles and the
-per-second timeline from its per-transaction log (`--log`: its aggregate log has no percentiles).
+per-second timeline from its per-transaction log (`--log`: its aggregate log has no percentiles),
+streamed (pgbench_log.py: the run's percentiles within 0.5 %, storlab's memory the same however long
+the run).
 With `warmup_s`, the run lasts warmup_s + duration_s and every figure comes from the log, of the
 transactions scheduled after the warm-up, per second of duration_s."""
 
@@ -22,28 +24,27 @@ from __future__ import annotations
 
 import re
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-import numpy as np
 from pydantic import field_validator, model_validator
 
 from storlab import factors
 from storlab.engines.base import Instance
 from storlab.engines.postgres import binaries
 from storlab.errors import RunFailed, UserError
-from storlab.workloads import rates
-from storlab.workloads.driver import Transactions, timeline
-from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload, register
+from storlab.lab.clients import ClientFolder
+from storlab.workloads import pgbench_log, rates
+from storlab.workloads.kind import (MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload,
+                                    register)
 from storlab.workloads.tool import ClientLoad, Ended, run_to_end
 
 BUILTIN = ("tpcb-like", "simple-update", "select-only")
 PROTOCOLS = ("simple", "extended", "prepared")
 MAX_SCALE = 100_000  # 1.5 TB of pgbench_accounts
 MAX_WEIGHT = 1000
-MAX_TRANSACTIONS = 10**7  # per run: each is a line of the per-transaction log, read back whole
+MAX_TRANSACTIONS = 10**7  # per run: each is a line of the per-transaction log (about 40 bytes on /tmp)
 MAX_LATENCY_LIMIT_MS = 3_600_000
 # pgbench -i: drop, create the tables, generate the rows in the server, vacuum, primary keys.
 INIT_STEPS = "dtGvp"
@@ -65,8 +66,7 @@ SUMMARY = {
     "lag": re.compile(r"^rate limit schedule lag: avg ([\d.]+) \(max ([\d.]+)\) ms", re.M),
     "tps": re.compile(r"^tps = ([\d.]+) \(without initial connection time\)", re.M),
 }
-# A transaction's time in the log when it did not complete.
-NOT_DONE = ("skipped", "failed", "serialization", "deadlock")
+LOG_PREFIX = "txn"  # its per-transaction log's files, in the client's folder: txn.<pid>[.<thread>]
 
 
 @dataclass(frozen=True)
@@ -191,21 +191,20 @@ def _number(pattern: re.Pattern, text: str, group: int = 1) -> float | None:
     return float(found.group(group)) if found else None
 
 
-def read_log(folder: Path) -> np.ndarray:
-    """pgbench's per-transaction log, every thread's file: one row per transaction, its columns as
-    pgbench writes them (client, transaction, time in us or why it did not complete, script, epoch s,
-    epoch us, and under a rate the schedule lag in us)."""
-    tokens: list[str] = []
-    width = None
-    for path in sorted(folder.glob("txn.*")):
-        text = path.read_text()
-        first = text.split("\n", 1)[0].split()
-        if first:
-            width = width or len(first)
-            tokens += text.split()
-    if width is None:
-        return np.empty((0, 6), dtype=object)
-    return np.asarray(tokens, dtype=object).reshape(-1, width)
+# A meta-command as pgbench's lexer reads one: an unquoted backslash, blanks or backslash-newlines, then
+# a word (matched here in quotes and comments too: a false alarm costs a line, a miss a program run).
+META_COMMAND = re.compile(r"\\(?:[ \t\r\f\v]|\\\r?\n)*([^ \t\r\f\v\n]+)")
+RUNS_PROGRAMS = ("shell", "setshell")  # pgbench compares meta-commands' names case-insensitively
+
+
+def programs_run(name: str, text: str) -> list[ClientProgram]:
+    """Each \\shell and \\setshell in a script file, with its line."""
+    found = []
+    for match in META_COMMAND.finditer(text):
+        word = match.group(1).strip("\\")
+        if word.lower() in RUNS_PROGRAMS:
+            found.append(ClientProgram("script", name, text.count("\n", 0, match.start()) + 1, f"\\{word}"))
+    return found
 
 
 ABORTED = re.compile(r"script (\d+) aborted")
@@ -224,7 +223,7 @@ def failure(script: str | dict[str, int], said: str) -> Exception:
     return (UserError if any(name in said for name in _files(script)) else RunFailed)(f"pgbench failed: {said}")
 
 
-def _as_printed(text: str, params: PgbenchParams, whole: Transactions) -> tuple[float, float, dict[str, float | None]]:
+def _as_printed(text: str, params: PgbenchParams, log: pgbench_log.Summary) -> tuple[float, float, dict[str, float | None]]:
     """txn/s, the measured seconds and the counts as pgbench printed them, for a run without warm-up."""
     tps = _number(SUMMARY["tps"], text)
     if tps is None:
@@ -235,54 +234,46 @@ def _as_printed(text: str, params: PgbenchParams, whole: Transactions) -> tuple[
     if params.target is not None:
         figures[SCHEDULE_LAG.name] = _number(SUMMARY["lag"], text)
         figures[SCHEDULE_LAG_MAX.name] = _number(SUMMARY["lag"], text, 2)
-    return tps, params.duration if params.transactions is None else whole.elapsed_s, figures
+    elapsed = params.duration if params.transactions is None else log.span.last_end - log.span.first_start
+    return tps, elapsed, figures
 
 
-def _after_warmup(log: np.ndarray, done: np.ndarray, whole: Transactions, params: PgbenchParams) -> tuple[np.ndarray, dict[str, float]]:
-    """Which completed transactions were scheduled after the warm-up, and the log's figures of them: txn/s
-    over duration_s, the average latency and lag, and the counts (pgbench's report covers the whole run)."""
-    begins = whole.start_epoch + (params.warmup_s or 0.0)
-    keep = whole.starts >= begins
-    if not keep.any():
+def _after_warmup(log: pgbench_log.Summary, params: PgbenchParams) -> dict[str, float]:
+    """The log's figures of the transactions scheduled after the warm-up: txn/s over duration_s, the
+    average latency and lag, and the counts (pgbench's report covers the whole run)."""
+    if not log.kept:
         raise RunFailed(f"warmup_s = {params.warmup_s:g}: pgbench completed no transaction after it")
-    latency_ms = (whole.ends[keep] - whole.starts[keep]) * 1000
-    ended_at = log[:, 4].astype(float) + log[:, 5].astype(float) / 1e6
-    figures = {rates.TPS.name: float(keep.sum()) / params.duration, rates.AVERAGE.name: float(latency_ms.mean()),
-               SKIPPED.name: float(((log[:, 2] == "skipped") & (ended_at >= begins)).sum()),
-               rates.ERRORS.name: float((np.isin(log[:, 2], NOT_DONE[1:]) & (ended_at >= begins)).sum())}
+    figures = {rates.TPS.name: log.kept / params.duration, rates.AVERAGE.name: log.latency_sum_ms / log.kept,
+               SKIPPED.name: float(log.skipped), rates.ERRORS.name: float(log.failed)}
     if params.target is not None:
-        lag_ms = log[done][keep, 6].astype(float) / 1000
-        figures.update({SCHEDULE_LAG.name: float(lag_ms.mean()), SCHEDULE_LAG_MAX.name: float(lag_ms.max())})
+        figures.update({SCHEDULE_LAG.name: log.lag_sum_ms / log.kept, SCHEDULE_LAG_MAX.name: log.lag_max_ms})
     if params.latency_limit_ms is not None:
-        figures[LATE.name] = float((latency_ms > params.latency_limit_ms).sum())
-    return keep, figures
+        figures[LATE.name] = float(log.late)
+    return figures
 
 
-def measured(ended: Ended, folder: Path, params: PgbenchParams, server_cpu_s: float) -> Measurement:
+def measured(ended: Ended, folder: ClientFolder, params: PgbenchParams, server_cpu_s: float) -> Measurement:
     """The run's figures from what pgbench printed and logged (module docstring)."""
     if ended.code != 0:
-        raise failure(params.script, ended.last_words().replace(f"{folder}/", ""))
-    log = read_log(folder)
-    done = np.isin(log[:, 2], NOT_DONE, invert=True)
-    latency_ms = log[done, 2].astype(float) / 1000
-    ends = log[done, 4].astype(float) + log[done, 5].astype(float) / 1e6
-    if not len(ends):
+        raise failure(params.script, ended.last_words().replace(f"{folder.path}/", ""))
+    with folder.written(LOG_PREFIX) as files:
+        log = pgbench_log.summary(files, params.warmup_s or 0.0, params.latency_limit_ms)
+    if not log.span.done:
         raise RunFailed(f"pgbench completed no transaction: {ended.last_words()}")
-    whole = Transactions(ends - latency_ms / 1000, ends, np.zeros(len(ends)), [])  # starts: as scheduled, under a rate
     if params.warmup_s:
-        keep, figures = _after_warmup(log, done, whole, params)
-        latency_ms, tps, elapsed = latency_ms[keep], figures[rates.TPS.name], params.duration
+        figures = _after_warmup(log, params)
+        tps, elapsed = figures[rates.TPS.name], params.duration
     else:
-        tps, elapsed, figures = _as_printed("\n".join(ended.text), params, whole)
-    p50, p95, p99 = np.percentile(latency_ms, [50, 95, 99])
+        tps, elapsed, figures = _as_printed("\n".join(ended.text), params, log)
     figures.update({
-        rates.TPS.name: tps, rates.P50.name: float(p50), rates.P95.name: float(p95), rates.P99.name: float(p99),
-        rates.ELAPSED.name: elapsed, rates.TRANSACTIONS.name: float(len(latency_ms)),
+        rates.TPS.name: tps, **{metric.name: log.latency.percentile(p) for p, metric in
+                                ((50, rates.P50), (95, rates.P95), (99, rates.P99))},
+        rates.ELAPSED.name: elapsed, rates.TRANSACTIONS.name: float(log.kept),
         **rates.rate_figures(params.target, tps, elapsed),
         **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, params.threads),
     })
     figures = {name: value for name, value in figures.items() if value is not None}
-    return Measurement(elapsed, figures, timeline(whole, rows=False), whole.start_epoch)
+    return Measurement(elapsed, figures, log.timeline, log.span.first_start)
 
 
 def _connection(instance: Instance) -> list[str]:
@@ -290,20 +281,18 @@ def _connection(instance: Instance) -> list[str]:
     return ["-h", str(address.socket), "-p", str(address.port), "-U", address.user]
 
 
-def _scripts(script: str | dict[str, int], folder: Path) -> list[str]:
+def _scripts(script: str | dict[str, int], folder: ClientFolder) -> list[str]:
     options = []
     for name, weight in ({script: 1} if isinstance(script, str) else script).items():
-        options.append(f"--builtin={name}@{weight}" if name in BUILTIN else f"--file={folder / name}@{weight}")
+        options.append(f"--builtin={name}@{weight}" if name in BUILTIN else f"--file={folder.path / name}@{weight}")
     return options
 
 
-def _write_scripts(script: str | dict[str, int], files: dict[str, str], folder: Path) -> None:
+def _write_scripts(script: str | dict[str, int], files: dict[str, str], folder: ClientFolder) -> None:
     """The user's script files, under the names they have in the experiment's folder (pgbench's errors
     then name them)."""
     for name in _files(script):
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[name])
+        folder.write(name, files[name])
 
 
 @register
@@ -323,6 +312,10 @@ class Pgbench(Workload):
     def check_layout(self, layout: Any) -> None:
         rates.check_layout(self.name, layout)
 
+    def client_programs(self, params: PgbenchParams, files: Mapping[str, str]) -> list[ClientProgram]:
+        return [found for name in sorted({name for level in factors.values(params.script) for name in _files(level)})
+                for found in programs_run(name, files[name])]
+
     def sessions(self, params: PgbenchParams, files: Mapping[str, str] | None = None) -> int:
         return params.clients
 
@@ -333,11 +326,10 @@ class Pgbench(Workload):
         return str(self.engines[instance.engine].program(instance.version))
 
     def prepare(self, instance: Instance, params: PgbenchParams, files: dict[str, str]) -> None:
-        with tempfile.TemporaryDirectory(prefix="storlab-client-") as folder:
-            address = instance.client_address()
-            ended = run_to_end([self._program(instance), "-i", "-I", INIT_STEPS, "-s", str(params.scale),
-                                *_connection(instance), address.database], {}, Path(folder),
-                               60 + INIT_S_PER_SCALE * params.scale, ERRORS)
+        address = instance.client_address()
+        ended = run_to_end(instance, lambda folder: [self._program(instance), "-i", "-I", INIT_STEPS, "-s",
+                                                     str(params.scale), *_connection(instance), address.database],
+                           {}, 60 + INIT_S_PER_SCALE * params.scale, ERRORS)
         if ended.code != 0:
             raise RunFailed(f"pgbench -i failed: {ended.last_words()}")
 
@@ -352,10 +344,11 @@ class Pgbench(Workload):
         if params.latency_limit_ms is not None:
             schedule += ["--latency-limit", f"{params.latency_limit_ms:g}"]
 
-        def argv(folder: Path) -> list[str]:
+        def argv(folder: ClientFolder) -> list[str]:
             return [self._program(instance), *_connection(instance), "-n", "-c", str(params.clients),
                     "-j", str(params.threads), "-M", params.protocol, *length, *schedule,
-                    *_scripts(params.script, folder), "--log", f"--log-prefix={folder / 'txn'}", address.database]
+                    *_scripts(params.script, folder), "--log", f"--log-prefix={folder.work / LOG_PREFIX}",
+                    address.database]
 
         return ClientLoad(instance, argv, {"PGAPPNAME": tag}, tag, params.clients,
                           (params.warmup_s or 0) + params.duration if params.transactions is None else None,

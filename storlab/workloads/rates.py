@@ -119,6 +119,16 @@ class RateParams(Warmup, WorkloadParams):
         return self
 
     @model_validator(mode="after")
+    def _a_transaction_at_least(self):
+        shortest = min(factors.values(self.duration_s)) if self.duration_s is not None else DEFAULT_DURATION_S
+        for rate in factors.values(self.rate):
+            if target(rate) is not None and target(rate) * shortest < 1:
+                raise factors.KeyProblem(("workload", "rate"), f"{rate:g} transactions a second over a {shortest:g} s "
+                                         "run expects less than one transaction, so no latency or throughput could "
+                                         f"be measured; give at least {1 / shortest:g}")
+        return self
+
+    @model_validator(mode="after")
     def _goal_needs_rates(self):
         if self.latency_goal is not None and sum(1 for r in factors.values(self.rate) if target(r) is not None) < 2:
             raise factors.KeyProblem(("workload", "latency_goal"), "the highest rate inside a goal needs a rate sweep: "

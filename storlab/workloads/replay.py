@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import field_validator
@@ -44,6 +43,7 @@ from pydantic import field_validator
 from storlab import factors, processes
 from storlab.engines.base import Engine, Instance
 from storlab.errors import RunFailed, UserError
+from storlab.lab.clients import ClientFolder
 from storlab.workloads import captured_log, rates
 from storlab.workloads.client import Statement
 from storlab.workloads.custom import GRAMMARS, split
@@ -68,6 +68,12 @@ STUCK_CHECK_S = 1.0
 # connects each when it is due, in milliseconds.
 OPENING_GRACE_S = 2.0
 POLL_S = 0.02
+# pgreplay watches each session's socket with select(), whose set holds descriptors 0 to 1023: past
+# that it writes beyond the set (memory corruption). It runs with at most SELECT_FILES descriptors, so
+# the kernel refuses the one past them; its standard streams and the log take four, so a log holds at
+# most MOST_AT_ONCE sessions open at once (measured: 1,020 replayed, the 1,021st refused).
+SELECT_FILES = 1024
+MOST_AT_ONCE = SELECT_FILES - 4
 
 REFUSED = {
     "mariadb": ("no maintained replayer keeps a session's timing from MariaDB's logs (its general log stamps "
@@ -106,6 +112,8 @@ SERVER_ERROR = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] ERROR:  (.*)$")
 SERVER_STATEMENT = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] STATEMENT:  (.*)$")
 # A plain pg_dump's COPY ... FROM stdin; its rows follow, up to a line "\.".
 COPY_BLOCK = re.compile(r"^(COPY\b[^;]*\bFROM\s+stdin\b[^;]*);[ \t]*\n(.*?)^\\\.[ \t]*(?:\n|\Z)", re.M | re.S | re.I)
+# Any other COPY with the client at its end (TO stdout, FROM stdin without rows).
+CLIENT_COPY = re.compile(r"\s*COPY\b.*\b(TO\s+STDOUT|FROM\s+STDIN)\b", re.S | re.I)
 COPY_MARK = "storlab_copy {n}"  # in the setup's place, a statement of its own (a comment would be skipped)
 
 
@@ -314,17 +322,18 @@ class ReplayLoad(ClientLoad):
         self.log_at = 0
         self.speed = params.speed
 
-        def argv(folder: Path) -> list[str]:
+        def argv(folder: ClientFolder) -> list[str]:
             return [program(), *(["-c"] if log.csv else []), "-h", str(address.socket), "-p", str(address.port),
-                    "-s", f"{params.speed:g}", str(folder / REPLAYED)]
+                    "-s", f"{params.speed:g}", str(folder.path / REPLAYED)]
 
-        def measure(ended: Ended, folder: Path, cpu: float) -> Measurement:
+        def measure(ended: Ended, folder: ClientFolder, cpu: float) -> Measurement:
             return measured(ended, params, log, cpu, instance.logged_since(self.log_at, LOG_SINCE_BYTES))
 
         # Never taken for stuck however far behind it falls (that is the answer): the run's wall-clock
         # limit (run_limit_s) and the stall watchdog end a replay that does not end.
         super().__init__(instance, argv, {"PGAPPNAME": tag}, tag, log.opening, log.span_s / params.speed, measure,
-                         lambda folder: (folder / REPLAYED).write_text(replayed), errors=FAILED, grace_s=None)
+                         lambda folder: folder.write(REPLAYED, replayed), errors=FAILED, grace_s=None,
+                         open_files=SELECT_FILES)
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
         checked = time.monotonic()
@@ -385,6 +394,12 @@ class Replay(Workload):
         super().check_engine(engine, params)
 
     def check_files(self, params: ReplayParams, files: Mapping[str, str]) -> None:
+        if params.setup is not None:
+            for step in setup_statements(files[params.setup], params.setup):
+                if not isinstance(step, tuple) and CLIENT_COPY.match(step.sql):
+                    raise factors.KeyProblem(("workload", "setup"), f"{step.where}: a COPY to or from the client "
+                                             "(TO stdout, or FROM stdin without its rows after it) has no client to "
+                                             "talk to in a setup; give the rows as a plain pg_dump writes them")
         for name in factors.values(params.log):
             try:
                 log = captured_log.read(files[name], is_csv(name))
@@ -395,6 +410,17 @@ class Replay(Workload):
                     log = captured_log.read(files[name], is_csv(name), params.database)
             except captured_log.LogProblem as exc:
                 raise factors.KeyProblem(("workload", "log"), f"{name} {exc}") from None
+            if log.most_at_once > MOST_AT_ONCE:
+                raise factors.KeyProblem(("workload", "log"), f"{name} line {log.most_line}: {log.most_at_once:,} "
+                                         f"sessions open at once; pgreplay holds at most {MOST_AT_ONCE:,} (it watches "
+                                         "each session's socket with select(), which holds 1,024 descriptors)")
+            slowest = min(factors.values(params.speed))
+            if log.span_s / slowest > params.run_limit:
+                first, latest = log.span_lines
+                raise factors.KeyProblem(("workload", "log"), f"{name} spans {log.span_s:,.0f} s (line {first} to line "
+                                         f"{latest}): replayed at speed {slowest:g} it would run "
+                                         f"{log.span_s / slowest:,.0f} s, past the run's limit of "
+                                         f"{params.run_limit:,.0f} s (workload.run_limit_s)")
             if params.database is None and len(log.databases) > 1:
                 raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
                                          f"{', '.join(log.databases)}: name the one to replay with database = "

@@ -23,7 +23,6 @@ import math
 import re
 import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
@@ -33,6 +32,7 @@ from pydantic import field_validator, model_validator
 from storlab import factors, timeline
 from storlab.engines.base import ClientAddress, Instance
 from storlab.errors import RunFailed, UserError
+from storlab.lab.clients import ClientFolder
 from storlab.workloads import rates
 from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload, register
 from storlab.workloads.tool import ClientLoad, Ended, run_to_end
@@ -59,6 +59,8 @@ if sysbench.cmdline.command == "prepare" then
 end
 dofile(os.getenv("STORLAB_TEST"))
 """
+
+LAUNCHER = "storlab.lua"  # SCRIPT, in the client's folder
 
 REPORT = re.compile(r"^\[ (\d+)s \] thds: \d+ tps: ([\d.]+) .* lat \(ms,\d+%\): ([\d.]+) err/s: ([\d.]+) reconn/s: ([\d.]+)")
 HISTOGRAM = re.compile(r"^\s*([\d.]+) \|\**\s+(\d+)$")
@@ -228,6 +230,10 @@ def _options(engine: SysbenchOn, instance: Instance, params: SysbenchParams) -> 
     return [*engine.driver(instance.client_address()), f"--tables={params.tables}", f"--table-size={params.table_size}"]
 
 
+def _write_launcher(folder: ClientFolder) -> None:
+    folder.write(LAUNCHER, SCRIPT)
+
+
 def _env(test: str, tag: str, engine: SysbenchOn) -> dict[str, str]:
     return {"STORLAB_TEST": str(test_script(test)), "STORLAB_SEED": str(SEED), **engine.env(tag)}
 
@@ -258,12 +264,10 @@ class Sysbench(Workload):
 
     def prepare(self, instance: Instance, params: SysbenchParams, files: dict[str, str]) -> None:
         engine = self.engines[instance.engine]
-        with tempfile.TemporaryDirectory(prefix="storlab-client-") as folder:
-            script = Path(folder) / "storlab.lua"
-            script.write_text(SCRIPT)
-            ended = run_to_end([str(program()), str(script), *_options(engine, instance, params), "--threads=1", "prepare"],
-                               _env(params.test, "storlab-prepare", engine), Path(folder),
-                               120 + params.rows / PREPARE_ROWS_PER_S, ERRORS)
+        ended = run_to_end(instance, lambda folder: [str(program()), str(folder.path / LAUNCHER),
+                                                     *_options(engine, instance, params), "--threads=1", "prepare"],
+                           _env(params.test, "storlab-prepare", engine), 120 + params.rows / PREPARE_ROWS_PER_S, ERRORS,
+                           _write_launcher)
         if ended.code != 0:
             raise RunFailed(f"sysbench prepare failed: {ended.last_words()}")
 
@@ -275,11 +279,10 @@ class Sysbench(Workload):
         extra = [f"--rate={params.target:.0f}"] if params.target is not None else []
         extra += [f"--report-checkpoints={warmup}"] if warmup else []
 
-        def argv(folder: Path) -> list[str]:
-            return [str(program()), str(folder / "storlab.lua"), *_options(engine, instance, params),
+        def argv(folder: ClientFolder) -> list[str]:
+            return [str(program()), str(folder.path / LAUNCHER), *_options(engine, instance, params),
                     f"--threads={params.threads}", f"--time={run_s:.0f}", "--report-interval=1", "--histogram=on",
                     "--percentile=99", *extra, "run"]
 
         return ClientLoad(instance, argv, _env(params.test, tag, engine), tag, params.threads, run_s,
-                          lambda ended, folder, cpu: measured(ended, params, cpu),
-                          lambda folder: (folder / "storlab.lua").write_text(SCRIPT), errors=ERRORS)
+                          lambda ended, folder, cpu: measured(ended, params, cpu), _write_launcher, errors=ERRORS)

@@ -1,31 +1,32 @@
-"""The load of a load generator of the field (pgbench, sysbench): a C client storlab starts on the
-machine it tests, connected to the instance's socket as the workload's sessions are.
+"""The load of a load generator of the field (pgbench, sysbench, pgreplay): a C client storlab starts on
+the machine it tests, connected to the instance's socket as the workload's sessions are.
 
 Such a client connects its sessions and starts its load at once, with no pause between the two: storlab
 finds the sessions it opened in the server (Instance.client_sessions) and hands them to the probes, so
 the waits are counted from then, a fraction of a second after the client's first transaction; the
 figures are the client's own and leave out `warmup_s` from its start. Its output is read line by line
 as it comes, each line with the time it arrived. Its CPU time comes back with its exit status (wait4),
-to stand beside the server's. It runs through storlab.processes (its own process group, killed with
-storlab) in a private folder storlab makes (its scripts and logs), and is stopped and the folder removed
-on every way out: a failed run, Ctrl-C, a stalled server."""
+to stand beside the server's. It runs where the instance's clients run (storlab.lab.clients: as the
+OS user storlab-client, never root, in the clients' control group, in a private folder), through
+storlab.processes (its own process group, killed with storlab), and is stopped, with whatever it
+started, and its folder removed on every way out: a failed run, Ctrl-C, a stalled server."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
 
 from storlab import processes
 from storlab.engines.base import Instance
 from storlab.errors import RunFailed
+from storlab.lab.clients import ClientFolder, Clients
 from storlab.workloads.kind import Measurement, Progress
 
 POLL_S = 0.02  # while its sessions connect: a client connects a session in milliseconds
@@ -61,12 +62,14 @@ class Ended:
 
 @dataclass
 class Client:
-    """One run of a client: `argv` started in `folder` with `env` (beside a minimal PATH and locale)."""
+    """One run of a client: `argv` started by `clients` in `folder` with `env`."""
 
     argv: list[str]
     env: dict[str, str]
-    folder: Path
+    clients: Clients
+    folder: ClientFolder
     errors: re.Pattern | None = None
+    open_files: int | None = None  # the most descriptors it may open (None: storlab's own limit)
     lines: list[tuple[float, str]] = field(default_factory=list)
     child: subprocess.Popen | None = None
     started: float = 0.0
@@ -74,10 +77,9 @@ class Client:
     _reader: threading.Thread | None = None
 
     def start(self) -> None:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", **self.env}
         self.started = time.time()
-        self.child = processes.start(self.argv, cwd=self.folder, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        self.child = self.clients.start(self.argv, self.env, self.folder, self.open_files, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         self._reader = threading.Thread(target=self._read, name="storlab-client-output", daemon=True)
         self._reader.start()
 
@@ -99,14 +101,17 @@ class Client:
 
     def sessions(self, instance: Instance, tag: str, expected: int,
                  failure: Callable[[str], Exception] = RunFailed) -> list[int]:
-        """Its `expected` sessions, once it has opened them all; if it ends first, `failure` of what it
-        said went wrong (RunFailed if it takes too long)."""
+        """Its `expected` sessions, once it has opened them all; if it ends first, those still open
+        when it ended well (a short run is done before its sessions are seen: it is measured all the
+        same), else `failure` of what it said went wrong (RunFailed if it takes too long)."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             found = instance.client_sessions(tag)
             if len(found) >= expected:
                 return found
             ended = self._reap()
+            if ended is not None and ended.code == 0:
+                return found
             if ended is not None:
                 raise failure(ended.last_words())
             if time.monotonic() > deadline:
@@ -132,9 +137,11 @@ class Client:
             time.sleep(WAIT_S)
 
     def stop(self) -> None:
-        """Stopped if it still runs (its process group, as every child of storlab's)."""
+        """Stopped if it still runs (its process group, as every child of storlab's), and whatever it
+        started in the clients' group with it."""
         if self.child is not None and self.ended is None and self.child.returncode is None:
             processes.stop(self.child)
+        self.clients.end()
         if self._reader is not None:
             self._reader.join(10)
 
@@ -146,14 +153,15 @@ class ClientLoad:
     `failure` makes the exception of what a client that ended early said (its words, the folder's
     path taken out: RunFailed, or UserError for a mistake in the user's script); `errors` finds the
     lines of its output that say what went wrong; `grace_s`: how long past `run_s` it may run before
-    it is taken for stuck (None: as long as it takes)."""
+    it is taken for stuck (None: as long as it takes); `open_files`: the most descriptors it may open."""
 
-    def __init__(self, instance: Instance, argv: Callable[[Path], list[str]], env: dict[str, str], tag: str,
-                 sessions: int, run_s: float | None, measure: Callable[[Ended, Path, float], Measurement],
-                 prepare_folder: Callable[[Path], None] | None = None,
+    def __init__(self, instance: Instance, argv: Callable[[ClientFolder], list[str]], env: dict[str, str], tag: str,
+                 sessions: int, run_s: float | None, measure: Callable[[Ended, ClientFolder, float], Measurement],
+                 prepare_folder: Callable[[ClientFolder], None] | None = None,
                  failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None,
-                 grace_s: float | None = GRACE_S):
+                 grace_s: float | None = GRACE_S, open_files: int | None = None):
         self.instance = instance
+        self.open_files = open_files
         self.argv = argv
         self.env = env
         self.tag = tag
@@ -164,22 +172,24 @@ class ClientLoad:
         self.failure = failure
         self.errors = errors
         self.grace_s = grace_s
-        self.folder: Path | None = None
+        self.folder: ClientFolder | None = None
         self.client: Client | None = None
         self.server_cpu_before = 0.0
+        self._kept = ExitStack()
 
     def open(self) -> list[int]:
         self.start()
-        folder = self.folder
+        folder = self.folder.path
         return self.client.sessions(self.instance, self.tag, self.expected,
                                     lambda said: self.failure(said.replace(f"{folder}/", "")))
 
     def start(self) -> None:
         """The client started in its private folder (what it reads written there first)."""
-        self.folder = Path(tempfile.mkdtemp(prefix="storlab-client-"))  # root's own, mode 0700
+        self.folder = self._kept.enter_context(self.instance.clients.folder())
         if self.prepare_folder is not None:
             self.prepare_folder(self.folder)
-        self.client = Client(self.argv(self.folder), self.env, self.folder, self.errors)
+        self.client = Client(self.argv(self.folder), self.env, self.instance.clients, self.folder, self.errors,
+                             self.open_files)
         self.server_cpu_before = self.instance.cpu_s()
         self.client.start()
 
@@ -197,25 +207,31 @@ class ClientLoad:
             time.sleep(POLL_S)
 
     def close(self) -> None:
-        if self.client is not None:
-            self.client.stop()
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            if self.client is not None:
+                self.client.stop()
+        finally:
             self.folder = None
+            self._kept.close()
 
 
-def run_to_end(argv: list[str], env: dict[str, str], folder: Path, timeout_s: float,
-               errors: re.Pattern | None = None) -> Ended:
-    """A client's command that ends by itself (building a data set), to its end; stopped on every way
-    out, RunFailed if it takes longer than `timeout_s`."""
-    client = Client(argv, env, folder, errors)
-    client.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        while (ended := client._reap()) is None:
-            if time.monotonic() > deadline:
-                raise RunFailed(f"{Path(argv[0]).name} {' '.join(argv[1:3])} did not end within {timeout_s:g} s; stopped")
-            time.sleep(WAIT_S)
-        return ended
-    finally:
-        client.stop()
+def run_to_end(instance: Instance, argv: Callable[[ClientFolder], list[str]], env: dict[str, str], timeout_s: float,
+               errors: re.Pattern | None = None, prepare_folder: Callable[[ClientFolder], None] | None = None) -> Ended:
+    """A client's command that ends by itself (building a data set), to its end, in a folder of its
+    own; stopped on every way out, RunFailed if it takes longer than `timeout_s`."""
+    with instance.clients.folder() as folder:
+        if prepare_folder is not None:
+            prepare_folder(folder)
+        command = argv(folder)
+        client = Client(command, env, instance.clients, folder, errors)
+        client.start()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while (ended := client._reap()) is None:
+                if time.monotonic() > deadline:
+                    raise RunFailed(f"{Path(command[0]).name} {' '.join(command[1:3])} did not end within "
+                                    f"{timeout_s:g} s; stopped")
+                time.sleep(WAIT_S)
+            return ended
+        finally:
+            client.stop()

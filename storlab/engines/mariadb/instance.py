@@ -20,7 +20,10 @@ Layout, fixed when the instance is installed (`innodb_page_size` cannot change a
 The server listens on its own unix socket only (skip-networking and the socket on its command line,
 which outranks every option file), reads only its own my.cnf, and has
 performance_schema on with the synch and file IO instruments enabled (they can only be turned on at
-start). The workload runs as SQL user `lab`; the probe reads as `root`, so its own waits are not counted.
+start). The workload runs as SQL user `lab`, which anyone who reaches the socket may use (a load
+generator runs as the OS user storlab-client); storlab's own sessions (set-up, the probes, whose own
+waits are then not counted) use the account named as storlab's OS user (root, when run as root),
+which the server lets in only from that OS user (unix_socket authentication, as installed).
 """
 
 from __future__ import annotations
@@ -40,14 +43,13 @@ from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
 from storlab.engines.mariadb.settings import conf_value
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, safe_files, templates
+from storlab.lab import instances, os_users, owned, safe_files, templates
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import SessionsSched
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 SOCKET = "mysqld.sock"
-ADMIN_USER = "root"  # passwordless (installed with --auth-root-authentication-method=normal)
 WORKLOAD_USER = "lab"  # the workload's sessions; the wait probe counts this user's waits only
 DATABASE = "lab"
 # Every system-tablespace file but the last is created at this size; the last one autoextends.
@@ -148,6 +150,11 @@ class Connection:
         self.close()
 
 
+def _admin() -> str:
+    """storlab's own account: its OS user's name, let in by unix_socket authentication from that user only."""
+    return os_users.current_user().name
+
+
 def _connect(socket: Path, user: str, database: str | None) -> Connection:
     return Connection(pymysql.connect(unix_socket=str(socket), user=user, database=database,
                                       autocommit=True, connect_timeout=instances.CONNECT_TIMEOUT_S))
@@ -155,7 +162,7 @@ def _connect(socket: Path, user: str, database: str | None) -> Connection:
 
 def _accepts(socket: Path) -> bool:
     try:
-        _connect(socket, ADMIN_USER, None).close()
+        _connect(socket, _admin(), None).close()
         return True
     except pymysql.err.OperationalError:
         return False
@@ -169,6 +176,7 @@ class MariadbInstance:
     def __init__(self, spec: InstanceSpec, workspace: instances.Workspace, table_dirs: dict[str, Path], version: str):
         self.spec = spec
         self.workspace = workspace
+        self.clients = workspace.clients
         self.socket = workspace.socket_dir / SOCKET
         self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
         self.group = workspace.group  # its processes, and what holds them back (IO caps, memory)
@@ -191,7 +199,7 @@ class MariadbInstance:
 
     def admin(self) -> Connection:
         """The probe's and set-up's session: root, whose waits the probe never counts."""
-        return self._connect(ADMIN_USER, None)
+        return self._connect(_admin(), None)
 
     def session_id(self, conn: Connection) -> int:
         return int(conn.execute(CONNECTION_ID).fetchone()[0])
@@ -485,12 +493,13 @@ def _template(server_bin: Path, installer: Path, spec: InstanceSpec, connections
     if spec.file_kind == "system-tablespace":
         return None
     options = {"server": server_version(server_bin), "installer": str(installer), "page_size": spec.page_size,
-               "log_size": spec.log_size_bytes, "settings": {k: str(v) for k, v in sorted(spec.settings.items())}}
+               "log_size": spec.log_size_bytes, "settings": {k: str(v) for k, v in sorted(spec.settings.items())},
+               "admin": _admin()}
 
     def build(into: Path) -> None:
-        user = instances.server_user()
-        datadir = instances.make_server_dir(into / "datadir", user)
-        redo = instances.make_server_dir(into / "redo", user)
+        user = os_users.server_user()
+        datadir = owned.make_server_dir(into / "datadir", user)
+        redo = owned.make_server_dir(into / "redo", user)
         config = into / "my.cnf"
         write_config(config, _options(spec, datadir, into, redo, {}, connections))
         _install(installer, config, user, into)
@@ -498,12 +507,13 @@ def _template(server_bin: Path, installer: Path, spec: InstanceSpec, connections
     return templates.template("mariadb", options, build)
 
 
-def _install(installer: Path, config: Path, user: instances.ServerUser, cwd: Path) -> None:
-    # --defaults-file first: /etc/mysql's option files are then never read.
+def _install(installer: Path, config: Path, user: os_users.OsUser, cwd: Path) -> None:
+    # --defaults-file first: /etc/mysql's option files are then never read. storlab's account is let in
+    # from its own OS user only (no password anyone could use).
     instances.run_as(
         user,
-        [str(installer), f"--defaults-file={config}", "--auth-root-authentication-method=normal",
-         "--skip-test-db", "--skip-name-resolve"],
+        [str(installer), f"--defaults-file={config}", "--auth-root-authentication-method=socket",
+         f"--auth-root-socket-user={_admin()}", "--skip-test-db", "--skip-name-resolve"],
         "mariadb-install-db", cwd=cwd,
     )
 
@@ -525,19 +535,19 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
             templates.copy(template / "datadir", datadir, preallocated=True)
             templates.copy(template / "redo", redo, preallocated=True)
         else:
-            instances.make_server_dir(datadir, ws.user)
-            instances.make_server_dir(redo, ws.user)
+            owned.make_server_dir(datadir, ws.user)
+            owned.make_server_dir(redo, ws.user)
         kind_dir = "ibdata" if spec.file_kind == "system-tablespace" else "tables"
-        table_dirs = {p.name: instances.make_server_dir(ws.roots[p.name] / kind_dir, ws.user)
+        table_dirs = {p.name: owned.make_server_dir(ws.roots[p.name] / kind_dir, ws.user)
                       for p in spec.data_placements}
-        temp_dir = instances.make_server_dir(ws.roots[spec.temp.name] / "tmp", ws.user) if spec.temp else None
+        temp_dir = owned.make_server_dir(ws.roots[spec.temp.name] / "tmp", ws.user) if spec.temp else None
         config = home / "my.cnf"
         write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections, temp_dir))
         if template is None:
             _install(installer, config, ws.user, home)
         server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])
         with server.starting(functools.partial(_accepts, ws.socket_dir / SOCKET), "MariaDB"), \
-                _connect(ws.socket_dir / SOCKET, ADMIN_USER, None) as conn:
+                _connect(ws.socket_dir / SOCKET, _admin(), None) as conn:
             version = conn.execute(SERVER_VERSION).fetchone()[0]
             conn.execute(CREATE_DATABASE)
             conn.execute(CREATE_WORKLOAD_USER)

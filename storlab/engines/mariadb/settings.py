@@ -20,7 +20,7 @@ from storlab.engines import settings as common
 from storlab.engines.mariadb import log
 from storlab.engines.mariadb.binaries import binaries
 from storlab.errors import RunFailed
-from storlab.lab import instances
+from storlab.lab import instances, os_users
 
 CHECK_S = 60
 # MariaDB reads a number with a suffix the same in every numeric setting; a bare number is itself.
@@ -104,7 +104,7 @@ class MariadbSettings(common.Settings):
             {self.canonical(name) for name in options}
 
     def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
-        user = instances.server_user()
+        user = os_users.server_user()
         folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
         try:
             conf = folder / "my.cnf"
@@ -125,7 +125,7 @@ class MariadbSettings(common.Settings):
         return None
 
 
-def _messages(user: instances.ServerUser, argv: list[str], cwd: Path) -> str:
+def _messages(user: os_users.OsUser, argv: list[str], cwd: Path) -> str:
     """What mariadbd says on its standard error (its help, on standard output, is not wanted), run as
     the servers' OS user."""
     try:

@@ -37,7 +37,7 @@ from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_v
 from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_READS, WITH_IO, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, safe_files, templates
+from storlab.lab import instances, os_users, owned, safe_files, templates
 from storlab.lab.layout import InstanceSpec, Placement
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import Sampler, SessionsSched
@@ -176,6 +176,7 @@ class PostgresInstance:
         self.spec = spec
         self.bins = bins  # the server's binaries: its version's
         self.workspace = workspace
+        self.clients = workspace.clients
         self.socket_dir = workspace.socket_dir
         self.roots = dict(workspace.roots)  # placement name -> the instance's own directory on it
         self.group = workspace.group  # its processes, and what holds them back (IO caps, memory)
@@ -418,6 +419,18 @@ class ActivityProbe:
         return WaitCapture(self.source, waits, extras)
 
 
+def _write_authentication(home: Path, server_user: str) -> list[str]:
+    """Who may open which session, in files of storlab's own (beside the instance's directories, root's):
+    the superuser (storlab's own sessions) only from storlab's OS user and the servers' (peer
+    authentication), the workload's role from whoever reaches the socket (its load generators, as the
+    OS user storlab-client); the server's options that name them."""
+    admins = dict.fromkeys([os_users.current_user().name, server_user])
+    hba, ident = home / "pg_hba.conf", home / "pg_ident.conf"
+    safe_files.write_new(hba, f"local all {SUPERUSER} peer map=storlab\nlocal all all trust\n")
+    safe_files.write_new(ident, "".join(f"storlab {name} {SUPERUSER}\n" for name in admins))
+    return ["-c", f"hba_file={hba}", "-c", f"ident_file={ident}"]
+
+
 def _private(socket_dir: Path) -> list[str]:
     """The server's command-line options that keep it private: its own socket directory and port, and
     no TCP address at all."""
@@ -462,7 +475,7 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
                "databases": "postgres, template1", "workload_role": WORKLOAD_ROLE}
 
     def build(into: Path) -> None:
-        user = instances.server_user()
+        user = os_users.server_user()
         instances.run_as(
             user,
             [str(bins / "initdb"), "-D", str(into / "pgdata"), "--waldir", str(into / "wal"), *_wal_segsize(spec),
@@ -515,13 +528,14 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         preload = wait_sampling_installed(bins)
         safe_files.append(pgdata / "postgresql.auto.conf",
                           "".join(f"{key} = {conf_value(value)}\n" for key, value in _settings(spec, preload, connections).items()))
-        server = ws.start([str(bins / "postgres"), "-D", str(pgdata), *_private(ws.socket_dir)])
+        server = ws.start([str(bins / "postgres"), "-D", str(pgdata), *_private(ws.socket_dir),
+                           *_write_authentication(home, ws.user.name)])
         wait_sampling = False
         with server.starting(functools.partial(_accepts, ws.socket_dir), "PostgreSQL"), \
                 _connect(ws.socket_dir) as conn:
             version = conn.execute(SERVER_VERSION).fetchone()[0]
             for placement in _tablespace_placements(spec):
-                location = instances.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)
+                location = owned.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)
                 name = sql.SQL(_tablespace(placement.name))
                 conn.execute(sql.SQL(CREATE_TABLESPACE).format(name=name, path=sql.Literal(str(location))))
                 conn.execute(sql.SQL(GRANT_TABLESPACE).format(name=name))

@@ -13,7 +13,7 @@ from typing import Any
 from storlab.engines import settings as common
 from storlab.engines.postgres import log
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, lib_dir
-from storlab.lab import instances
+from storlab.lab import instances, os_users
 
 # Preload libraries storlab needs, joined with the user's instead of replaced by them.
 STORLAB_PRELOAD = "pg_wait_sampling"
@@ -140,7 +140,7 @@ class PostgresSettings(common.Settings):
         return None
 
     def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
-        user = instances.server_user()
+        user = os_users.server_user()
         folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
         try:
             conf = folder / "postgresql.conf"

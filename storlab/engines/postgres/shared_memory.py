@@ -150,6 +150,30 @@ def _directories(roots: list[Path]) -> dict[tuple[int, int], int]:
     return found
 
 
+def _ours(libc, directories: dict[tuple[int, int], int]) -> list[tuple[Segment, int]]:
+    """The System V segments whose header names one of `directories` (device, inode -> its owner's
+    uid) and belong to that user, each with the handle of its control segment."""
+    ours = []
+    for segment in segments():
+        if segment.uid not in directories.values():
+            continue
+        header = _header(libc, segment.shmid)
+        if header is not None and directories.get(header[1:]) == segment.uid:
+            ours.append((segment, header[0]))
+    return ours
+
+
+def held(roots: list[Path]) -> tuple[list[Segment], list[Path]]:
+    """The System V segments and /dev/shm files PostgreSQL holds now for a data directory under `roots`."""
+    directories = _directories(roots)
+    if not directories:
+        return [], []
+    ours = _ours(_libc(), directories)
+    files = [path for segment, handle in ours if handle
+             for path in _segment_files(SHM_DIR / f"PostgreSQL.{handle}", segment.uid)]
+    return [segment for segment, _ in ours], files
+
+
 def release(roots: list[Path], wait_s: float = 5.0) -> list[str]:
     """Remove the shared memory PostgreSQL left for a data directory under `roots` (an instance's own
     directories, before they are removed). Waits up to `wait_s` for the dead server's last processes to
@@ -160,13 +184,7 @@ def release(roots: list[Path], wait_s: float = 5.0) -> list[str]:
     libc = _libc()
     deadline = time.monotonic() + wait_s
     while True:
-        ours = []
-        for segment in segments():
-            if segment.uid not in directories.values():
-                continue
-            header = _header(libc, segment.shmid)
-            if header is not None and directories.get(header[1:]) == segment.uid:
-                ours.append((segment, header[0]))
+        ours = _ours(libc, directories)
         if not any(segment.attached for segment, _ in ours) or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
