@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+CHECKOUT = Path(__file__).resolve().parents[1]  # `python -m storlab` runs the storlab of its working folder
 EXPERIMENT = """
 name = "client-memory"
 engine = "postgres"
@@ -57,7 +58,7 @@ def measure(seconds: int, placement: Path) -> tuple[int, int]:
         path.write_text(EXPERIMENT.format(disk=placement, seconds=seconds))
         out = Path(tmp) / "results"
         run = subprocess.Popen([sys.executable, "-m", "storlab", "run", str(path), "--no-trace", "--out", str(out)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=CHECKOUT)
         peak = 0
         while run.poll() is None:
             peak = max(peak, peak_kib(run.pid))

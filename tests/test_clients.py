@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -127,50 +128,53 @@ def test_a_fleet_worker_never_takes_a_script_that_runs_a_program(store_server, w
 # -- who the clients are ---------------------------------------------------------------------------
 
 
-def clients_of(run: subprocess.Popen, program: str, seconds: float) -> list[psutil.Process]:
-    """The `program` processes the run started (its descendants), as seen within `seconds`."""
+def watch_clients(run: subprocess.Popen, program: str, seconds: float) -> dict[int, tuple[int, str, str]]:
+    """Every `program` process the run started (its descendants) while it ran, at most `seconds`:
+    pid -> (its real uid, its control groups, its command line)."""
+    seen: dict[int, tuple[int, str, str]] = {}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and run.poll() is None:
-        found = []
         for process in psutil.Process(run.pid).children(recursive=True):
             try:
-                if process.name() == program:
-                    found.append(process)
-            except psutil.NoSuchProcess:
+                if process.pid not in seen and process.name() == program:
+                    seen[process.pid] = (process.uids().real, Path(f"/proc/{process.pid}/cgroup").read_text(),
+                                         " ".join(process.cmdline()))
+            except (psutil.NoSuchProcess, FileNotFoundError):
                 continue  # a set-up tool that has just ended
-        if found:
-            return found
-        time.sleep(0.05)
-    return []
+        time.sleep(0.02)
+    return seen
 
 
-RATE_KINDS = [
+CLIENT_KINDS = [
     ("pgbench", "postgres", 'kind = "pgbench"\nscript = "select-only"\nclients = 2\nduration_s = 6'),
     ("sysbench", "mariadb", 'kind = "sysbench"\ntest = "oltp_point_select"\ntables = 1\ntable_size = 1000\nthreads = 2\n'
                             "duration_s = 6"),
+    ("pgreplay", "postgres", 'kind = "replay"\nlog = "replay/orders-day.log"\nsetup = "replay/setup.sql"\nspeed = 2'),
 ]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("program, engine, workload", RATE_KINDS, ids=[k[0] for k in RATE_KINDS])
+@pytest.mark.parametrize("program, engine, workload", CLIENT_KINDS, ids=[k[0] for k in CLIENT_KINDS])
 def test_no_client_runs_as_root_and_none_outlives_its_run(write_experiment, lab_root, tmp_path, program, engine,
                                                           workload):
     path = write_experiment(EXPERIMENT.format(name="who", reps=1, disk=lab_root / "disk", workload=workload)
                             .replace('engine = "postgres"', f'engine = "{engine}"'), "who.toml")
+    shutil.copytree(EXAMPLES / "replay", path.parent / "replay")
     run = start("run", path, "--no-trace", "--out", tmp_path / "r")
     try:
-        seen = clients_of(run, program, 120)
-        assert seen, f"no {program} seen: {run.poll()} {run.stderr.read() if run.poll() is not None else ''}"
-        client = os_users.client_user()
-        for process in seen:
-            uids = process.uids()
-            assert (uids.real, uids.effective) == (client.uid, client.uid) != (0, 0)
-            groups = Path(f"/proc/{process.pid}/cgroup").read_text()
-            assert "-clients" in groups  # the instance's clients' group, not storlab's own
+        seen = watch_clients(run, program, 300)
         assert run.wait(300) == 0, run.stderr.read()
     finally:
         stop_storlab(run)
-    assert not [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    client = os_users.client_user()
+    # pgreplay parses the log as nobody when the file loads (no user is made before anything starts).
+    loads = {pid: found for pid, found in seen.items() if "/dev/null" not in found[2]}
+    assert loads, f"no {program} seen"
+    assert all(uid != 0 for uid, _, _ in seen.values()), seen
+    for uid, groups, _ in loads.values():
+        assert uid == client.uid and "-clients" in groups  # the instance's clients' group, not storlab's own
+    assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
 @pytest.mark.engine

@@ -25,7 +25,7 @@ from storlab import timeline as timeline_metrics
 from storlab.errors import RunFailed
 from storlab.workloads.driver import buckets
 
-CHUNK_BYTES = 4 * 2**20
+CHUNK_BYTES = 2**18  # a quarter of a MiB of a thread's file, some 6,000 transactions, at a time
 # The words pgbench writes for a transaction that did not complete, as numbers the parser reads (not
 # whole, so no latency pgbench writes, in whole microseconds, is ever taken for one).
 SKIPPED, FAILED = -1.5, -2.5
