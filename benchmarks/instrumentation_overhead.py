@@ -39,7 +39,7 @@ import psutil
 from probe_overhead import RESET, in_memory_lab, interval  # beside it: a script's folder is on its path
 from storlab.answer.stats import summarize
 from storlab.engines import provision
-from storlab.lab import settle
+from storlab.lab import quiesce
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import kind
 from storlab.workloads.random_insert import RandomInsertParams
@@ -69,7 +69,7 @@ def load(instance, params: RandomInsertParams) -> tuple[float, float | None]:
     against the other instance: the machine's wandering speed moves it little)."""
     with instance.connect() as conn:
         conn.execute(RESET[instance.engine])
-    settle.settle(instance.checkpoint, instance.roots.values())
+    quiesce.quiesce(instance.checkpoint, instance.roots.values())
     collector = next((p for p in psutil.Process(instance.workspace.server.pid).children()
                       if " ".join(p.cmdline()).strip() == COLLECTOR), None) if instance.engine == "postgres" else None
     work = kind("random-insert").load(instance, params, {})

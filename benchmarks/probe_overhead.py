@@ -81,7 +81,7 @@ from storlab.answer.stats import summarize
 from storlab.engines import provision
 from storlab.engines.postgres.traced_waits import GROUPS, TracedWaitProbe
 from storlab.experiment import places
-from storlab.lab import devices, mounts, settle
+from storlab.lab import devices, mounts, quiesce
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.probes import bpftrace, wait_timeline, waiting_tasks
 from storlab.probes.bpftrace import Tracing
@@ -292,7 +292,7 @@ def measure(engine: str, sets: list[str], rounds: int, width: float, rows: int, 
             for who in contenders[shift:] + contenders[:shift]:
                 with instance.connect() as conn:
                     conn.execute(RESET[engine])
-                settle.settle(instance.checkpoint, instance.roots.values())
+                quiesce.quiesce(instance.checkpoint, instance.roots.values())
                 results[who] = one_load(instance, params, who)
             line = ", ".join(f"{who or 'no probe'} {load.rows_per_s:,.0f}" for who, load in results.items())
             if round_no == 0:

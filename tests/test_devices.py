@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storlab.errors import RunFailed, UserError
-from storlab.lab import devices, owned, settle
+from storlab.lab import devices, owned, quiesce
 from storlab.experiment import places
 from storlab.factors import KeyProblem
 from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec
@@ -254,7 +254,7 @@ def test_what_each_device_really_was_is_said_under_the_answer():
             "read_ahead_kb": 128, "direct_io": True}
     runs = [{"page_cache": "evicted", "devices": {"fast": seen}}] * 2 + \
         [{"page_cache": "evicted", "devices": {"fast": {**seen, "read_ahead_kb": 0}}}]
-    assert settle.describe(runs) == (
+    assert quiesce.describe(runs) == (
         "before each run: checkpoint, sync, page cache: evicted; devices as the runs found them (sysfs, the mount "
         "table): fast: loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 128 KiB, direct IO (2 runs); fast: "
         "loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 0 KiB, direct IO (1 run)")

@@ -21,7 +21,7 @@ from storlab.engines import provision
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
 from storlab.engines.postgres import shared_memory
-from storlab.lab import instances, os_users, owned, safe_files, settle, templates
+from storlab.lab import instances, os_users, owned, safe_files, quiesce, templates
 from storlab.lab.devices import DevicePool
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke
@@ -233,7 +233,7 @@ def test_evicting_an_instance_never_follows_a_folder_swapped_for_a_link_mid_walk
         fadvise(fd, offset, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", swap_then_advise)
-    assert settle.evict([root]) == 2
+    assert quiesce.evict([root]) == 2
     roots_files = {(st.st_dev, st.st_ino) for st in map(os.stat, victim.path.parent.iterdir())}
     assert len(advised) == 2 and not roots_files & set(advised)
     assert victim.untouched()

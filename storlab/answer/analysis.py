@@ -21,7 +21,7 @@ from storlab.answer.stats import (
 )
 from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
 from storlab.experiment.matrix import format_value
-from storlab.lab import settle
+from storlab.lab import quiesce
 from storlab.machine import system
 from storlab.probes import limits, waiting_tasks
 from storlab.probes.limits import LimitsUse
@@ -274,7 +274,7 @@ def load(store: Store) -> Results:
         experiment=experiment, cells=cells, figures=figures, note=note, set_aside=set_aside,
         facts_notes=notes, failures=failures,
         facts=machines[0][1] if machines else None, machines=sorted(machines, key=lambda m: m[0] or ""),
-        race=race, conditions=settle.describe([r.conditions for r in kept]),
+        race=race, conditions=quiesce.describe([r.conditions for r in kept]),
         stopped=None if experiment is None else experiment.stopped,
     )
     results.answer = factor_answer(results)

@@ -362,7 +362,7 @@ _ending: list[threading.Thread] | None = None
 def ending_in_background() -> Iterator[None]:
     """A run's instances, once their run is recorded, are stopped and removed while the next run sets
     up, not before it: about a tenth of a second a run, where loads take seconds. wait_ended() (called
-    by settle before any measured run, and before a device is remade) makes sure nothing of them runs,
+    by quiesce before any measured run, and before a device is remade) makes sure nothing of them runs,
     writes or unlinks a file during a measured load; the block's end waits for them all, on every path."""
     global _ending
     if _ending is not None:  # inside one already: that one ends them

@@ -8,7 +8,7 @@ end:
   timeline each interval's IO as a share of that cap;
 - the group's memory: its limit, how often it was reached (v1 memory.failcnt, v2 memory.events max),
   the kernel's OOM kills and its peak, on the timeline what it holds (what it held once the
-  instance's files were evicted before the run is among the run's conditions: storlab.lab.settle).
+  instance's files were evicted before the run is among the run's conditions: storlab.lab.quiesce).
 
 Recorded only for an instance whose cell asks for a cap or a memory limit."""
 

@@ -32,7 +32,7 @@ class RunRecord:
     engine_version: str
     facts_id: int
     figures: dict[str, float]  # name -> value, as the workload kind reported them
-    conditions: dict[str, Any] = field(default_factory=dict)  # what the run started from (settle.py)
+    conditions: dict[str, Any] = field(default_factory=dict)  # what the run started from (quiesce.py)
     host: str | None = None  # the host that measured it (None: recorded before storlab kept it)
 
 
@@ -50,7 +50,7 @@ class RunResult:
 
 
 class Conditions(BaseModel):
-    """What a run started from (storlab.lab.settle), the keys `show` reads typed."""
+    """What a run started from (storlab.lab.quiesce), the keys `show` reads typed."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 

@@ -20,7 +20,7 @@ from storlab import engines
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, instances, settle
+from storlab.lab import devices, instances, quiesce
 from storlab.lab.layout import spec_for
 from storlab.probes import lifecycle as run_probes
 from storlab.probes.bpftrace import Tracing
@@ -142,7 +142,7 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
     if kind.cold:
         with watch.paused() if watch is not None else nullcontext():
             instance.restart()
-    conditions = settle.settle(instance.checkpoint, instance.roots.values(), instance.group)
+    conditions = quiesce.quiesce(instance.checkpoint, instance.roots.values(), instance.group)
     conditions.update(_device_conditions(cell, instance), tracing=tracing.value)
     if isinstance(params, Warmup) and params.warmup_s:
         conditions["warmup_s"] = params.warmup_s

@@ -17,7 +17,7 @@ from pydantic import field_validator, model_validator
 from storlab import factors
 from storlab.engines.base import Instance
 from storlab.errors import UserError
-from storlab.workloads.client import ClientLoad, Statement
+from storlab.workloads.statements import Statement, StatementLoad
 from storlab.workloads.driver import session_error
 from storlab.workloads.kind import (ELAPSED, TEMPORARY, Connections, Figure, Load, Warmup, Workload, WorkloadParams,
                                     register)
@@ -140,5 +140,5 @@ class Custom(Workload):
                 conn.cursor().execute("ROLLBACK")
 
     def load(self, instance: Instance, params: CustomParams, files: dict[str, str]) -> Load:
-        return ClientLoad(instance, self._transaction(instance.engine, params, files),
+        return StatementLoad(instance, self._transaction(instance.engine, params, files),
                           params.transactions_per_connection, params.connections, params.warmup_s or 0.0)

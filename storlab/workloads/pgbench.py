@@ -38,7 +38,7 @@ from storlab.lab.clients import ClientFolder
 from storlab.workloads import pgbench_log, rates
 from storlab.workloads.kind import (MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload,
                                     register)
-from storlab.workloads.tool import ClientLoad, Ended, run_to_end
+from storlab.workloads.tool import ToolLoad, Ended, run_to_end
 
 BUILTIN = ("tpcb-like", "simple-update", "select-only")
 PROTOCOLS = ("simple", "extended", "prepared")
@@ -350,7 +350,7 @@ class Pgbench(Workload):
                     *_scripts(params.script, folder), "--log", f"--log-prefix={folder.work / LOG_PREFIX}",
                     address.database]
 
-        return ClientLoad(instance, argv, {"PGAPPNAME": tag}, tag, params.clients,
+        return ToolLoad(instance, argv, {"PGAPPNAME": tag}, tag, params.clients,
                           (params.warmup_s or 0) + params.duration if params.transactions is None else None,
                           lambda ended, folder, cpu: measured(ended, folder, params, cpu),
                           lambda folder: _write_scripts(params.script, files, folder),

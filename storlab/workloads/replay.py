@@ -45,12 +45,12 @@ from storlab.engines.base import Engine, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import captured_log, rates
-from storlab.workloads.client import Statement
+from storlab.workloads.statements import Statement
 from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import session_error
 from storlab.workloads.kind import (ELAPSED, TEMPORARY, Figure, Load, Measurement, Progress, Workload, WorkloadParams,
                                     register)
-from storlab.workloads.tool import ClientLoad, Ended
+from storlab.workloads.tool import ToolLoad, Ended
 
 MAX_SPEED = 1000.0
 MAX_FILE_BYTES = 64 * 2**20  # a log or a setup: read whole, kept with the experiment
@@ -312,8 +312,8 @@ def measured(ended: Ended, params: ReplayParams, log: captured_log.CapturedLog, 
     return Measurement(elapsed, figures, [], ended.lines[0][0] if ended.lines else 0.0)
 
 
-class ReplayLoad(ClientLoad):
-    """pgreplay as a client (tool.ClientLoad): the sessions it opens at the log's start are the ones
+class ReplayLoad(ToolLoad):
+    """pgreplay as a client (tool.ToolLoad): the sessions it opens at the log's start are the ones
     found for the probes; it may open fewer before they are looked for (a short session), or end first."""
 
     def __init__(self, instance: Instance, params: ReplayParams, log: captured_log.CapturedLog, replayed: str):

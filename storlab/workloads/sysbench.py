@@ -35,7 +35,7 @@ from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import rates
 from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload, register
-from storlab.workloads.tool import ClientLoad, Ended, run_to_end
+from storlab.workloads.tool import ToolLoad, Ended, run_to_end
 
 TESTS = ("oltp_read_write", "oltp_read_only", "oltp_write_only", "oltp_update_index", "oltp_update_non_index",
          "oltp_point_select", "oltp_insert", "oltp_delete")
@@ -284,5 +284,5 @@ class Sysbench(Workload):
                     f"--threads={params.threads}", f"--time={run_s:.0f}", "--report-interval=1", "--histogram=on",
                     "--percentile=99", *extra, "run"]
 
-        return ClientLoad(instance, argv, _env(params.test, tag, engine), tag, params.threads, run_s,
+        return ToolLoad(instance, argv, _env(params.test, tag, engine), tag, params.threads, run_s,
                           lambda ended, folder, cpu: measured(ended, params, cpu), _write_launcher, errors=ERRORS)

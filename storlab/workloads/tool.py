@@ -146,7 +146,7 @@ class Client:
             self._reader.join(10)
 
 
-class ClientLoad:
+class ToolLoad:
     """A Load (kind.Load) run by a client: `open` starts it in a private folder and returns its
     sessions; `run` waits for its end and hands its output to `measure`; `close` stops it and removes
     the folder. `prepare_folder` writes what the client reads (scripts) into the folder first;

@@ -31,7 +31,7 @@ def evict(roots: Iterable[Path]) -> int:
     return count
 
 
-def settle(checkpoint: Callable[[], None], roots: Iterable[Path], group: ControlGroup | None = None) -> dict[str, Any]:
+def quiesce(checkpoint: Callable[[], None], roots: Iterable[Path], group: ControlGroup | None = None) -> dict[str, Any]:
     """Checkpoint the instance, sync, evict its files (under `roots`) from the page cache: the
     conditions of the run that follows; the instances before it are gone (instances.ending_in_background).
     An evicted page is no longer charged to the control group that read it, so under a server memory

@@ -32,7 +32,7 @@ class _Session:
     error: str | None = None
 
 
-class ClientLoad:
+class StatementLoad:
     def __init__(self, instance: Instance, statements: list[Statement], transactions: int, connections: int,
                  warmup_s: float = 0.0):
         self.instance = instance
@@ -60,7 +60,7 @@ class ClientLoad:
                 pass
         self.sessions = []
 
-    def __enter__(self) -> "ClientLoad":
+    def __enter__(self) -> "StatementLoad":
         return self
 
     def __exit__(self, *exc) -> None:
