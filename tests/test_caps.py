@@ -346,6 +346,7 @@ def _integral(points: list[tuple[float, float]]) -> float:
 
 
 @pytest.mark.engine
+@pytest.mark.alone  # the share of its run at its cap: beside the other worker's loads (and another session's) it was 49.5 %
 @can_cap
 def test_a_write_iops_cap_slows_pgbench_and_show_says_how_long_it_held(lab_root, images, tmp_path):
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", write_iops = [100, "max"] }}',

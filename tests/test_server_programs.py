@@ -48,9 +48,9 @@ transactions_per_connection = 10
 
 
 def server_user_processes() -> set[int]:
-    """The live processes of the servers' OS user, but those of another test session's instances
-    (other sessions' tests run beside these, and every server storlab starts, and what it starts,
-    carries its session's STORLAB_STATE_DIR)."""
+    """The live processes of the servers' OS user started for this test session's instances: every
+    server storlab starts, and what it starts, carries its session's STORLAB_STATE_DIR (other
+    sessions' tests, and storlab runs started by hand, run beside these with their own, or none)."""
     uid = os_users.server_user().uid
     mine = f"STORLAB_STATE_DIR={Path(os.environ['STORLAB_STATE_DIR']).parent}/".encode()
     found = set()
@@ -61,7 +61,7 @@ def server_user_processes() -> set[int]:
             environ = Path(f"/proc/{process.pid}/environ").read_bytes()
         except OSError:
             continue  # gone meanwhile
-        if b"STORLAB_STATE_DIR=" in environ and mine not in environ:
+        if mine not in environ:
             continue
         found.add(process.pid)
     return found

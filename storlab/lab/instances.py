@@ -24,6 +24,7 @@ from storlab.lab.os_users import OsUser, check_reachable, client_user, server_us
 from storlab.lab.owned import (Manifest, make_owned_dir, new_instance_id, pid_start, remove_owned_dir)
 
 KILLED_CHILD = re.compile(r"(\w[\w ]* \(PID \d+\)) was terminated by signal 9")
+NAMED_WITHIN_S = 2.0  # a postmaster logs a lost child within milliseconds of its death
 # A fresh server answers within seconds of its start, however loaded the machine; one that has not by
 # then (stopped, or stuck on a hung device) never will.
 START_S = 120
@@ -271,6 +272,11 @@ class Workspace:
             which = f"the server itself ({Path(self.server.argv[0]).name}, pid {self.server.pid})"
         else:  # PostgreSQL's postmaster names the child it lost: "server process (PID 123) was terminated by signal 9"
             named = KILLED_CHILD.search(logged)
+            deadline = time.monotonic() + NAMED_WITHIN_S
+            while named is None and self.server is not None and time.monotonic() < deadline:
+                time.sleep(0.05)  # the client saw its session end a moment before the postmaster logged why
+                named = KILLED_CHILD.search(safe_files.read_tail(self.server.log_path, self.user.uid,
+                                                                 diagnosis.LOG_TAIL_BYTES))
             which = named.group(1) if named else "one of the server's processes"
         peak = f", peak {format_size(reading.peak_bytes)}" if reading.peak_bytes else ""
         return (f"the kernel's OOM killer ended {which}: the server's memory limit of "
