@@ -345,7 +345,10 @@ def verdicts_line(results: Results) -> str:
     if results.answer is None or not results.answer.effects:
         return "no factor to settle"
     by_factor: dict[str, list[str]] = {}
+    named = results.design.named if results.design is not None and results.design.kind == "follow-up" else None
     for e in results.answer.effects:
+        if named is not None and e.factor not in named:  # a follow-up settles its own factors
+            continue
         verdict = e.verdict if len(_levels(results.answer, e.factor)) == 1 else f"{format_value(e.level)} {e.verdict}"
         by_factor.setdefault(e.factor, []).append(verdict)
     return ", ".join(f"{factor} {'; '.join(v)}" for factor, v in by_factor.items())

@@ -67,8 +67,9 @@ def read(stored: StoredDesign | None, factors: dict[str, list[Any]], reference: 
     cells = design.follow_up(ordered, named)
     before = {canonical(c) for c in _distinct(runs_before)}
     shared = sum(1 for c in cells if canonical(c) in before)
+    # Its factors are crossed whole in its cells: nothing of theirs is aliased, and the others' aliases are the screening's.
     return Designed(stored.kind, f"the full factorial of {', '.join(named)}, the other factors at their reference", None,
-                    len(cells), full, aliases, aliased_with, [], named, shared, stored.after_run)
+                    len(cells), full, {}, {}, [], named, shared, stored.after_run)
 
 
 def _distinct(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
