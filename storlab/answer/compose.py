@@ -349,7 +349,7 @@ def design_answer(results: Results) -> model.Design | None:
     if designed is None:
         return None
     runs = sum(len(c.runs) for c in results.cells)
-    rounds = max(results.rounds, 1)
+    rounds = max((r.repetition for c in results.cells for r in c.runs), default=1)  # a follow-up's screening's too
     named = designed.named if designed.kind == "follow-up" else ([] if answer is None else screening.named(answer))
     follow, shared = None, designed.shared
     if designed.kind == "screening" and named:
@@ -375,7 +375,7 @@ def design_answer(results: Results) -> model.Design | None:
         lines = [f"a follow-up of {', '.join(designed.named)}: {designed.cells} cells, {designed.shared} of them shared with "
                  f"the screening (their runs reused); {runs} runs in this results folder, the screening's included, against "
                  f"{designed.full_cells * rounds} for the full factorial of every factor at {rounds} rounds; the factor table "
-                 "reads them all, the follow-up's rounds blocks of their own"]
+                 "reads them all, the follow-up's rounds blocks of their own after the screening's"]
     return model.Design(
         kind=designed.kind, method=designed.method, resolution=designed.resolution, cells=designed.cells,
         full_cells=designed.full_cells, runs=runs, full_runs=designed.full_cells * rounds, aliases=designed.aliases,
