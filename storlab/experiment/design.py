@@ -346,9 +346,12 @@ def check_design(model: ExperimentModel, declared: dict[str, list[Any]]) -> tupl
         if key.resolution is not None or key.factors is not None:
             return ("design",), "resolution is a screening's and factors a follow-up's; a full design takes neither"
         return None
-    if model.race:
-        return ("design",), (f"a race drops cells and a {key.kind} needs all of its cells; race its follow-up's cells "
+    if model.race and key.kind == SCREENING:
+        return ("design",), ("a race drops cells and a screening needs all of its cells; race its follow-up's cells "
                              "with design = \"full\" and race = true")
+    if model.race:
+        return ("design",), ("a follow-up reuses runs the screening made in its own rounds, which a race cannot block "
+                             "with its own; race the named factors' cells with design = \"full\" in a folder of their own")
     if model.exclude:
         return ("exclude",), f"a {key.kind} runs the cells its design names; leave exclude out"
     if key.kind == SCREENING:
