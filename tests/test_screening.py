@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import special
 
 from storlab.answer import lenth
-from storlab.answer.effects import DIFFERENT, Observation, analyse
+from storlab.answer.effects import Observation, analyse
 from storlab.experiment import design
 from tests import simulate
 from tests.commands import invoke

@@ -44,7 +44,7 @@ DEFAULT_RESOLUTION = 4
 # Exhaustive minimum-aberration searches cost (candidate generator sets) x (interactions checked) each:
 # up to this many keeps a file's load under about a second (8 factors at resolution IV: 330 x 255).
 SEARCH_LIMIT = 100_000
-ROMAN = {3: "III", 4: "IV", 5: "V"}
+ROMAN = {2: "II", 3: "III", 4: "IV", 5: "V", 6: "VI"}
 
 
 class DesignKey(BaseModel):
@@ -107,7 +107,7 @@ class Fraction:
 
     factors: tuple[str, ...]  # short names
     coded: np.ndarray
-    resolution: int | None  # None: the full factorial (nothing aliased)
+    resolution: int | None  # None: the full factorial, a non-regular design, or no word up to MAX_WORD factors
     method: str  # how it was built, in words
 
     @property
@@ -122,7 +122,7 @@ def _resolution_of(coded: np.ndarray) -> int | None:
     """The length of the shortest word of a regular fraction's defining relation (a product of columns
     that is constant), None when there is none (a full factorial) or when no product is constant but
     some are partly correlated (a non-regular design, whose resolution this does not name), or when the
-shortest word is longer than MAX_WORD."""
+    shortest word is longer than MAX_WORD."""
     k = coded.shape[1]
     for order in range(2, min(k, MAX_WORD) + 1):
         for combo in itertools.combinations(range(k), order):
