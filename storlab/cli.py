@@ -318,7 +318,7 @@ def _say(console: Console):
               help="Record into a shared PostgreSQL store instead (postgresql://USER@HOST/DB): the plan is "
                    "queued there and run here, beside any workers.")
 @click.option("--host", help="With --store: the host this machine goes by (default its name).")
-@click.option("--dry-run", is_flag=True, help="Print the cells and the planned runs, run nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the cells and the planned runs (a screening's design: what each main effect is aliased with, its runs against the full factorial's), run nothing.")
 @click.option("--keep", is_flag=True, help="Keep each instance's directories after its run (stopped).")
 @click.option("--race", is_flag=True,
               help="Race the cells (as race = true in the file): after each round of repetitions, cells "

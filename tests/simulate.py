@@ -24,11 +24,13 @@ def cells(factors: Mapping[str, Sequence]) -> list[dict]:
     return [dict(zip(factors, combo)) for combo in itertools.product(*factors.values())]
 
 
-def template(factors: Mapping[str, Sequence], rounds: int, exclude: Sequence[dict] = ()) -> list[effects.Observation]:
-    """One observation per cell and round (value 1): the layout of a complete experiment."""
+def template(factors: Mapping[str, Sequence], rounds: int, exclude: Sequence[dict] = (),
+             design: Sequence[dict] | None = None) -> list[effects.Observation]:
+    """One observation per cell and round (value 1): the layout of a complete experiment (of `design`'s
+    cells, a screening's, when given)."""
     out = []
     for r in range(1, rounds + 1):
-        for levels in cells(factors):
+        for levels in (cells(factors) if design is None else design):
             if levels in exclude:
                 continue
             name = ",".join(f"{k}={v}" for k, v in levels.items())
@@ -62,8 +64,9 @@ def holm(p: np.ndarray) -> np.ndarray:
 class Fits:
     """effects.analyse's main effects and interaction tests for many responses of one design."""
 
-    def __init__(self, observations: Sequence[effects.Observation], factors: Mapping[str, Sequence]):
-        self.model = effects.build(observations, factors)
+    def __init__(self, observations: Sequence[effects.Observation], factors: Mapping[str, Sequence],
+                 pairs: Sequence[tuple[str, str]] | None = None):
+        self.model = effects.build(observations, factors, pairs=pairs)
         X = self.model.X
         self.df = self.model.df_resid
         self.xtx_inv = np.linalg.inv(X.T @ X)

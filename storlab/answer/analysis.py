@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storlab.answer import effects, racing
+from storlab.answer import effects, racing, screening
 from storlab.answer.effects import FactorAnswer, Observation
 from storlab.answer.stats import (
     CellVerdict,
@@ -95,6 +95,7 @@ class Results:
     machines: list[tuple[str | None, dict]] = field(default_factory=list)
     answer: FactorAnswer | None = None  # what each factor does (storlab.effects); None without a factor or a run
     stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
+    design: screening.Designed | None = None  # a screening or a follow-up (None: the full factorial)
 
     @property
     def name(self) -> str | None:
@@ -116,8 +117,9 @@ class Results:
 
     @property
     def rounds(self) -> int:
-        """The rounds with runs: the highest repetition of any kept run."""
-        return max((r.repetition for c in self.cells for r in c.runs), default=0)
+        """The rounds with runs: the highest repetition of any kept run (a follow-up's: of its own runs)."""
+        after = self.design.after_run if self.design is not None else None
+        return max((r.repetition for c in self.cells for r in c.runs if after is None or r.id > after), default=0)
 
     @property
     def settled(self) -> bool:
@@ -277,8 +279,22 @@ def load(store: Store) -> Results:
         race=race, conditions=quiesce.describe([r.conditions for r in kept]),
         stopped=None if experiment is None else experiment.stopped,
     )
+    results.design = _design(results)
     results.answer = factor_answer(results)
     return results
+
+
+def _design(results: Results) -> screening.Designed | None:
+    """A screening's or a follow-up's design, its aliases over the cells that ran (storlab.answer.screening)."""
+    stored = results.answer_settings.design
+    if stored is None:
+        return None
+    factors = {short_name(d): values for d, values in results.factors.items()}
+    after = stored.after_run
+    ran = [{short_name(d): v for d, v in c.cell.factors.items()} for c in results.cells if c.runs]
+    before = [{short_name(d): v for d, v in c.cell.factors.items()} for c in results.cells
+              if after is not None and any(r.id <= after for r in c.runs)]
+    return screening.read(stored, factors, results.answer_settings.reference, ran, before)
 
 
 def factor_answer(results: Results) -> FactorAnswer | None:
@@ -295,9 +311,12 @@ def factor_answer(results: Results) -> FactorAnswer | None:
     if not any(len(values) > 1 for values in declared.values()):
         return None
     head = results.headline.name
+    designed = results.design
+    before = max((r.repetition for c in results.cells for r in c.runs
+                  if designed is not None and designed.after_run is not None and r.id <= designed.after_run), default=0)
     observations = [
-        Observation(c.cell.id, r.repetition, {short_name(d): v for d, v in c.cell.factors.items() if d not in nested},
-                    r.figures[head])
+        Observation(c.cell.id, screening.block(designed, r.id, r.repetition, before),
+                    {short_name(d): v for d, v in c.cell.factors.items() if d not in nested}, r.figures[head])
         for c in results.cells for r in c.runs if head in r.figures
     ]
     if not observations:
@@ -312,7 +331,7 @@ def factor_answer(results: Results) -> FactorAnswer | None:
     try:
         answer = effects.analyse(observations, declared, lower_is_better=results.lower_is_better, references=references,
                                  margin=settings.equivalent_within or DEFAULT_MARGIN, look=look,
-                                 max_looks=max_looks, headline=head)
+                                 max_looks=max_looks, headline=head, **screening.terms(designed, list(declared)))
     except ValueError:  # a cell at a level its factor does not declare, or a reference it lacks: the ranking still answers
         return None
     answer.not_estimable += [f"{short_name(d)}: nested in {short_name(VERSION_FACTOR)}={version} (its cells alone have it), "
@@ -326,7 +345,10 @@ def verdicts_line(results: Results) -> str:
     if results.answer is None or not results.answer.effects:
         return "no factor to settle"
     by_factor: dict[str, list[str]] = {}
+    named = results.design.named if results.design is not None and results.design.kind == "follow-up" else None
     for e in results.answer.effects:
+        if named is not None and e.factor not in named:  # a follow-up settles its own factors
+            continue
         verdict = e.verdict if len(_levels(results.answer, e.factor)) == 1 else f"{format_value(e.level)} {e.verdict}"
         by_factor.setdefault(e.factor, []).append(verdict)
     return ", ".join(f"{factor} {'; '.join(v)}" for factor, v in by_factor.items())

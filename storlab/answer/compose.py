@@ -3,14 +3,16 @@ sentence `show`, `show --json` and the report print, as one typed value (storlab
 
 from __future__ import annotations
 
+import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, rate_curve
+from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
-from storlab.experiment.swept import short_name
+from storlab.experiment import design
+from storlab.experiment.swept import canonical, short_name
 from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
 from storlab.lab import caps
@@ -56,31 +58,38 @@ def verdict_text(effect: LevelEffect, margin: float, alpha: float) -> str:
     return f"undecided: no effect beyond ±{_percent(effect.hidden)} % can be ruled out yet"
 
 
-def _effect(e: LevelEffect, answer: FactorAnswer) -> model.Effect:
+def _effect(e: LevelEffect, answer: FactorAnswer, aliases: dict[str, str] | None = None) -> model.Effect:
     return model.Effect(
         factor=e.factor, level=e.level, reference=e.reference, given=dict(e.given) if e.given is not None else None,
         ratio=e.ratio, ci_low=_number(e.ci_low), ci_high=_number(e.ci_high),
         equivalence_low=_number(e.equivalence_low), equivalence_high=_number(e.equivalence_high),
         p_value=_number(e.p_value), adjusted_p=_number(e.adjusted_p), verdict=e.verdict, hidden=_number(e.hidden),
-        better=e.better, real=e.real, said=verdict_text(e, answer.margin, answer.alpha))
+        better=e.better, real=e.real, said=verdict_text(e, answer.margin, answer.alpha),
+        aliases=(aliases or {}).get(e.factor) if e.given is None else None)
+
+
+def _pair(i: effects.Interaction) -> str:
+    """'a x b', or a fraction's chain 'a x b = c x d'."""
+    return " = ".join(f"{a} x {b}" for a, b in [i.factors, *i.aliases])
 
 
 def interaction_lines(answer: FactorAnswer) -> list[str]:
     significant = [i for i in answer.interactions if i.significant]
     lines = [f"{a} and {b} interact (adjusted p {_p(i.adjusted_p)}): each one's effect at each level of the other below"
-             for i in significant for a, b in [i.factors]]
+             for i in significant if not i.aliases for a, b in [i.factors]]
+    lines += [f"an interaction of the chain {_pair(i)} (adjusted p {_p(i.adjusted_p)}): the fraction cannot tell which pair; "
+              "a follow-up of their factors can" for i in significant if i.aliases]
     quiet = [i for i in answer.interactions if not i.significant]
     if quiet:
-        lines.append("no significant interaction: " + ", ".join(f"{a} x {b} (adjusted p {_p(i.adjusted_p)})"
-                                                          for i in quiet for a, b in [i.factors]))
+        lines.append("no significant interaction: " + ", ".join(f"{_pair(i)} (adjusted p {_p(i.adjusted_p)})" for i in quiet))
     return lines
 
 
-def factor_effects(answer: FactorAnswer) -> model.FactorEffects:
+def factor_effects(answer: FactorAnswer, aliases: dict[str, str] | None = None) -> model.FactorEffects:
     return model.FactorEffects(
-        effects=[_effect(e, answer) for e in answer.effects],
+        effects=[_effect(e, answer, aliases) for e in answer.effects],
         interactions=[model.Interaction(factors=i.factors, p_value=_number(i.p_value), adjusted_p=_number(i.adjusted_p),
-                                        significant=i.significant) for i in answer.interactions],
+                                        significant=i.significant, aliases=list(i.aliases)) for i in answer.interactions],
         conditional=[_effect(e, answer) for e in answer.conditional],
         not_estimable=list(answer.not_estimable), settled=answer.settled, margin=answer.margin, rounds=answer.rounds,
         runs=answer.runs, residual_cv=_number(answer.residual_cv), formula=answer.formula, method=answer.method,
@@ -321,6 +330,59 @@ def limits_answer(results: Results) -> model.Limits | None:
     return model.Limits(covers=covers, caps=rows, memory=memory, lines=lines)
 
 
+def half_normal(answer: FactorAnswer) -> list[model.EffectPoint]:
+    """Each main effect's size against the half-normal quantile of its rank (Daniel 1959): the effects of
+    nothing lie on a line through the origin, the real ones stand off it to the right."""
+    from scipy.stats import norm
+
+    ranked = sorted((e for e in answer.effects if e.given is None), key=lambda e: abs(math.log(e.ratio)))
+    m = len(ranked)
+    return [model.EffectPoint(factor=e.factor, level=e.level, size=abs(math.log(e.ratio)),
+                              quantile=float(norm.ppf(0.5 + 0.5 * (i + 0.5) / m)), verdict=e.verdict)
+            for i, e in enumerate(ranked)]
+
+
+def design_answer(results: Results) -> model.Design | None:
+    """A screening's or a follow-up's design in the answer: how its cells were chosen, the runs against
+    the full factorial's, the aliases, what it names and the key that settles it."""
+    designed, answer = results.design, results.answer
+    if designed is None:
+        return None
+    runs = sum(len(c.runs) for c in results.cells)
+    rounds = max((r.repetition for c in results.cells for r in c.runs), default=1)  # a follow-up's screening's too
+    named = designed.named if designed.kind == "follow-up" else ([] if answer is None else screening.named(answer))
+    follow, shared = None, designed.shared
+    if designed.kind == "screening" and named:
+        ran = {design_cell for c in results.cells if c.runs
+               for design_cell in [canonical({short_name(k): v for k, v in c.cell.factors.items()})]}
+        ordered = {short_name(d): [results.answer_settings.reference.get(short_name(d), v[0])]
+                   + [x for x in v if canonical(x) != canonical(results.answer_settings.reference.get(short_name(d), v[0]))]
+                   for d, v in results.factors.items()}
+        cells = design.follow_up(ordered, named)
+        shared = sum(1 for c in cells if canonical(c) in ran)
+        follow = (f'design = {{ kind = "follow-up", factors = [{", ".join(json.dumps(n) for n in named)}] }}: the full '
+                  f"factorial of what the screening named, {len(cells)} cells, {shared} of them already run here (their runs "
+                  "are not made again); in the same results folder")
+    resolution = "" if designed.resolution is None else f", resolution {design.ROMAN.get(designed.resolution, designed.resolution)}"
+    if designed.kind == "screening":
+        lines = [f"a screening of {len(designed.aliases)} factors in {designed.cells} cells{resolution} (the full factorial: "
+                 f"{designed.full_cells}); {runs} runs against {designed.full_cells * rounds} for the full factorial's "
+                 f"{rounds} rounds: {designed.method}"]
+        lines.append("named: " + (", ".join(named) if named else "none (no factor different from its reference)"))
+        if follow:
+            lines.append(f"settle them: {follow}")
+    else:
+        lines = [f"a follow-up of {', '.join(designed.named)}: {designed.cells} cells, {designed.shared} of them shared with "
+                 f"the screening (their runs reused); {runs} runs in this results folder, the screening's included, against "
+                 f"{designed.full_cells * rounds} for the full factorial of every factor at {rounds} rounds; the factor table "
+                 "reads them all, the follow-up's rounds blocks of their own after the screening's"]
+    return model.Design(
+        kind=designed.kind, method=designed.method, resolution=designed.resolution, cells=designed.cells,
+        full_cells=designed.full_cells, runs=runs, full_runs=designed.full_cells * rounds, aliases=designed.aliases,
+        aliased_with=designed.aliased_with, chains=designed.chains, named=named, shared=shared, follow_up=follow,
+        points=[] if answer is None else half_normal(answer), lines=lines)
+
+
 def _headline(results: Results) -> model.Headline:
     head = results.headline
     return model.Headline(name=head.name, unit=head.unit, label=head.label,
@@ -351,7 +413,7 @@ def compose(results: Results) -> model.Answer:
         unavailable_line(results) if results.no_ratios is not None else None, stopped=results.stopped,
         until_settled=None if settling is None else model.UntilSettled(
             min_rounds=settling.min_rounds, max_rounds=settling.max_rounds, budget_s=settling.budget_s),
-        factor_effects=None if answer is None else factor_effects(answer),
+        factor_effects=None if answer is None else factor_effects(answer, results.design.aliases if results.design else None),
         noise=model.Noise(residual_cv=None if answer is None else _number(answer.residual_cv),
                           rounds_needed={} if answer is None else rounds_needed(answer),
                           hidden={} if answer is None else hidden_effects(answer),
@@ -365,6 +427,7 @@ def compose(results: Results) -> model.Answer:
         cells=[cell_waits(c) for c in results.measured],
         explanations=explanations(results),
         limits=limits_answer(results),
+        design=design_answer(results),
     )
 
 

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
-from storlab.answer import sequential
+from storlab.answer import lenth, sequential
 from storlab.rounds import ALPHA, DEFAULT_MARGIN
 
 DIFFERENT, EQUIVALENT, UNDECIDED = "different", "equivalent", "undecided"
@@ -89,10 +89,11 @@ class Interaction:
     p_value: float
     adjusted_p: float
     significant: bool
+    aliases: tuple[tuple[str, str], ...] = ()  # in a fraction: the other pairs whose interaction is the same column
 
     def to_json(self) -> dict:
         return {"factors": list(self.factors), "p_value": _num(self.p_value), "adjusted_p": _num(self.adjusted_p),
-                "significant": self.significant}
+                "significant": self.significant, "aliases": [list(a) for a in self.aliases]}
 
 
 @dataclass
@@ -199,10 +200,11 @@ class Model:
 
 
 def build(observations: Sequence[Observation], factors: Mapping[str, Sequence[Any]],
-          references: Mapping[str, Any] | None = None) -> Model:
+          references: Mapping[str, Any] | None = None, pairs: Sequence[tuple[str, str]] | None = None) -> Model:
     """The design matrix for `observations`: intercept, factor dummies, round blocks, and the two-factor
-    interactions that are estimable with MIN_RESIDUAL_DF residual degrees of freedom left. A column that
-    adds no rank (aliased with the others) is left out and said."""
+    interactions that are estimable with MIN_RESIDUAL_DF residual degrees of freedom left (of `pairs` only,
+    when given: a design's own choice). A column that adds no rank (aliased with the others) is left out
+    and said."""
     references = dict(references or {})
     n = len(observations)
     not_estimable: list[str] = []
@@ -261,28 +263,30 @@ def build(observations: Sequence[Observation], factors: Mapping[str, Sequence[An
         add((round_of == r).astype(float), ("round", r))
 
     interactions: dict[tuple[str, str], list[int]] = {}
-    for i, f in enumerate(fitted):
-        for g in fitted[i + 1:]:
-            candidates = [(dummies[f.name, a] * dummies[g.name, b], ("inter", f.name, a, g.name, b))
-                          for a in f.levels for b in g.levels]
-            rank = np.linalg.matrix_rank(np.column_stack(kept + [c for c, _ in candidates]))
-            gain = rank - len(kept)
-            pair = f"{f.name} x {g.name}"
-            if gain == 0:
-                not_estimable.append(f"interaction {pair}: the design has no runs to estimate it (aliased)")
-                continue
-            if n - rank < MIN_RESIDUAL_DF:
-                not_estimable.append(
-                    f"interaction {pair}: not fitted, it would leave {n - rank} residual degrees of freedom "
-                    f"(fewer than {MIN_RESIDUAL_DF}); more rounds would allow it")
-                continue
-            start = len(kept)
-            for column, what in candidates:
-                add(column, what)
-            interactions[f.name, g.name] = list(range(start, len(kept)))
-            if gain < len(candidates):
-                not_estimable.append(f"interaction {pair}: {len(candidates) - gain} of its {len(candidates)} terms "
-                                     f"are not estimable (missing cells)")
+    by_name = {f.name: f for f in fitted}
+    tried = [(f, g) for i, f in enumerate(fitted) for g in fitted[i + 1:]] if pairs is None else \
+        [(by_name[a], by_name[b]) for a, b in pairs if a in by_name and b in by_name]
+    for f, g in tried:
+        candidates = [(dummies[f.name, a] * dummies[g.name, b], ("inter", f.name, a, g.name, b))
+                      for a in f.levels for b in g.levels]
+        rank = np.linalg.matrix_rank(np.column_stack(kept + [c for c, _ in candidates]))
+        gain = rank - len(kept)
+        pair = f"{f.name} x {g.name}"
+        if gain == 0:
+            not_estimable.append(f"interaction {pair}: the design has no runs to estimate it (aliased)")
+            continue
+        if n - rank < MIN_RESIDUAL_DF:
+            not_estimable.append(
+                f"interaction {pair}: not fitted, it would leave {n - rank} residual degrees of freedom "
+                f"(fewer than {MIN_RESIDUAL_DF}); more rounds would allow it")
+            continue
+        start = len(kept)
+        for column, what in candidates:
+            add(column, what)
+        interactions[f.name, g.name] = list(range(start, len(kept)))
+        if gain < len(candidates):
+            not_estimable.append(f"interaction {pair}: {len(candidates) - gain} of its {len(candidates)} terms "
+                                 f"are not estimable (missing cells)")
     shares = {r: float((round_of == r).mean()) for r in rounds}
     return Model(np.column_stack(kept), columns, fitted, interactions, not_estimable, rounds, dummies, shares)
 
@@ -302,8 +306,13 @@ class _Estimate:
 def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[Any]], *,
             lower_is_better: bool = True, references: Mapping[str, Any] | None = None,
             margin: float = DEFAULT_MARGIN, look: int | None = None, max_looks: int | None = None,
-            headline: str = "value") -> FactorAnswer:
-    """Every factor's effect on the headline, with verdicts; see the module's docstring."""
+            headline: str = "value", pairs: Sequence[tuple[str, str]] | None = None,
+            aliased: Mapping[tuple[str, str], Sequence[tuple[str, str]]] | None = None,
+            settle: Collection[str] | None = None, lenth_if_once: bool = False) -> FactorAnswer:
+    """Every factor's effect on the headline, with verdicts; see the module's docstring. A design may say
+    which interactions to fit (`pairs`), what each is aliased with (`aliased`), which factors must be
+    decided for the answer to be settled (`settle`, default all), and that one round of it is judged by
+    Lenth's pseudo standard error (`lenth_if_once`: a screening's cells fill every term)."""
     if not observations:
         raise ValueError("no runs to analyse")
     values = np.array([obs.value for obs in observations], dtype=float)
@@ -316,8 +325,12 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
         how = f"; look {look} of {max_looks}: {sequential.citation()}, alpha {alpha:.4f} at this look"
     else:
         alpha, how = ALPHA, ""
-    model = build(observations, factors, references)
     y = np.log(values)
+    if lenth_if_once and len({obs.round for obs in observations}) == 1:
+        model = build(observations, factors, references, pairs=[])
+        if model.factors and all(len(f.levels) == 1 for f in model.factors):
+            return _by_lenth(observations, model, y, alpha, margin, lower_is_better, headline, how, settle)
+    model = build(observations, factors, references, pairs)
     df = model.df_resid
     # Imported here: statsmodels takes most of a second to import, and a command that ends before any
     # answer (a file refused, --dry-run) should not wait for it.
@@ -336,9 +349,8 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
         return _Estimate(f, level, {given.name: given.values[at]} if given else None, float(c @ params), se)
 
     main = [e for f in model.factors for level in f.levels if (e := estimate(f, level)) is not None]
-    pairs = list(model.interactions)
     inter_p = []
-    for pair in pairs:
+    for pair in model.interactions:
         cols = model.interactions[pair]
         R = np.zeros((len(cols), model.X.shape[1]))
         R[np.arange(len(cols)), cols] = 1.0
@@ -346,13 +358,16 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
     main_p = [_t_p(e.log_ratio, e.se, df) for e in main]
     adjusted = _holm(main_p + inter_p)
     effects = [_effect(e, p, a, df, alpha, margin, lower_is_better) for e, p, a in zip(main, main_p, adjusted)]
-    interactions = [Interaction(pair, p, a, bool(a < alpha))
-                    for pair, p, a in zip(pairs, inter_p, adjusted[len(main):])]
+    fitted = list(model.interactions)
+    interactions = [Interaction(pair, p, a, bool(a < alpha), tuple((aliased or {}).get(pair, ())))
+                    for pair, p, a in zip(fitted, inter_p, adjusted[len(main):])]
 
     follow: list[_Estimate] = []
     by_name = {f.name: f for f in model.factors}
     for inter in interactions:
         if not inter.significant:
+            continue
+        if inter.aliases:  # which pair of the chain interacts, the fraction cannot tell
             continue
         for one, other in (inter.factors, inter.factors[::-1]):
             f, g = by_name[one], by_name[other]
@@ -364,13 +379,13 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
     conditional = [_effect(e, p, a, df, alpha, margin, lower_is_better)
                    for e, p, a in zip(follow, follow_p, _holm(follow_p))]
 
-    terms = [f.name for f in model.factors] + [f"{a}:{b}" for a, b in pairs]
+    terms = [f.name for f in model.factors] + [f"{a}:{b}" for a, b in model.interactions]
     if len(model.rounds) > 1:
         terms.append("round")
     return FactorAnswer(
         effects=effects, interactions=interactions, conditional=conditional,
         not_estimable=model.not_estimable,
-        settled=bool(effects) and all(e.verdict != UNDECIDED for e in effects),
+        settled=_settled(effects, settle),
         margin=margin, rounds=len(model.rounds), runs=len(observations),
         residual_cv=math.sqrt(math.expm1(mse)) if math.isfinite(mse) else math.nan,
         formula=f"log({headline}) ~ " + (" + ".join(terms) or "1"),
@@ -379,6 +394,60 @@ def analyse(observations: Sequence[Observation], factors: Mapping[str, Sequence[
                 f"(Schuirmann 1987) inside ±{100 * margin:g} %" + how),
         alpha=alpha, look=look, max_looks=max_looks,
     )
+
+
+def _settled(effects: Sequence[LevelEffect], settle: Collection[str] | None) -> bool:
+    """Every level of every factor that must be decided (all of them, unless a design names some) is."""
+    judged = [e for e in effects if settle is None or e.factor in settle]
+    return bool(judged) and all(e.verdict != UNDECIDED for e in judged)
+
+
+def _by_lenth(observations: Sequence[Observation], model: Model, y: np.ndarray, alpha: float, margin: float,
+              lower_is_better: bool, headline: str, how: str, settle: Collection[str] | None) -> FactorAnswer:
+    """One round of a two-level fraction: every cell once, as many terms as cells, no residual. Each main
+    effect is judged against Lenth's pseudo standard error of all the round's orthogonal contrasts
+    (storlab.answer.lenth), Holm-adjusted over the main effects; equivalence by the same two one-sided
+    tests, read on Lenth's reference distribution."""
+    coded = np.array([[1.0 if key(obs.factors[f.name]) != f.reference else -1.0 for f in model.factors]
+                      for obs in observations])
+    contrasts = lenth.contrasts(coded, y)
+    m = len(contrasts)
+    pse = float(lenth.pseudo_se(contrasts)[0])
+    mains = contrasts[:len(model.factors)]
+    p = [lenth.p_value(c / pse, m) if pse > 0 else math.nan for c in mains]
+    adjusted = _holm(p)
+    bound = math.log1p(margin)
+
+    def above(t: float) -> float:  # P(T >= t) on Lenth's symmetric reference distribution
+        tail = lenth.p_value(t, m) / 2
+        return tail if t > 0 else 1 - tail
+
+    effects = []
+    for f, c, pv, adj in zip(model.factors, mains, p, adjusted):
+        if pse > 0:
+            half, narrow = lenth.quantile(1 - alpha, m) * pse, lenth.quantile(1 - 2 * alpha, m) * pse
+            tost = max(above((c + bound) / pse), above((bound - c) / pse))
+            v = verdict(adj, tost, alpha)
+        else:
+            half = narrow = math.nan
+            v = UNDECIDED
+        ratio = math.exp(c)
+        effects.append(LevelEffect(
+            f.name, f.values[f.levels[0]], f.values[f.reference], ratio, math.exp(c - half), math.exp(c + half), pv, adj,
+            v, math.expm1(max(abs(c - half), abs(c + half))), None, ((ratio < 1) == lower_is_better) if v == DIFFERENT else None,
+            math.exp(c - narrow), math.exp(c + narrow), v == EQUIVALENT and adj < alpha))
+    sigma = pse * math.sqrt(len(observations)) / 2  # a contrast of n runs spreads 2 sigma / sqrt(n)
+    return FactorAnswer(
+        effects=effects, interactions=[], conditional=[],
+        not_estimable=model.not_estimable + [f"interactions: one round of the fraction fits a term for every cell; Lenth's "
+                                             f"pseudo standard error over its {m} contrasts judges the main effects"],
+        settled=_settled(effects, settle), margin=margin, rounds=1, runs=len(observations),
+        residual_cv=math.sqrt(math.expm1(sigma**2)) if math.isfinite(sigma) else math.nan,
+        formula=f"log({headline}) ~ " + " + ".join(f.name for f in model.factors) + " (saturated: every contrast of the round)",
+        method=(f"Lenth's pseudo standard error (Lenth 1989) over {m} contrasts of one round; different: Holm-adjusted over "
+                f"{len(mains)} main effects below {alpha:.4g}, on Lenth's reference distribution (simulated, "
+                f"{lenth.DRAWS:,} draws); equivalent: two one-sided tests inside ±{100 * margin:g} %" + how),
+        alpha=alpha)
 
 
 def _t_p(log_ratio: float, se: float, df: int) -> float:

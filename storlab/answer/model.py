@@ -58,6 +58,7 @@ class Effect(_Typed):
     better: bool | None  # the level improves the headline (different only)
     real: bool  # equivalent, yet told apart from none: a real difference inside the margin
     said: str  # the verdict in words, with the interval that decided it
+    aliases: str | None = None  # in a screening: what this main effect is aliased with, in words
 
 
 class Interaction(_Typed):
@@ -65,6 +66,7 @@ class Interaction(_Typed):
     p_value: float | None
     adjusted_p: float | None
     significant: bool
+    aliases: list[tuple[str, str]] = []  # in a fraction: the other pairs whose interaction is the same column
 
 
 class FactorEffects(_Typed):
@@ -84,6 +86,37 @@ class FactorEffects(_Typed):
     max_looks: int | None
     confidence: str  # "95 % CI", or what a look of an experiment run until settled spends
     interaction_lines: list[str]  # the interactions, in words
+
+
+class EffectPoint(_Typed):
+    """One main effect on the half-normal plot: its size against where pure noise would put it."""
+
+    factor: str
+    level: Any
+    size: float  # |log ratio| of the level against its reference
+    quantile: float  # the half-normal quantile of its rank among the effects
+    verdict: Verdict
+
+
+class Design(_Typed):
+    """A screening (a fraction of the factors' product) or the follow-up after it: how its cells were
+    chosen, against the full factorial, and what the cells that ran cannot tell apart."""
+
+    kind: Literal["screening", "follow-up"]
+    method: str
+    resolution: int | None  # the shortest word of a regular fraction (None: full, non-regular or above VI)
+    cells: int  # the design's cells
+    full_cells: int  # the full factorial's
+    runs: int  # the runs in the results folder
+    full_runs: int  # the full factorial's at as many rounds
+    aliases: dict[str, str]  # factor -> what its main effect is aliased with, in words
+    aliased_with: dict[str, list[list[str]]]  # factor -> the interactions (up to three factors) aliased with it
+    chains: list[list[tuple[str, str]]]  # two-factor interactions that share one column
+    named: list[str]  # a screening: the factors it found different; a follow-up: the factors it runs
+    shared: int  # a follow-up's cells the screening ran (or, for a screening, would share with its follow-up)
+    follow_up: str | None  # the key that runs the follow-up of what the screening named, in this results folder
+    points: list[EffectPoint]  # the half-normal plot (Daniel 1959): every main effect, smallest first
+    lines: list[str]  # all of it in words
 
 
 class UntilSettled(_Typed):
@@ -269,6 +302,7 @@ class Answer(_Typed):
     cells: list[CellWaits]
     explanations: list[Explanation]
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
+    design: Design | None = None  # None: the full factorial
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from storlab.errors import UserError
 from storlab.experiment import places, repetitions
+from storlab.experiment.design import check_design
 from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
 from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, limits_problem,
                                              placements_problem)
@@ -73,13 +74,15 @@ class Experiment:
     def answer_settings(self) -> dict[str, Any]:
         """How the answer reads the runs, as the store keeps it: each factor's reference level (by its
         short name; the first declared value unless the file names one), the margin of equivalence,
-        until settled, and a rate kind's latency goal."""
+        until settled, a rate kind's latency goal, and a design other than the full one."""
         named = {k: v for k, v in (self.model.reference or {}).items()}
         reference = {short_name(d): named.get(short_name(d), values[0]) for d, values in self.factors.items()}
         settling = self.settling()
         goal = getattr(self.model.workload, "latency_goal", None)
+        design = self.model.design.model_dump(exclude_none=True)
         return {"reference": reference, "equivalent_within": self.model.margin,
-                "settling": None if settling is None else asdict(settling), **({"latency_goal": goal} if goal else {})}
+                "settling": None if settling is None else asdict(settling), **({"latency_goal": goal} if goal else {}),
+                **({"design": design} if design["kind"] != "full" else {})}
 
     @property
     def workload(self) -> Workload:
@@ -119,7 +122,7 @@ class Experiment:
         make an old folder a different experiment) and the SQL files' digests."""
         body = self.model.model_dump(mode="json", exclude_none=True)
         # How many runs, in what order and how the answer reads them, not what is measured.
-        for key in ("repetitions", "race", "equivalent_within", "reference", "order_seed"):
+        for key in ("repetitions", "race", "equivalent_within", "reference", "order_seed", "design"):
             body.pop(key, None)
         for key in ("stall_after_s", "run_limit_s"):  # when a run is given up, not what it measures
             body.get("workload", {}).pop(key, None)
@@ -181,7 +184,7 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
     if model.layout.data_on is None:
         raise UserError(f"{where(path, text, ('layout',))}: layout.data_on: missing (name the placement that holds the data)")
     declared = swept(model)
-    for check in (check_factors, check_excludes, check_reference, check_memory):
+    for check in (check_factors, check_excludes, check_reference, check_memory, check_design):
         problem = check(model, declared)
         if problem:
             raise fail(*problem)

@@ -11,9 +11,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from storlab.experiment import design
 from storlab.experiment.file import Experiment
 from storlab.experiment.places import CAP_KEYS, UNCAPPED
-from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, excluded, nested_in, short_name
+from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, canonical, excluded, nested_in, short_name
 from storlab.lab.caps import IoCaps
 from storlab.lab.devices import DeviceSpec
 from storlab.lab.layout import CellLayout
@@ -75,7 +76,10 @@ def cell_id(factors: dict[str, Any]) -> str:
 
 def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
     """The product of the crossed factors, in declaration order; within each, the product of the
-    factors nested in its engine version (a setting of [engine_settings.V]: V's cells alone have it)."""
+    factors nested in its engine version (a setting of [engine_settings.V]: V's cells alone have it).
+    A screening or a follow-up: the cells its design names (storlab.experiment.design)."""
+    if experiment.model.design.kind != design.FULL:
+        return _designed(experiment)
     crossed = {name: values for name, values in experiment.factors.items() if nested_in(name) is None}
     versions = experiment.model.versions()
     result = []
@@ -86,6 +90,23 @@ def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
                   if nested_in(name) is not None and nested_in(name) == version}
         result += [{**factors, **dict(zip(nested, inner))} for inner in itertools.product(*nested.values())]
     return result
+
+
+def reference_first(experiment: Experiment) -> dict[str, list[Any]]:
+    """Each factor's values by its short name, its reference level first (the file's `reference`, else
+    its first value): a design codes the reference -1."""
+    reference = experiment.answer_settings()["reference"]
+    return {short_name(d): [reference[short_name(d)]] + [v for v in values if canonical(v) != canonical(reference[short_name(d)])]
+            for d, values in experiment.factors.items()}
+
+
+def _designed(experiment: Experiment) -> list[dict[str, Any]]:
+    key = experiment.model.design
+    ordered = reference_first(experiment)
+    dotted = {short_name(d): d for d in experiment.factors}
+    fraction = design.fraction_of(key, ordered)
+    levels = design.levels_of(fraction, ordered) if fraction is not None else design.follow_up(ordered, key.factors or [])
+    return [{dotted[name]: value for name, value in cell.items()} for cell in levels]
 
 
 _CELLS: "weakref.WeakKeyDictionary[Experiment, list[Cell]]" = weakref.WeakKeyDictionary()

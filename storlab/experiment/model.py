@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from storlab import engines, factors
 from storlab.engines.settings import value_problem
 from storlab.experiment import places
+from storlab.experiment.design import Design, DesignKey
 from storlab.experiment.repetitions import RacingKeys
 from storlab.experiment.swept import is_version
 from storlab.factors import KeyProblem, show
@@ -188,6 +189,8 @@ class ExperimentModel(RacingKeys, _Strict):
             "^[0-9]+$": {"type": "object", "description": "settings for the cells of this engine_version alone"}}})
     exclude: list[dict[str, Any]] = []
     hosts: list[str] | None = None
+    # Which cells of the factors' product run: all of them, a screening fraction, or a follow-up's (design.py).
+    design: Design = DesignKey()
 
     @field_validator("hosts", mode="before")
     @classmethod

@@ -127,6 +127,8 @@ def check_factors(model: ExperimentModel, declared: dict[str, list[Any]]) -> tup
         if short in by_short:
             return loc, f"a factor named {short} already comes from {by_short[short]}; rename one"
         by_short[short] = dotted
+    if model.design.kind != "full":  # its cells are the design's (storlab.experiment.design.check_design)
+        return None
     cells = cell_count(declared)
     if cells > MAX_CELLS:
         return factor_loc(next(iter(declared)))[:1], f"{cells:,} cells; the limit is {MAX_CELLS:,}"

@@ -117,18 +117,46 @@ def forest_chart(answer: model.Answer, png: Path) -> str:
     return _svg(fig, png)
 
 
+def half_normal_chart(answer: model.Answer, png: Path) -> str:
+    """A screening's main effects on a half-normal plot (Daniel 1959): each effect's size (|log ratio|)
+    against the half-normal quantile of its rank. Effects of nothing lie near a line through the origin;
+    the factors that matter stand off it to the right, coloured by their verdict and named."""
+    points = answer.design.points
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
+    for p in points:
+        ax.plot([p.size], [p.quantile], "o", color=colours.get(p.verdict, "#4e79a7"))
+        ax.annotate(f"{p.factor}={format_value(p.level)} ({p.verdict})", (p.size, p.quantile), textcoords="offset points",
+                    xytext=(6, -3), fontsize=8, color=colours.get(p.verdict, "#4e79a7"))
+    quiet = [p for p in points if p.verdict != effects.DIFFERENT]
+    if quiet:  # the line the effects of nothing follow, through the origin and the largest of them
+        top = max(quiet, key=lambda p: p.quantile)
+        if top.size > 0:
+            ax.plot([0, top.size * 1.5], [0, top.quantile * 1.5], color="#888888", linewidth=1, linestyle="--")
+    ax.set_xlim(left=0, right=max((p.size for p in points), default=1) * 1.35 or 1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"|log ratio| of the level against its reference ({answer.headline.label})")
+    ax.set_ylabel("half-normal quantile")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{answer.experiment.name}: the screening's effects, half-normal")
+    return _svg(fig, png)
+
+
 def factors_html(answer: model.Answer) -> str:
     """The factor table as `show` prints it: each level against its reference, with its verdict."""
     factors = answer.factor_effects
     rows = [[e.factor, format_value(e.level), format_value(e.reference),
              ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items()),
-             f"{e.ratio:.2f}x", "—" if e.ci_low is None else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]", e.said]
+             f"{e.ratio:.2f}x", "—" if e.ci_low is None else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]", e.said,
+             *([e.aliases or ""] if answer.design and answer.design.aliases else [])]
             for e in factors.effects + factors.conditional]
-    notes = factors.interaction_lines + [f"not estimable: {line}" for line in factors.not_estimable]
+    notes = (answer.design.lines if answer.design else []) + factors.interaction_lines
+    notes += [f"not estimable: {line}" for line in factors.not_estimable]
     notes += [f"noise: {answer.noise.line}"] if answer.noise.line else []
     notes.append(answer.status)
-    return (_table(["factor", "level", "against", "given", "ratio", factors.confidence, "verdict"], rows, left=4)
-            + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes))
+    headers = ["factor", "level", "against", "given", "ratio", factors.confidence, "verdict"]
+    headers += ["aliased with"] if answer.design and answer.design.aliases else []
+    return _table(headers, rows, left=4) + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes)
 
 
 def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
@@ -258,6 +286,10 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                         + _figure(forest_chart(answer, folder / "factor_effects.png"),
                                   "each level's ratio to its factor's reference level, with its interval; "
                                   "the shaded band is the margin of equivalence")
+                        + (_figure(half_normal_chart(answer, folder / "half_normal.png"),
+                                   "the screening's main effects against the half-normal quantiles of their ranks: "
+                                   "effects of nothing follow the dashed line, those that matter stand off to the right")
+                           if answer.design and answer.design.kind == "screening" and answer.design.points else "")
                         + factors_html(answer))
     if results.measured:
         sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"

@@ -66,6 +66,19 @@ class Identity(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
+class StoredDesign(BaseModel):
+    """The design the runs were last planned by (storlab.experiment.design), and where its runs begin:
+    `after_run` is the last run recorded before the design changed (a follow-up after its screening), so
+    the answer keeps a round's runs of the two apart (they did not share the machine's mood)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: str
+    resolution: int | None = None
+    factors: list[str] | None = None
+    after_run: Annotated[int, Field(ge=0)] | None = None
+
+
 class AnswerSettings(BaseModel):
     """How the answer reads the runs: each factor's reference level by its short name, the margin of
     equivalence (None: the answer's default), until settled, a rate kind's latency goal. A key a later
@@ -77,6 +90,7 @@ class AnswerSettings(BaseModel):
     equivalent_within: Annotated[float, Field(gt=0, le=0.5)] | None = None
     settling: Settling | None = None
     latency_goal: dict[str, Annotated[float, Field(gt=0)]] | None = None  # a rate kind's: percentile -> ms
+    design: StoredDesign | None = None  # None: the full factorial
 
 
 class StoredExperiment(BaseModel):
@@ -161,8 +175,9 @@ class ExperimentRecord:
                      json.dumps(race) if race else None, json.dumps(files or {}), json.dumps(answer or {})),
                 )
             else:
+                answer = _phased(answer or {}, held.answer.design, db)
                 db.execute("UPDATE experiment SET repetitions = ?, source = ?, race = ?, answer = ?",
-                           (repetitions, source, json.dumps(race) if race else None, json.dumps(answer or {})))
+                           (repetitions, source, json.dumps(race) if race else None, json.dumps(answer)))
                 if files:
                     db.execute("UPDATE experiment SET files = ?", (json.dumps(files),))
             db.executemany(
@@ -196,6 +211,21 @@ class ExperimentRecord:
                                           f"table cells (id {shown(cid)}): column factors"))
             for cid, label, factors in self.db.execute("SELECT id, label, factors FROM cells ORDER BY position")
         ]
+
+
+def _phased(answer: dict, held: StoredDesign | None, db: Connection) -> dict:
+    """`answer` with its design's `after_run`: kept while the design stays the one held, else the last run
+    recorded so far (the runs of the new design begin after it)."""
+    design = answer.get("design")
+    same = (held.kind, held.resolution, held.factors) if held is not None else ("full", None, None)
+    asked = (design["kind"], design.get("resolution"), design.get("factors")) if design else ("full", None, None)
+    if design is None:
+        return answer
+    if asked == same:
+        after = held.after_run if held is not None else None
+    else:
+        after = db.execute("SELECT MAX(id) FROM runs").fetchone()[0]
+    return {**answer, "design": {**design, **({"after_run": after} if after is not None else {})}}
 
 
 def _without_none(value: Any) -> Any:

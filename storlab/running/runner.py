@@ -16,7 +16,8 @@ from rich.text import Text
 from storlab import engines
 from storlab.answer import analysis, racing
 from storlab.errors import RunFailed, UserError
-from storlab.experiment import matrix, places
+from storlab.experiment import design, matrix, places, swept
+from storlab.experiment.swept import short_name
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, instances, os_users, placements, templates
 from storlab.lab.placements import TMPFS
@@ -90,8 +91,14 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
     todo = matrix.plan(cells, experiment.repetitions, done, seed)
     lines = [f"warning: {w}" for w in warnings]
     settings, settling = experiment.race(), experiment.settling()
+    ordered = matrix.reference_first(experiment)
+    lines += design.described(experiment.model.design, ordered, [{short_name(k): v for k, v in c.factors.items()} for c in cells],
+                              swept.cell_count(experiment.factors))
     if settings is None:
-        lines.append(f"{experiment.name}: {len(cells)} cells x {experiment.repetitions} repetitions on {experiment.engine}")
+        full = swept.cell_count(experiment.factors) * experiment.repetitions
+        against = f" ({len(cells) * experiment.repetitions} runs; the full factorial's: {full})" \
+            if experiment.model.design.kind != design.FULL else ""
+        lines.append(f"{experiment.name}: {len(cells)} cells x {experiment.repetitions} repetitions on {experiment.engine}{against}")
     else:
         lines.append(f"{experiment.name}: a race of {len(cells)} cells on {experiment.engine}, {settings.min_rounds} to "
                      f"{settings.max_rounds} rounds: after each round from {settings.min_rounds}, cells clearly worse "

@@ -33,13 +33,15 @@ def effects_table(factors: model.FactorEffects, rows: list[model.Effect], condit
     columns = [("factor", "left"), ("level", "left"), ("against", "left")]
     columns += [("given", "left")] if conditional else []
     columns += [("ratio", "right"), (factors.confidence, "right"), ("adjusted p", "right"), ("verdict", "left")]
+    aliased = any(e.aliases for e in rows)
+    columns += [("aliased with", "left")] if aliased else []
     for col, justify in columns:
         table.add_column(col, justify=justify)
     for e in rows:
         given = ", ".join(f"{k}={format_value(v)}" for k, v in (e.given or {}).items())
         interval = "—" if e.ci_low is None else f"[{e.ci_low:.2f}, {e.ci_high:.2f}]"
         table.add_row(*_plain(e.factor, format_value(e.level), format_value(e.reference), *([given] if conditional else []),
-                              f"{e.ratio:.2f}x", interval, _p(e.adjusted_p), e.said))
+                              f"{e.ratio:.2f}x", interval, _p(e.adjusted_p), e.said, *([e.aliases or ""] if aliased else [])))
     return table
 
 
@@ -50,6 +52,8 @@ def factor_answer(answer: model.Answer, console: Console) -> None:
     console.print(Text.assemble((answer.experiment.name, "bold"),
                                 f": what each factor does to {answer.headline.label}, {factors.runs} runs in "
                                 f"{factors.rounds} rounds{order} (ratio: level / reference, geometric means)"))
+    for line in answer.design.lines if answer.design else []:
+        console.print(Text(line))
     if factors.effects:
         console.print(effects_table(factors, factors.effects))
     for line in factors.interaction_lines:
