@@ -271,6 +271,6 @@ def test_the_rate_chart_labels_a_rate_both_layouts_kept_up_with_once(tmp_path):
         cells.append(_cell(f"{label}3300", 3300, [(1, _run(2100 if label == "log_on=disk" else 3250, 400,
                                                           sustained=label != "log_on=disk", target=3300))]))
         curves.append(rate_curve.Curve(label, _points(cells), None))
-    drawn = rate_chart.chart(rate_curve.RateAnswer(curves, None), "t", tmp_path / "rate_curve.png")
+    drawn = rate_chart.chart(rate_curve.typed(rate_curve.RateAnswer(curves, None)), "t", tmp_path / "rate_curve.png")
     assert drawn.count("<!-- 1150 -->") == 1 and drawn.count("<!-- 1650 -->") == 1
     assert drawn.count("<!-- 3300 -->") == 1 and drawn.count("<!-- 3300 not sustained -->") == 1

@@ -5,6 +5,8 @@ closed loop, and the client is stopped on every way out."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import signal
@@ -106,9 +108,12 @@ def test_the_tps_and_p99_recorded_are_the_ones_pgbench_printed_and_logged(lab_di
 
 
 def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_experiment, tmp_path):
+    """...and the curve shown is the answer's: the terminal, `show --json` and the report give the same
+    figures, the highest rate inside the latency goal a number in the JSON."""
     # 40,000 transactions on a Poisson schedule vary by 0.5 %: 2 % is four times that.
     out = run(write_experiment, tmp_path, "rated", "postgres",
-              'kind = "pgbench"\nscript = "select-only"\nclients = 2\nwarmup_s = 1\nduration_s = 10\nrate = [4000, "max"]')
+              'kind = "pgbench"\nscript = "select-only"\nclients = 2\nwarmup_s = 1\nduration_s = 10\n'
+              'rate = [1000, 4000, "max"]\nlatency_goal = { p99_ms = 1000 }')
     found = figures(out)
     rated, closed = found["rate=4000"], found["rate=max"]
     assert rated["transactions_per_s"] == pytest.approx(4000, rel=0.02)
@@ -118,10 +123,23 @@ def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_exp
     shown = storlab("show", str(out))
     assert shown.returncode == 0
     assert "rate curve: throughput achieved and latency (p50, p99) at each rate" in shown.stdout
-    assert re.search(r"\(one layout\): 4000: [\d,]+ txn/s \(p50 [\d.]+, p99 [\d.]+ ms\); max: [\d,]+ txn/s", shown.stdout)
+    assert re.search(r"\(one layout\): 1000: [\d,]+ txn/s \(p50 [\d.]+, p99 [\d.]+ ms\); 4000: [\d,]+ txn/s "
+                     r"\(p50 [\d.]+, p99 [\d.]+ ms\); max: [\d,]+ txn/s", shown.stdout)
     assert "client CPU: the load generator used up to" in shown.stdout
+    curves = json.loads(storlab("show", str(out), "--json").stdout)["rate_curves"]
+    (layout,) = curves["layouts"]
+    assert [p["level"] for p in layout["points"]] == [1000, 4000] and layout["closed"]["level"] == "max"
+    assert [p["achieved"] for p in layout["points"]] == [found["rate=1000"]["transactions_per_s"], rated["transactions_per_s"]]
+    assert layout["points"][1]["latency_ms"]["p99"] == rated["latency_p99_ms"]
+    goal = layout["goal"]
+    # Both rates inside the goal in the one round: its highest is a floor, the 4000's throughput.
+    assert (goal["highest_level"], goal["floor"]) == (4000, True)
+    assert goal["reached"] == pytest.approx(rated["transactions_per_s"], rel=1e-12)  # a geometric mean of one round
+    said = f"(one layout): 4000 txn/s in every round; where the goal is reached: at least {goal['reached']:,.0f} txn/s (1 round)"
+    assert said in shown.stdout
     assert storlab("report", str(out)).returncode == 0
-    assert "<h2>Latency against throughput</h2>" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert "<h2>Latency against throughput</h2>" in page and html.escape(said) in page
     assert (out / "rate_curve.png").stat().st_size > 0
 
 

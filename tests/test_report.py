@@ -108,6 +108,21 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
     assert "<pre>" not in page
 
 
+def test_the_headline_chart_draws_the_models_intervals_which_stay_above_zero(recorded):
+    """Two runs far apart (0.05 s and 3 s): the mean's t interval reaches far below zero, a time cannot;
+    the chart draws the geometric mean and its interval on the logs, as the factor table reads runs."""
+    with sqlite3.connect(recorded / "storlab.sqlite") as db:
+        for run_id, seconds in ((1, 0.05), (5, 3.0)):
+            db.execute("UPDATE figures SET value = ? WHERE run_id = ? AND name = 'elapsed_s'", (seconds, run_id))
+    answer = json.loads(invoke("show", recorded, "--json").output)
+    (row,) = [r for r in answer["ranking"] if r["cell"] == "84c14c9a"]
+    assert row["mean"] - row["ci_half_width"] < 0
+    assert row["geometric_mean"] == pytest.approx(np.sqrt(0.05 * 3.0))
+    assert 0 < row["geometric_low"] < row["geometric_mean"] < row["geometric_high"]
+    assert invoke("report", recorded).exit_code == 0
+    assert "<!-- elapsed s (geometric mean, 95 % CI) -->" in (recorded / "report.html").read_text()
+
+
 def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(traced):
     with Store.open(traced, create=False) as store:
         found = {c.label: c for c in io_report.sizes_by_cell(store, analysis.load(store))}

@@ -10,7 +10,7 @@ from storlab import engines
 from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
-from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
+from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired, spread
 from storlab.experiment import design
 from storlab.experiment.swept import canonical, short_name
 from storlab.experiment.matrix import format_value
@@ -211,10 +211,15 @@ def _ranked(results: Results) -> tuple[list[model.Ranked], str | None]:
     for place, ranked in enumerate(ranking, 1):
         c, v = ranked.result, ranked.versus_best
         several = c.headline.n > 1
+        values = c.values()
+        geometric = spread(values) if all(v > 0 for v in values) else None
         rows.append(model.Ranked(
             place=place, cell=c.cell.id, label=c.cell.label,
             factors={short_name(k): value for k, value in c.cell.factors.items()}, runs=len(c.runs),
             mean=_number(c.headline.mean), ci_half_width=_number(c.headline.half_width) if several else None,
+            geometric_mean=None if geometric is None else geometric.mean,
+            geometric_low=None if geometric is None else _number(geometric.low),
+            geometric_high=None if geometric is None else _number(geometric.high),
             cv=_number(c.headline.cv) if several else None,
             noisy=several and math.isfinite(c.headline.cv) and c.headline.cv > NOISY_CV,
             figures={f.name: _number(c.figures[f.name].mean) if f.name in c.figures else None for f in shown},
@@ -401,6 +406,7 @@ def compose(results: Results) -> model.Answer:
     notes = [line for line in (results.conditions, results.note) if line] + client_cpu.lines(results)
     notes += [facts_line(facts, host) for host, facts in results.machines]
     curve = rate_curve.answer(results)
+    curves = rate_curve.typed(curve) if curve else None
     notes += [line for line in (traces_line(results), probe_costs_line(results)) if line]
     return model.Answer(
         experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
@@ -421,7 +427,7 @@ def compose(results: Results) -> model.Answer:
         ranking=ranking, ranking_correction=correction, best=_best_lines(results),
         not_run=[c.cell.id for c in results.cells if c.headline is None],
         labels={c.cell.id: c.cell.label for c in results.cells},
-        race=race_lines(results), rate=rate_curve.lines(curve) if curve else [],
+        race=race_lines(results), rate=rate_curve.lines(curves) if curves else [], rate_curves=curves,
         failures=[model.Failure(cell=cell, repetition=rep, message=message) for cell, rep, message in results.failures],
         warnings=list(results.facts_notes), notes=notes,
         cells=[cell_waits(c) for c in results.measured],

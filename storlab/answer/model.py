@@ -143,6 +143,9 @@ class Ranked(_Typed):
     runs: int
     mean: float | None
     ci_half_width: float | None
+    geometric_mean: float | None  # of the headline over the runs, as the factor table and the verdicts read them
+    geometric_low: float | None  # its 95 % t interval on the logs (above 0); None from one run or a figure <= 0
+    geometric_high: float | None
     cv: float | None
     noisy: bool  # its runs vary by more than stats.NOISY_CV
     figures: dict[str, float | None]  # the workload's other figures shown per cell (Answer.figures), means
@@ -271,6 +274,57 @@ class Limits(_Typed):
     lines: list[str]  # all of it in words
 
 
+class RatePoint(_Typed):
+    """One rate of a layout: what its runs achieved (means over the runs)."""
+
+    level: Any  # the declared rate, or "max" (closed loop)
+    cell: str
+    target: float | None  # transactions a second asked for; None for "max"
+    achieved: float  # transactions a second
+    latency_ms: dict[str, float]  # "p50", "p95", "p99" -> the runs' percentile, their mean
+    sustained: float | None  # the share of its runs that kept up with the schedule; None for "max"
+
+
+class RateGoal(_Typed):
+    """The highest rate a layout sustains inside the latency goal."""
+
+    highest_level: Any | None  # the highest declared rate inside the goal in every round
+    reached: float | None  # where the goal is reached: throughput, geometric mean over the rounds
+    reached_low: float | None  # its 95 % interval (on the logs); None from one round
+    reached_high: float | None
+    rounds_counted: int
+    floor: bool  # in some round every rate stayed inside: `reached` is a floor
+    per_round: dict[int, float]  # round -> its throughput inside the goal
+    below: int  # rounds in which not even the lowest rate stayed inside
+
+
+class RateLayout(_Typed):
+    label: str  # the other factors' values
+    points: list[RatePoint]  # the open-loop rates, rising
+    closed: RatePoint | None  # "max"
+    knee: Any | None  # the level where the curve bends (Kneedle); None: no bend
+    goal: RateGoal | None  # None without a latency goal
+
+
+class RateMost(_Typed):
+    """Which layout sustains the most inside the goal, against the next, paired by round."""
+
+    best: str
+    other: str
+    ratio: float
+    low: float | None  # its 95 % interval; None from one round
+    high: float | None
+
+
+class RateCurves(_Typed):
+    """A rate sweep's answer (storlab.answer.rate_curve): each layout's curve, its knee, its highest rate
+    inside the latency goal, and the layout that sustains the most."""
+
+    layouts: list[RateLayout]
+    goal_ms: dict[str, float] | None  # "p99_ms" -> its limit
+    most: RateMost | None
+
+
 class Failure(_Typed):
     cell: str
     repetition: int
@@ -296,6 +350,7 @@ class Answer(_Typed):
     labels: dict[str, str]  # every cell's label by its id
     race: list[str]
     rate: list[str]  # a rate sweep's curve per layout, its knee, the highest rate inside a latency goal
+    rate_curves: RateCurves | None  # the same as numbers; None: the rate is not a factor
     failures: list[Failure]
     warnings: list[str]  # runs set aside (other machine facts)
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from storlab.answer import model
 from storlab.answer.analysis import CellResult, Results
-from storlab.answer.stats import Summary
+from storlab.answer.stats import Spread, Summary, spread
 from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.rounds import ALPHA
@@ -51,27 +52,6 @@ class Point:
     @property
     def target(self) -> float | None:
         return rates.target(self.level)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Throughputs over the rounds: their geometric mean and its 95 % interval (nan with one round)."""
-
-    n: int
-    mean: float
-    low: float
-    high: float
-
-
-def spread(values: list[float]) -> Spread | None:
-    logs = np.log([v for v in values if v > 0])
-    if not len(logs):
-        return None
-    mean = float(logs.mean())
-    if len(logs) < 2:
-        return Spread(1, math.exp(mean), math.nan, math.nan)
-    half = float(sps.t.ppf(1 - ALPHA / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
-    return Spread(len(logs), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
 
 @dataclass
@@ -210,6 +190,36 @@ def answer(results: Results) -> RateAnswer | None:
     return found
 
 
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _typed_point(p: Point) -> model.RatePoint:
+    return model.RatePoint(level=p.level, cell=p.cell.cell.id, target=p.target, achieved=p.achieved.mean,
+                           latency_ms={name.split("_")[1]: s.mean for name, s in p.latency.items()}, sustained=p.sustained)
+
+
+def _typed_goal(g: Goal) -> model.RateGoal:
+    c = g.crossing
+    return model.RateGoal(highest_level=g.highest_level, reached=c.mean if c else None,
+                          reached_low=_number(c.low) if c else None, reached_high=_number(c.high) if c else None,
+                          rounds_counted=c.n if c else 0, floor=g.floor, per_round=dict(g.rounds), below=g.below)
+
+
+def typed(found: RateAnswer) -> model.RateCurves:
+    """The curves as the answer holds them: every figure the terminal, the JSON and the report show."""
+    most = None
+    if found.most:
+        best, other, ratio, low, high = found.most
+        most = model.RateMost(best=best.label, other=other.label, ratio=ratio, low=_number(low), high=_number(high))
+    return model.RateCurves(
+        layouts=[model.RateLayout(label=c.label, points=[_typed_point(p) for p in c.points],
+                                  closed=_typed_point(c.closed) if c.closed else None,
+                                  knee=c.knee.level if c.knee else None, goal=_typed_goal(c.goal) if c.goal else None)
+                 for c in found.curves],
+        goal_ms=found.goal, most=most)
+
+
 def goal_text(goal: dict[str, float]) -> str:
     return " and ".join(f"{key.removesuffix('_ms')} <= {limit:g} ms" for key, limit in goal.items())
 
@@ -218,46 +228,45 @@ def _txn(value: float) -> str:
     return f"{value:,.0f} txn/s"
 
 
-def _point(p: Point) -> str:
-    said = f"{format_value(p.level)}: {_txn(p.achieved.mean)}"
-    latency = ", ".join(f"{name.split('_')[1]} {p.latency[name].mean:.1f}" for name in (rates.P50.name, rates.P99.name)
-                        if name in p.latency)
+def _point(p: model.RatePoint) -> str:
+    said = f"{format_value(p.level)}: {_txn(p.achieved)}"
+    latency = ", ".join(f"{name} {p.latency_ms[name]:.1f}" for name in ("p50", "p99") if name in p.latency_ms)
     said += f" ({latency} ms)" if latency else ""
     if p.sustained is not None and p.sustained < 1:
         said += " not sustained" if p.sustained == 0 else f" sustained in {100 * p.sustained:.0f} % of runs"
     return said
 
 
-def lines(found: RateAnswer) -> list[str]:
-    """The curve and the goal's answer, for `storlab show`."""
+def lines(found: model.RateCurves) -> list[str]:
+    """The curve and the goal's answer in words, for `storlab show` and under the report's chart."""
     out = ["rate curve: throughput achieved and latency (p50, p99) at each rate, per layout; "
            "latency from each transaction's scheduled start, \"max\" closed loop"]
-    for c in found.curves:
+    for c in found.layouts:
         parts = [_point(p) for p in c.points] + ([_point(c.closed)] if c.closed else [])
-        knee_said = f"; knee at {format_value(c.knee.level)}" if c.knee else ""
+        knee_said = f"; knee at {format_value(c.knee)}" if c.knee is not None else ""
         out.append(f"  {c.label}: " + "; ".join(parts) + knee_said)
-    if found.goal:
-        out.append(f"latency goal {goal_text(found.goal)}: the highest rate each layout sustains inside it")
-        for c in sorted(found.curves, key=lambda c: -(c.goal.crossing.mean if c.goal and c.goal.crossing else -1)):
+    if found.goal_ms:
+        out.append(f"latency goal {goal_text(found.goal_ms)}: the highest rate each layout sustains inside it")
+        for c in sorted(found.layouts, key=lambda c: -(c.goal.reached if c.goal and c.goal.reached is not None else -1)):
             g = c.goal
-            if g is None or g.crossing is None:
+            if g is None or g.reached is None:
                 out.append(f"  {c.label}: none of its rates (not even {format_value(c.points[0].level) if c.points else '—'})")
                 continue
             level = (f"{format_value(g.highest_level)} txn/s in every round" if g.highest_level is not None
                      else "no declared rate in every round")
-            interval = (f" [{g.crossing.low:,.0f}, {g.crossing.high:,.0f}] (geometric mean, 95 % CI, {g.crossing.n} rounds)"
-                        if g.crossing.n > 1 else " (1 round)")
+            interval = (f" [{g.reached_low:,.0f}, {g.reached_high:,.0f}] (geometric mean, 95 % CI, {g.rounds_counted} rounds)"
+                        if g.reached_low is not None else " (1 round)")
             floor = "at least " if g.floor else ""
-            said = f"  {c.label}: {level}; where the goal is reached: {floor}{_txn(g.crossing.mean)}{interval}"
+            said = f"  {c.label}: {level}; where the goal is reached: {floor}{_txn(g.reached)}{interval}"
             if g.below:
                 said += f"; in {g.below} round(s) not even the lowest rate stayed inside"
             out.append(said)
         if found.most:
-            best, other, ratio, low, high = found.most
-            if math.isfinite(low):
-                verdict = "more, significantly" if low > 1 else "not significantly more"
-                out.append(f"  most: {best.label}, {ratio:.2f}x {other.label} [{low:.2f}, {high:.2f}] "
+            m = found.most
+            if m.low is not None:
+                verdict = "more, significantly" if m.low > 1 else "not significantly more"
+                out.append(f"  most: {m.best}, {m.ratio:.2f}x {m.other} [{m.low:.2f}, {m.high:.2f}] "
                            f"(paired by round): {verdict}")
             else:
-                out.append(f"  most: {best.label}, {ratio:.2f}x {other.label} (one round: no interval)")
+                out.append(f"  most: {m.best}, {m.ratio:.2f}x {m.other} (one round: no interval)")
     return out

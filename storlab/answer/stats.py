@@ -78,6 +78,28 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(n, mean, float(np.median(unit)) * scale, stdev, mean - half, mean + half, outliers)
 
 
+@dataclass(frozen=True)
+class Spread:
+    """Positive figures (the runs' times, a throughput over the rounds): their geometric mean and its 95 %
+    t interval on the logs, which stays above 0 (nan with one value)."""
+
+    n: int
+    mean: float
+    low: float
+    high: float
+
+
+def spread(values: list[float]) -> Spread | None:
+    logs = np.log([v for v in values if v > 0])
+    if not len(logs):
+        return None
+    mean = float(logs.mean())
+    if len(logs) < 2:
+        return Spread(1, math.exp(mean), math.nan, math.nan)
+    half = float(sps.t.ppf(1 - ALPHA / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
+    return Spread(len(logs), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
 def describe_outliers(values: Sequence[float], repetitions: Sequence[int] | None = None, unit: str = "s") -> str | None:
     """Name the runs `summarize` calls outliers, so they are shown and never dropped silently: a slow run is
     often the one that tells about the storage (a checkpoint, a device flush), not a mistake.

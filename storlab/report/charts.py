@@ -24,27 +24,35 @@ OTHER_COLOUR = "#bab0ac"
 OTHER = "other waits"
 
 
-def fit_tick_labels(fig) -> None:
-    """Turns upright the x tick labels of any axes where one would run into the next (many ticks,
-    long values), so that no two labels overlap whatever the chart holds."""
-    fig.draw_without_rendering()
-    renderer = fig.canvas.get_renderer()
+def _labels_overlap(fig, renderer) -> bool:
+    """Turns upright the x tick labels of any axes where one would run into the next (many ticks, long
+    values), so that no two labels overlap whatever the chart holds; True if it turned any."""
+    turned = False
     for ax in fig.axes:
         boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()),
                        key=lambda box: box.x0)
         if any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:])):
             ax.tick_params(axis="x", labelrotation=90)
+            turned = True
+    return turned
 
 
 def svg(fig, png_path: Path) -> str:
     """Writes the figure's PNG (through outputs, so a file storlab did not write is never replaced)
-    and returns its SVG for the page."""
-    fit_tick_labels(fig)
+    and returns its SVG for the page. The figure is laid out once (again only if its labels had to
+    turn), its tight box measured from that layout, and each file drawn once inside that box: savefig's
+    own "tight" would lay it out and draw it a second time for each file."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    if _labels_overlap(fig, renderer):
+        fig.draw_without_rendering()
+    box = fig.get_tightbbox(renderer).padded(matplotlib.rcParams["savefig.pad_inches"])
+    fig.set_layout_engine("none")  # laid out: the files keep this layout
     png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(png, format="png", dpi=110, bbox_inches=box, metadata={"Software": None})
     outputs.write(png_path.parent, png_path.name, png.getvalue())
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    fig.savefig(buffer, format="svg", bbox_inches=box, metadata={"Date": None})
     plt.close(fig)
     text = buffer.getvalue()
     return text[text.index("<svg"):]

@@ -12,7 +12,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
 from storlab.answer import analysis, effects, model
-from storlab.answer.analysis import CellResult, Results
+from storlab.answer.analysis import Results
 from storlab.answer.compose import compose
 from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
@@ -42,40 +42,44 @@ FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.p
          "dop.png", rate_chart.FILE]
 
 
-def headline_chart(results: Results, png: Path) -> str:
-    """The headline figure (elapsed time) against the swept factor, one line per value of the other
-    factors, 95 % CI bars: the seeds' graph."""
-    x_name = wait_report.swept_factor(results)
+def _interval(rows: list[model.Ranked]) -> list[list[float]] | None:
+    """Error bars of geometric means: below and above each, from its interval on the logs (none for a
+    cell of one run), so a bar never reaches below zero."""
+    if not any(r.geometric_low is not None for r in rows):
+        return None
+    return [[0 if r.geometric_low is None else r.geometric_mean - r.geometric_low for r in rows],
+            [0 if r.geometric_high is None else r.geometric_high - r.geometric_mean for r in rows]]
+
+
+def headline_chart(answer: model.Answer, x_name: str | None, png: Path) -> str:
+    """The headline figure (geometric mean of the runs, its 95 % interval on the logs, as the factor table
+    reads them) against the swept factor `x_name` (short name), one line per value of the other factors:
+    the seeds' graph. Cells of a figure at 0 or below have no geometric mean and are left out."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    measured = results.measured
-    axis_label = f"{results.headline.label} (mean, 95 % CI)"
+    measured = [r for r in answer.ranking if r.geometric_mean is not None]
+    axis_label = f"{answer.headline.label} (geometric mean, 95 % CI)"
     if x_name is None:
-        labels = [c.cell.label for c in measured]
-        means = [c.headline.mean for c in measured]
-        errs = [0 if c.headline.n < 2 else c.headline.half_width for c in measured]
-        ax.barh(labels, means, xerr=errs, color="#4a7ab5")
+        ax.barh([r.label for r in measured], [r.geometric_mean for r in measured], xerr=_interval(measured), color="#4a7ab5")
         ax.set_xlabel(axis_label)
     else:
-        lines: dict[str, list[CellResult]] = defaultdict(list)
-        for c in measured:
-            rest = {k: v for k, v in c.cell.factors.items() if k != x_name}
-            lines[", ".join(f"{short_name(k)}={format_value(v)}" for k, v in rest.items()) or "all"].append(c)
-        for label, cells in lines.items():
-            cells.sort(key=lambda c: c.cell.factors[x_name])
-            xs = [c.cell.factors[x_name] for c in cells]
-            ys = [c.headline.mean for c in cells]
-            errs = [0 if c.headline.n < 2 else c.headline.half_width for c in cells]
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, label=label)
-        values = sorted({c.cell.factors[x_name] for c in measured})
-        if x_name == "layout.data_files" and values and values[-1] / max(values[0], 1) >= 8:
+        lines: dict[str, list[model.Ranked]] = defaultdict(list)
+        for r in measured:
+            rest = {k: v for k, v in r.factors.items() if k != x_name}
+            lines[", ".join(f"{k}={format_value(v)}" for k, v in rest.items()) or "all"].append(r)
+        for label, rows in lines.items():
+            rows.sort(key=lambda r: r.factors[x_name])
+            ax.errorbar([r.factors[x_name] for r in rows], [r.geometric_mean for r in rows], yerr=_interval(rows),
+                        marker="o", capsize=4, label=label)
+        values = sorted({r.factors[x_name] for r in measured})
+        if x_name == "data_files" and values and values[-1] / max(values[0], 1) >= 8:
             ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
-        ax.set_xlabel(short_name(x_name))
+        ax.set_xlabel(x_name)
         ax.set_ylabel(axis_label)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{results.name or ''}: {results.headline.label}")
+    ax.set_title(f"{answer.experiment.name}: {answer.headline.label}")
     return _svg(fig, png)
 
 
@@ -292,9 +296,11 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                            if answer.design and answer.design.kind == "screening" and answer.design.points else "")
                         + factors_html(answer))
     if results.measured:
-        sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
-                        + _figure(headline_chart(results, folder / "elapsed.png")))
-        rate = rate_chart.section(results, folder)
+        swept = wait_report.swept_factor(results)
+        if any(r.geometric_mean is not None for r in answer.ranking):  # no chart of figures at 0 or below
+            sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
+                            + _figure(headline_chart(answer, swept and short_name(swept), folder / "elapsed.png")))
+        rate = rate_chart.section(answer, folder)
         if rate:
             sections.append(rate)
         sections.append("<h2>Ranking</h2>" + _ranking_html(answer)

@@ -2,7 +2,7 @@
 achieved, one colour per layout (p99 solid, p50 dashed), each point a rate; a rate not sustained an x
 where it ended up, off the curve; the knee ringed; the closed loop ("max") a hollow square beside it; a latency goal drawn as a line, with the throughput
 where each layout reaches it and that figure's interval over the rounds. The same lines as `show`
-below it."""
+below it; everything drawn is a field of the answer (model.RateCurves)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from pathlib import Path
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from storlab.answer import rate_curve
-from storlab.answer.analysis import Results
+from storlab.answer import model
 from storlab.experiment.matrix import format_value
 from storlab.report.charts import PALETTE, plt, svg
-from storlab.workloads import rates
 
 FILE = "rate_curve.png"
 CAPTION = ("each point a rate (labelled on p99, once where several layouts kept up with it): the throughput achieved against its latency percentiles (open loop: "
@@ -27,49 +25,50 @@ def _plain(value: float, _=None) -> str:
     return f"{value:g}"
 
 
-def chart(found: rate_curve.RateAnswer, title: str, png: Path) -> str:
+def chart(found: model.RateCurves, title: str, png: Path) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.8))
     # A rate kept up with is achieved at the rate itself, so its points of every layout stand one above
     # another: labelled once, on the first; a rate not sustained is where each layout ended up.
     labelled: set = set()
-    for i, curve in enumerate(found.curves):
+    for i, curve in enumerate(found.layouts):
         colour = PALETTE[i % len(PALETTE)]
         kept = [p for p in curve.points if p.sustained is None or p.sustained >= 0.5]
         behind = [p for p in curve.points if p not in kept]
-        for figure, style in ((rates.P99.name, "-"), (rates.P50.name, "--")):
-            drawn = [p for p in kept if figure in p.latency]
+        for figure, style in (("p99", "-"), ("p50", "--")):
+            drawn = [p for p in kept if figure in p.latency_ms]
             if drawn:
-                ax.plot([p.achieved.mean for p in drawn], [p.latency[figure].mean for p in drawn], style, marker="o",
-                        color=colour, label=f"{curve.label} {figure.split('_')[1]}", linewidth=1.4, markersize=4)
+                ax.plot([p.achieved for p in drawn], [p.latency_ms[figure] for p in drawn], style, marker="o",
+                        color=colour, label=f"{curve.label} {figure}", linewidth=1.4, markersize=4)
             # A rate the layout fell behind is no point of its curve: marked apart, where it ended up.
-            late = [p for p in behind if figure in p.latency]
+            late = [p for p in behind if figure in p.latency_ms]
             if late:
-                ax.plot([p.achieved.mean for p in late], [p.latency[figure].mean for p in late], "x", color=colour,
+                ax.plot([p.achieved for p in late], [p.latency_ms[figure] for p in late], "x", color=colour,
                         markersize=6)
-            if curve.closed is not None and figure in curve.closed.latency:
-                ax.plot([curve.closed.achieved.mean], [curve.closed.latency[figure].mean], "s", markerfacecolor="none",
+            if curve.closed is not None and figure in curve.closed.latency_ms:
+                ax.plot([curve.closed.achieved], [curve.closed.latency_ms[figure]], "s", markerfacecolor="none",
                         color=colour, markersize=7)
         for p in curve.points:
-            if rates.P99.name not in p.latency or (p in kept and p.level in labelled):
+            if "p99" not in p.latency_ms or (p in kept and p.level in labelled):
                 continue
             if p in kept:
                 labelled.add(p.level)
             said = format_value(p.level) + ("" if p in kept else " not sustained")
-            ax.annotate(said, (p.achieved.mean, p.latency[rates.P99.name].mean), textcoords="offset points",
+            ax.annotate(said, (p.achieved, p.latency_ms["p99"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=8, color=colour)
-        if curve.knee is not None and rates.P99.name in curve.knee.latency:
-            x, y = curve.knee.achieved.mean, curve.knee.latency[rates.P99.name].mean
+        knee = next((p for p in curve.points if curve.knee is not None and p.level == curve.knee), None)
+        if knee is not None and "p99" in knee.latency_ms:
+            x, y = knee.achieved, knee.latency_ms["p99"]
             ax.plot([x], [y], "o", markersize=13, markerfacecolor="none", color=colour)
-            ax.annotate(f"knee ({format_value(curve.knee.level)})", (x, y), textcoords="offset points", xytext=(8, -12),
+            ax.annotate(f"knee ({format_value(knee.level)})", (x, y), textcoords="offset points", xytext=(8, -12),
                         fontsize=8, color=colour)
         goal = curve.goal
-        if goal is not None and goal.crossing is not None and found.goal:
-            limit = min(found.goal.values())
-            low, high = goal.crossing.low, goal.crossing.high
-            err = [[goal.crossing.mean - low], [high - goal.crossing.mean]] if goal.crossing.n > 1 else None
-            ax.errorbar([goal.crossing.mean], [limit], xerr=err, fmt="D", color=colour, capsize=4, markersize=5)
-    if found.goal:
-        for key, limit in found.goal.items():
+        if goal is not None and goal.reached is not None and found.goal_ms:
+            limit = min(found.goal_ms.values())
+            err = ([[goal.reached - goal.reached_low], [goal.reached_high - goal.reached]]
+                   if goal.reached_low is not None else None)
+            ax.errorbar([goal.reached], [limit], xerr=err, fmt="D", color=colour, capsize=4, markersize=5)
+    if found.goal_ms:
+        for key, limit in found.goal_ms.items():
             ax.axhline(limit, color="#c0392b", linewidth=1, linestyle=":",
                        label=f"goal {key.removesuffix('_ms')} <= {limit:g} ms (diamond: where each layout reaches it)")
     ax.set_yscale("log")
@@ -86,12 +85,12 @@ def chart(found: rate_curve.RateAnswer, title: str, png: Path) -> str:
     return svg(fig, png)
 
 
-def section(results: Results, folder: Path) -> str | None:
-    """The chart and its lines, when the rate is a factor; None otherwise."""
-    found = rate_curve.answer(results)
-    if found is None or not any(c.points for c in found.curves):
+def section(answer: model.Answer, folder: Path) -> str | None:
+    """The chart and the answer's lines, when the rate is a factor; None otherwise."""
+    found = answer.rate_curves
+    if found is None or not any(c.points for c in found.layouts):
         return None
-    image = chart(found, results.name or "", folder / FILE)
-    notes = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in rate_curve.lines(found))
+    image = chart(found, answer.experiment.name, folder / FILE)
+    notes = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in answer.rate)
     return (f"<h2>Latency against throughput</h2><figure>{image}<figcaption>{html.escape(CAPTION)}</figcaption>"
             f"</figure>{notes}")
