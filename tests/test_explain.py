@@ -10,6 +10,7 @@ from storlab.answer import explain
 from storlab.answer.explain import Profile
 from storlab.probes.waits import Wait
 from storlab.results.experiment_record import StoredExperiment
+from storlab.workloads import KINDS
 
 
 def _cell(factors: dict, elapsed: float, rows: float, waits: dict[str, float], runs: int = 2):
@@ -20,8 +21,8 @@ def _cell(factors: dict, elapsed: float, rows: float, waits: dict[str, float], r
 
 def test_profile_is_per_unit_of_work_and_elapsed_is_made_session_seconds():
     cell = _cell({}, elapsed=2.0, rows=4000, waits={"IO:WALSync": 4.0, "CPU": 2.0})
-    unit = explain.unit_of([cell])
-    assert unit[1] == "1,000 rows"
+    unit = KINDS["random-insert"].unit_of_work
+    assert unit.name == "1,000 rows"
     p = explain.profile(cell, unit, 4)
     assert p.elapsed == 0.5 and p.session_s == 2.0 and p.sessions == 4  # 2 s wall / 4 units, × 4 sessions
     assert p.waits == {"IO:WALSync": 1.0, "CPU": 0.5}

@@ -13,8 +13,9 @@ from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import KINDS, kind
-from storlab.workloads.custom import GRAMMARS, split
+from storlab.workloads.custom import GRAMMARS, CustomParams, split
 from storlab.workloads.driver import Transactions, buckets, measure, timeline
+from storlab.workloads.kind import ELAPSED, Figure, UnitOfWork, Workload, registry
 from tests.commands import invoke
 from tests.conftest import prepared, run_load, storlab_processes
 
@@ -75,6 +76,32 @@ def test_every_kind_is_registered_with_its_headline_first():
         assert work.figures[0].better is not None
         if name not in ("pgbench", "sysbench"):  # the load generators rank by txn/s, or p99 under a rate
             assert work.figures[0].name == "elapsed_s" and work.figures[0].better == "lower"
+
+
+
+FORGOTTEN = object()
+
+
+def _toy(**declared) -> type[Workload]:
+    """A kind that declares what the contract asks, but for what `declared` takes out (FORGOTTEN) or changes."""
+    body = {"name": "toy", "Params": CustomParams, "figures": (ELAPSED, Figure("transactions", "txn", "transactions")),
+            "engines": {}, "unit_of_work": UnitOfWork("transactions", "transaction", 1), "throughput": None,
+            "answer_keys": frozenset()}
+    body.update(declared)
+    return type("Toy", (Workload,), {k: v for k, v in body.items() if v is not FORGOTTEN})
+
+
+@pytest.mark.parametrize(("declared", "refused"), [
+    ({"unit_of_work": FORGOTTEN}, " declares no unit_of_work (what its waits are counted per, to explain a difference)"),
+    ({"throughput": None, "answer_keys": FORGOTTEN}, " declares no answer_keys (its keys that only say how the answer reads runs)"),
+    ({"unit_of_work": UnitOfWork("rows", "1,000 rows", 1000)}, ": its unit of work counts 'rows', none of its figures"),
+    ({"answer_keys": frozenset({"latency_goals"})}, ": its answer key 'latency_goals' is none of its Params' keys"),
+])
+def test_a_kind_that_forgets_part_of_its_contract_is_refused_in_one_line_when_storlab_loads(declared, refused):
+    assert registry(_toy()).keys() == {"toy"}
+    with pytest.raises(TypeError) as raised:
+        registry(_toy(**declared))
+    assert str(raised.value) == f"workload kind Toy ({__name__}){refused}"
 
 
 # -- the experiment file, per kind ------------------------------------------------------------------

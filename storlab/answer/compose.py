@@ -17,6 +17,7 @@ from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
 from storlab.lab import caps
 from storlab.probes import costs, limits, traced_waits, waiting_tasks
+from storlab.workloads import KINDS
 
 # The differences the noise line says the rounds of (a fraction of the mean).
 TOLD = (0.10, 0.05)
@@ -406,12 +407,15 @@ def compose(results: Results) -> model.Answer:
     notes = [line for line in (results.conditions, results.note) if line] + client_cpu.lines(results)
     notes += [facts_line(facts, host) for host, facts in results.machines]
     curve = rate_curve.answer(results)
+    kind = KINDS.get(exp.kind or "") if exp else None
     curves = rate_curve.typed(curve) if curve else None
     notes += [line for line in (traces_line(results), probe_costs_line(results)) if line]
     return model.Answer(
         experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
                                     factors={short_name(k): v for k, v in results.factors.items()},
-                                    order_seed=exp.order_seed if exp else None),
+                                    order_seed=exp.order_seed if exp else None,
+                                    kind=None if kind is None else kind.name,
+                                    throughput=None if kind is None or kind.throughput is None else kind.throughput.name),
         headline=_headline(results),
         figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in shown_figures(results)],
         rounds=results.rounds, settled=results.settled,

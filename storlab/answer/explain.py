@@ -10,21 +10,15 @@ shares add up to 100 %."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.results.experiment_record import StoredExperiment
 from storlab.workloads import KINDS
+from storlab.workloads.kind import UnitOfWork
 
 TOP_PERCENT = 95.0
-# The unit of work, the first every run reports: (figure, unit's name, how many units a run's figure makes).
-UNITS: list[tuple[str, str, Callable[[float], float]]] = [
-    ("rows", "1,000 rows", lambda rows: rows / 1000),
-    ("transactions", "transaction", lambda txn: txn),
-    ("table_mb", "GB scanned", lambda mb: mb / 1024),
-]
 REST, OUTSIDE = "the rest", "not in the waits"
 
 
@@ -63,12 +57,10 @@ class Explanation:
         return self.candidate.session_s - self.baseline.session_s
 
 
-def unit_of(cells: Sequence) -> tuple[str, str, Callable[[float], float]] | None:
-    """The first unit of work every run of these cells reports, non-zero."""
-    for unit in UNITS:
-        if all(r.figures.get(unit[0]) for c in cells for r in c.runs):
-            return unit
-    return None
+def unit_of(experiment: StoredExperiment | None) -> UnitOfWork | None:
+    """The unit its kind counts its work in; None for a folder of a kind this storlab does not know."""
+    kind = KINDS.get(experiment.kind or "") if experiment is not None else None
+    return None if kind is None else kind.unit_of_work
 
 
 def sessions(experiment: StoredExperiment | None, factors: dict) -> int:
@@ -83,12 +75,12 @@ def sessions(experiment: StoredExperiment | None, factors: dict) -> int:
         return 1
 
 
-def profile(cell, unit, n_sessions: int) -> Profile | None:
-    """A cell's mean per run, divided by its mean work per run."""
-    runs = [r for r in cell.runs if "elapsed_s" in r.figures and r.figures.get(unit[0])]
+def profile(cell, unit: UnitOfWork, n_sessions: int) -> Profile | None:
+    """A cell's mean per run, divided by its mean work per run; None unless every run counted its work."""
+    runs = [r for r in cell.runs if "elapsed_s" in r.figures and r.figures.get(unit.figure)]
     if not runs or len(runs) != len(cell.runs):
         return None
-    work = sum(unit[2](r.figures[unit[0]]) for r in runs) / len(runs)
+    work = sum(unit.units(r.figures[unit.figure]) for r in runs) / len(runs)
     elapsed = sum(r.figures["elapsed_s"] for r in runs) / len(runs) / work
     return Profile(elapsed, elapsed * n_sessions, {w.wait_type: w.wait_s / work for w in cell.waits}, n_sessions)
 
@@ -135,11 +127,11 @@ def explain(baseline: Profile, candidate: Profile, unit: str, percent: float = T
 
 def cells(results, baseline, candidate) -> Explanation | None:
     """One cell against another."""
-    unit = unit_of([baseline, candidate])
+    unit = unit_of(results.experiment)
     if unit is None:
         return None
     sides = [profile(c, unit, sessions(results.experiment, c.cell.factors)) for c in (baseline, candidate)]
-    return None if None in sides else explain(sides[0], sides[1], unit[1])
+    return None if None in sides else explain(sides[0], sides[1], unit.name)
 
 
 def level(results, factor: str, value, reference) -> tuple[Explanation, int] | None:
@@ -153,13 +145,13 @@ def level(results, factor: str, value, reference) -> tuple[Explanation, int] | N
 
     measured = results.measured
     pairs = [(r, c) for c in measured if at(c, value) for r in measured if at(r, reference) and others(r) == others(c)]
-    unit = unit_of([c for pair in pairs for c in pair])
+    unit = unit_of(results.experiment)
     if not pairs or unit is None:
         return None
     sides = [[profile(c, unit, sessions(results.experiment, c.cell.factors)) for c in side] for side in zip(*pairs)]
     if any(p is None for side in sides for p in side):
         return None
-    return explain(mean(sides[0]), mean(sides[1]), unit[1]), len(pairs)
+    return explain(mean(sides[0]), mean(sides[1]), unit.name), len(pairs)
 
 
 def scale(expl: Explanation) -> tuple[str, float]:

@@ -27,6 +27,8 @@ class Experiment(_Typed):
     engine: str
     factors: dict[str, list[Any]]  # short name -> its values, in the file's order
     order_seed: int | None  # None: a folder from before the seed, whose runs went in the matrix order
+    kind: str | None  # its workload's kind; None: none declared, or a folder of a kind this storlab does not know
+    throughput: str | None  # the kind's per-second series (storlab.timeline) drawn as its throughput over time
 
 
 class Figure(_Typed):

@@ -126,7 +126,8 @@ class Experiment:
             body.pop(key, None)
         for key in ("stall_after_s", "run_limit_s"):  # when a run is given up, not what it measures
             body.get("workload", {}).pop(key, None)
-        body.get("workload", {}).pop("latency_goal", None)  # how the answer reads the runs (answer_settings)
+        for key in self.workload.answer_keys:  # how the answer reads the runs (answer_settings)
+            body.get("workload", {}).pop(key, None)
         if self.sql:
             body["sql"] = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(self.sql.items())}
         return body

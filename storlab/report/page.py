@@ -322,9 +322,8 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         if over_time:
             caption, svg = over_time
             sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
-        rows = any(f.name == timeline.ROWS_PER_S.name for f in results.figures)
-        throughput = timeline.ROWS_PER_S if rows else timeline.TRANSACTIONS_PER_S
-        svg = timelines.chart(store, results, throughput, folder / f"{throughput.name}.png")
+        throughput = next((m for m in timeline.METRICS if m.name == answer.experiment.throughput), None)
+        svg = throughput and timelines.chart(store, results, throughput, folder / f"{throughput.name}.png")
         if svg:
             sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput)))
         latency = timelines.latency_chart(store, results, folder / "latency.png")

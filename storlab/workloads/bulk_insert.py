@@ -11,7 +11,7 @@ from pydantic import field_validator
 from storlab import factors
 from storlab.engines.base import Instance
 from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertSQL, InsertWorkload
-from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Measurement, Progress, WorkloadParams, register
+from storlab.workloads.kind import ELAPSED, Figure, Footprint, Load, Measurement, Progress, WorkloadParams
 from storlab.workloads.tables import WIDE_MARIADB, WIDE_POSTGRES, WIDE_VALUES
 
 # The procedure counts a transaction's rows in a 32-bit integer.
@@ -54,7 +54,6 @@ class _SizedLoad:
         self.inner.close()
 
 
-@register
 class BulkInsert(InsertWorkload):
     name = "bulk-insert"
     Params = BulkInsertParams

@@ -14,13 +14,13 @@ from typing import Any, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
-from storlab import factors
+from storlab import factors, timeline
 from storlab.engines.base import Instance
 from storlab.errors import UserError
 from storlab.workloads.statements import Statement, StatementLoad
 from storlab.workloads.driver import session_error
-from storlab.workloads.kind import (ELAPSED, TEMPORARY, Connections, Figure, Load, Warmup, Workload, WorkloadParams,
-                                    register)
+from storlab.workloads.kind import (ELAPSED, TEMPORARY, Connections, Figure, Load, UnitOfWork, Warmup, Workload,
+                                    WorkloadParams)
 
 MAX_TRANSACTIONS = 10**7  # per run, as the insert kinds (inserts.py says why)
 
@@ -101,9 +101,11 @@ def _run_each(conn: Any, statements: list[Statement]) -> None:
             raise UserError(f"{statement.where}: {session_error(exc)}") from None
 
 
-@register
 class Custom(Workload):
     name = "custom"
+    unit_of_work = UnitOfWork("transactions", "transaction", 1)
+    throughput = timeline.TRANSACTIONS_PER_S
+    answer_keys = frozenset()
     Params = CustomParams
     figures = (
         ELAPSED,

@@ -17,10 +17,11 @@ from typing import ClassVar, Mapping
 
 from pydantic import field_validator, model_validator
 
-from storlab import factors
+from storlab import factors, timeline
 from storlab.engines.base import Instance, Table
 from storlab.workloads.driver import ProcedureLoad, batches
-from storlab.workloads.kind import ELAPSED, Connections, Figure, Footprint, Load, Warmup, Workload, WorkloadParams
+from storlab.workloads.kind import (ELAPSED, Connections, Figure, Footprint, Load, UnitOfWork, Warmup, Workload,
+                                    WorkloadParams)
 
 # Limits that keep a run finite (README, "Limits"). Transactions per run are bounded because each
 # session records two times per transaction in the server (two arrays, or a MEMORY table) and the
@@ -134,6 +135,9 @@ class InsertWorkload(Workload):
     Params: ClassVar[type[WorkloadParams]] = InsertParams
     figures = INSERT_FIGURES
     engines: ClassVar[dict[str, InsertSQL]]
+    unit_of_work = UnitOfWork("rows", "1,000 rows", 1000)
+    throughput = timeline.ROWS_PER_S
+    answer_keys = frozenset()
 
     def sessions(self, params: InsertParams, files: Mapping[str, str] | None = None) -> int:
         return params.connections

@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
 from storlab import factors
 from storlab.engines.base import Engine, Instance
+from storlab.timeline import METRICS, Metric
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,19 @@ class Figure:
 
 
 ELAPSED = Figure("elapsed_s", "s", "elapsed s", "lower")
+
+
+@dataclass(frozen=True)
+class UnitOfWork:
+    """What a kind's work is counted in: the figure every run reports, and how many of it make one unit.
+    What explains a difference divides each cell's waits by it (waits per 1,000 rows, per transaction)."""
+
+    figure: str
+    name: str  # "1,000 rows"
+    per_unit: float
+
+    def units(self, value: float) -> float:
+        return value / self.per_unit
 # What the server sent to temporary files during a run (sorts and hashes beyond their memory), as the
 # engine counts it (Instance.temporary_files): a kind that runs the user's SQL declares them. A column
 # of `storlab show` only where some run has it (PostgreSQL's MB, MariaDB's disk tables).
@@ -168,6 +182,12 @@ class Workload:
     # script), one typed object for each engine it runs on: an engine missing here is refused when
     # the experiment file loads, never met mid-run.
     engines: ClassVar[Mapping[str, object]]
+    unit_of_work: ClassVar[UnitOfWork]
+    # Its per-second series drawn as the throughput over time (storlab.timeline); None: it records none.
+    throughput: ClassVar[Metric | None]
+    # Its keys that say how the answer reads the runs, not what they measure (a latency goal): left out of
+    # the experiment's identity, so changing one reads the same runs anew.
+    answer_keys: ClassVar[frozenset[str]]
     # Said under `storlab show`: how the kind runs, where a user could assume otherwise.
     note: ClassVar[str | None] = None
     # Reads what it prepared: each measured run starts from a restarted server (its buffers empty).
@@ -223,11 +243,35 @@ class Workload:
         raise NotImplementedError
 
 
-KINDS: dict[str, Workload] = {}
+# Each kind's declarations and what they are: a kind missing one is refused when storlab loads.
+CONTRACT = {
+    "name": "name (the `kind` of the experiment file)",
+    "Params": "Params (its `[workload]` keys)",
+    "figures": "figures (what a run reports, the headline first)",
+    "engines": "engines (what it runs on each engine)",
+    "unit_of_work": "unit_of_work (what its waits are counted per, to explain a difference)",
+    "throughput": "throughput (its per-second series, or None)",
+    "answer_keys": "answer_keys (its keys that only say how the answer reads runs)",
+}
 
 
-def register(cls: type[Workload]) -> type[Workload]:
-    """A class decorator: the kind becomes known by its name (its Params' `kind` literal)."""
-    KINDS[cls.name] = cls()
-    return cls
-
+def registry(*kinds: type[Workload]) -> dict[str, Workload]:
+    """The kinds by name, each held to CONTRACT: a TypeError of one line names the first declaration
+    a kind lacks or gets wrong."""
+    found: dict[str, Workload] = {}
+    for cls in kinds:
+        missing = [what for attr, what in CONTRACT.items() if not hasattr(cls, attr)]
+        where = f"workload kind {cls.__name__} ({cls.__module__})"
+        if missing:
+            raise TypeError(f"{where} declares no {missing[0]}")
+        if cls.unit_of_work.figure not in {f.name for f in cls.figures}:
+            raise TypeError(f"{where}: its unit of work counts {cls.unit_of_work.figure!r}, none of its figures")
+        if cls.throughput is not None and cls.throughput not in METRICS:
+            raise TypeError(f"{where}: its throughput {cls.throughput!r} is not a timeline metric")
+        unknown = sorted(cls.answer_keys - set(cls.Params.model_fields))
+        if unknown:
+            raise TypeError(f"{where}: its answer key {unknown[0]!r} is none of its Params' keys")
+        if cls.name in found:
+            raise TypeError(f"{where}: kind {cls.name!r} is registered twice")
+        found[cls.name] = cls()
+    return found

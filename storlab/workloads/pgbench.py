@@ -30,14 +30,13 @@ from typing import Any, Callable, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
-from storlab import factors
+from storlab import factors, timeline
 from storlab.engines.base import Instance
 from storlab.engines.postgres import binaries
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import pgbench_log, rates
-from storlab.workloads.kind import (MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload,
-                                    register)
+from storlab.workloads.kind import MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload
 from storlab.workloads.tool import ToolLoad, Ended, run_to_end
 
 BUILTIN = ("tpcb-like", "simple-update", "select-only")
@@ -295,9 +294,11 @@ def _write_scripts(script: str | dict[str, int], files: dict[str, str], folder: 
         folder.write(name, files[name])
 
 
-@register
 class Pgbench(Workload):
     name = "pgbench"
+    unit_of_work = rates.PER_TRANSACTION
+    throughput = timeline.TRANSACTIONS_PER_S
+    answer_keys = rates.ANSWER_KEYS
     Params = PgbenchParams
     figures = (*rates.COMMON, SCHEDULE_LAG, SCHEDULE_LAG_MAX, SKIPPED, LATE)
     note = ("pgbench: each run has a fresh instance whose data set pgbench -i rebuilds at the cell's scale (the rows "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertParams, InsertSQL, InsertWorkload
-from storlab.workloads.kind import Footprint, register
+from storlab.workloads.kind import Footprint
 from storlab.workloads.tables import RANDOM_KEY_MARIADB, RANDOM_KEY_POSTGRES
 
 # MariaDB's UUID() is version 1 (time-based) and the UUID type stores it in index order, so UUID()
@@ -18,7 +18,6 @@ class RandomInsertParams(InsertParams):
     kind: Literal["random-insert"]
 
 
-@register
 class RandomInsert(InsertWorkload):
     name = "random-insert"
     Params = RandomInsertParams

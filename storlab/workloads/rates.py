@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from pydantic import field_validator, model_validator
 
 from storlab import factors
-from storlab.workloads.kind import Figure, Warmup, WorkloadParams
+from storlab.workloads.kind import Figure, UnitOfWork, Warmup, WorkloadParams
 
 MAX = "max"  # the rate level that means closed loop: each session sends its next transaction at once
 MAX_RATE = 1_000_000  # transactions a second; more is a typing mistake on any machine storlab runs on
@@ -45,6 +45,9 @@ SERVER_SHARE = Figure("server_cpu_percent", "%", "server CPU % of the machine", 
 CLIENT_THREADS_BUSY = Figure("client_threads_busy_percent", "%", "client threads busy %", shown=False)
 
 # The figures every such kind reports, the closed-loop headline first; a kind adds its own after them.
+# A load generator's work is its transactions; its latency goal only says how the answer reads the runs.
+PER_TRANSACTION = UnitOfWork("transactions", "transaction", 1)
+ANSWER_KEYS = frozenset({"latency_goal"})
 COMMON = (TPS, P99, P50, P95, AVERAGE, TARGET, ACHIEVED, SUSTAINED, ERRORS, ELAPSED, TRANSACTIONS,
           CLIENT_CPU, SERVER_CPU, CLIENT_SHARE, SERVER_SHARE, CLIENT_THREADS_BUSY)
 # Shown under a rate (the percentiles against the target are the question there).

@@ -48,8 +48,8 @@ from storlab.workloads import captured_log, rates
 from storlab.workloads.statements import Statement
 from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import session_error
-from storlab.workloads.kind import (ELAPSED, TEMPORARY, Figure, Load, Measurement, Progress, Workload, WorkloadParams,
-                                    register)
+from storlab.workloads.kind import (ELAPSED, TEMPORARY, Figure, Load, Measurement, Progress, UnitOfWork, Workload,
+                                    WorkloadParams)
 from storlab.workloads.tool import ToolLoad, Ended
 
 MAX_SPEED = 1000.0
@@ -375,9 +375,11 @@ class ReplayLoad(ToolLoad):
             time.sleep(POLL_S)
 
 
-@register
 class Replay(Workload):
     name = "replay"
+    unit_of_work = UnitOfWork(STATEMENTS.name, "1,000 statements", 1000)
+    throughput = None
+    answer_keys = frozenset()
     Params = ReplayParams
     figures = (ELAPSED, BEHIND, ERRORS, LAG_MAX, SCHEDULE, STATEMENTS, FAILED_PERCENT, STATEMENT_AVG, STATEMENT_MAX,
                CONNECTIONS, AT_ONCE, CALLS, rates.CLIENT_CPU, rates.SERVER_CPU, rates.CLIENT_SHARE, rates.SERVER_SHARE,

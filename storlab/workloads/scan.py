@@ -22,7 +22,7 @@ from pydantic import field_validator
 from storlab import factors
 from storlab.engines.base import Engine, Instance, Table
 from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, Loop
-from storlab.workloads.kind import ELAPSED, Figure, Footprint, Measurement, Progress, Workload, WorkloadParams, register
+from storlab.workloads.kind import ELAPSED, Figure, Footprint, Measurement, Progress, UnitOfWork, Workload, WorkloadParams
 from storlab.workloads.tables import WIDE_MARIADB, WIDE_POSTGRES, WIDE_VALUES
 
 MAX_TABLE_MB = 1024 * 1024
@@ -122,9 +122,11 @@ class ScanLoad:
             self.conn.close()
 
 
-@register
 class Scan(Workload):
     name = "scan"
+    unit_of_work = UnitOfWork("table_mb", "GB scanned", 1024)
+    throughput = None
+    answer_keys = frozenset()
     Params = ScanParams
     figures = (
         ELAPSED,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertParams, InsertSQL, InsertWorkload
-from storlab.workloads.kind import Footprint, register
+from storlab.workloads.kind import Footprint
 from storlab.workloads.tables import SERIAL_KEY_MARIADB, SERIAL_KEY_POSTGRES
 
 
@@ -18,7 +18,6 @@ class SequentialInsertParams(InsertParams):
     kind: Literal["sequential-insert"]
 
 
-@register
 class SequentialInsert(InsertWorkload):
     name = "sequential-insert"
     Params = SequentialInsertParams

@@ -34,7 +34,7 @@ from storlab.engines.base import ClientAddress, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import rates
-from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload, register
+from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload
 from storlab.workloads.tool import ToolLoad, Ended, run_to_end
 
 TESTS = ("oltp_read_write", "oltp_read_only", "oltp_write_only", "oltp_update_index", "oltp_update_non_index",
@@ -238,9 +238,11 @@ def _env(test: str, tag: str, engine: SysbenchOn) -> dict[str, str]:
     return {"STORLAB_TEST": str(test_script(test)), "STORLAB_SEED": str(SEED), **engine.env(tag)}
 
 
-@register
 class Sysbench(Workload):
     name = "sysbench"
+    unit_of_work = rates.PER_TRANSACTION
+    throughput = timeline.TRANSACTIONS_PER_S
+    answer_keys = rates.ANSWER_KEYS
     Params = SysbenchParams
     figures = (*rates.COMMON, RECONNECTS, QUEUE_FULL)
     note = ("sysbench: each run has a fresh instance whose tables sysbench prepare rebuilds on one thread, its random "
