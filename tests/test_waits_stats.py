@@ -66,7 +66,8 @@ def test_a_cells_file_io_is_the_mean_of_the_runs_that_measured_each_figure():
     """A cell whose runs mixed tracing levels (a resumed run, workers with different flags): its reads
     counted over the runs that counted them, their times over the runs that timed them, its writes over
     the runs that traced them; a file is shown as its most fully measured record."""
-    from storlab.probes.file_io import READS_UNTIMED, READS_UNTRACED, WRITES_UNTRACED, FileIO, measured
+    from storlab.probes.file_io import READS_UNTIMED, READS_UNTRACED, WRITES_UNTRACED, measured
+    from storlab.probes.waits import FileIO
     from storlab.probes.file_io import mean_per_run as files_per_run
 
     timed = [FileIO("base/5/16390", "lab_wide", "disk", reads=100, read_bytes=819200, read_s=0.5, writes=10,
@@ -89,7 +90,8 @@ def test_a_cells_file_io_is_the_mean_of_the_runs_that_measured_each_figure():
 
 
 def test_the_file_table_shows_what_was_not_measured_as_a_dash():
-    from storlab.probes.file_io import READS_UNTIMED, WRITES_UNTRACED, FileIO, table
+    from storlab.probes.file_io import READS_UNTIMED, WRITES_UNTRACED, table
+    from storlab.probes.waits import FileIO
 
     counted = FileIO("base/5/16390", "lab_wide", "disk", reads=40, read_bytes=327680,
                      source=f"pg_statio, {READS_UNTIMED}, {WRITES_UNTRACED}")

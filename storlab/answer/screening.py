@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from storlab.answer import effects
-from storlab.experiment import design
+from storlab.experiment import design, design_key
 from storlab.experiment.swept import canonical
 from storlab.results.experiment_record import StoredDesign
 
@@ -29,7 +29,7 @@ from storlab.results.experiment_record import StoredDesign
 class Designed:
     """A design other than the full factorial, as the answer reads it."""
 
-    kind: str  # design.SCREENING or design.FOLLOW_UP
+    kind: str  # design_key.SCREENING or design_key.FOLLOW_UP
     method: str  # how its cells were chosen
     resolution: int | None  # None: no word of the fraction up to six factors (or a non-regular design)
     cells: int  # the design's cells
@@ -47,7 +47,7 @@ def read(stored: StoredDesign | None, factors: dict[str, list[Any]], reference: 
     """The design the store keeps, for factors by short name (`reference`: each one's reference level);
     `ran`: the levels of each cell with runs; `runs_before`: those of the cells with runs before the design
     took over (a follow-up's screening)."""
-    if stored is None or stored.kind == design.FULL:
+    if stored is None or stored.kind == design_key.FULL:
         return None
     ordered = {name: [reference.get(name, values[0])] + [v for v in values if canonical(v) != canonical(reference.get(name, values[0]))]
                for name, values in factors.items()}
@@ -58,8 +58,8 @@ def read(stored: StoredDesign | None, factors: dict[str, list[Any]], reference: 
     found = design.aliases(coded, two_level) if len(coded) else design.Aliases({}, {}, [], False)
     aliases = {name: design.alias_text(name, found, most=1) for name in two_level}
     aliased_with = {name: [list(t) for t in found.main.get(name, [])] for name in two_level}
-    if stored.kind == design.SCREENING:
-        key = design.DesignKey(kind=design.SCREENING, resolution=stored.resolution)
+    if stored.kind == design_key.SCREENING:
+        key = design_key.DesignKey(kind=design_key.SCREENING, resolution=stored.resolution)
         fraction = design.fraction_of(key, ordered)
         return Designed(stored.kind, fraction.method, fraction.resolution, fraction.cells, full, aliases, aliased_with,
                         found.chains if not found.partial_pairs else [], after_run=stored.after_run)
@@ -84,7 +84,7 @@ def terms(designed: Designed | None, factors: list[str]) -> dict[str, Any]:
     `aliased` the rest), the factors that settle the answer, and Lenth's PSE for one round of a fraction."""
     if designed is None:
         return {}
-    if designed.kind == design.SCREENING:
+    if designed.kind == design_key.SCREENING:
         return {"pairs": [chain[0] for chain in designed.chains],
                 "aliased": {chain[0]: chain[1:] for chain in designed.chains}, "lenth_if_once": True}
     return {"pairs": [p for p in itertools.combinations([f for f in factors if f in designed.named], 2)],

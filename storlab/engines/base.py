@@ -154,6 +154,11 @@ class Engine(ABC):
                 found.append((name, "installed", ""))
         return found
 
+    def client_program(self, name: str, server_version: str) -> Path:
+        """The client program `name` shipped with the server of `server_version` (as SHOW server_version
+        says it), for a load generator that must match its server (pgbench); RunFailed where there is none."""
+        raise RunFailed(f"{self.title} ships no {name}")
+
     @abstractmethod
     def provision(self, spec: InstanceSpec, keep: bool, connections: int) -> AbstractContextManager[Instance]:
         """Create and start an instance with the cell's layout; stopped (and removed unless `keep`) on

@@ -11,7 +11,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from storlab.experiment import design
+from storlab.experiment import design, design_key
 from storlab.experiment.file import Experiment
 from storlab.experiment.places import CAP_KEYS, UNCAPPED
 from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, canonical, excluded, nested_in, short_name
@@ -78,7 +78,7 @@ def _combinations(experiment: Experiment) -> list[dict[str, Any]]:
     """The product of the crossed factors, in declaration order; within each, the product of the
     factors nested in its engine version (a setting of [engine_settings.V]: V's cells alone have it).
     A screening or a follow-up: the cells its design names (storlab.experiment.design)."""
-    if experiment.model.design.kind != design.FULL:
+    if experiment.model.design.kind != design_key.FULL:
         return _designed(experiment)
     crossed = {name: values for name, values in experiment.factors.items() if nested_in(name) is None}
     versions = experiment.model.versions()

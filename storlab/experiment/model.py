@@ -12,9 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from storlab import engines, factors
 from storlab.engines.settings import value_problem
 from storlab.experiment import places
-from storlab.experiment.design import Design, DesignKey
+from storlab.experiment.design_key import Design, DesignKey
 from storlab.experiment.repetitions import RacingKeys
-from storlab.experiment.swept import is_version
 from storlab.factors import KeyProblem, show
 from storlab.sizes import format_size, parse_size
 from storlab.workloads import KINDS
@@ -75,6 +74,10 @@ def _placement_ref(v: Any, what: str) -> str | dict[str, int]:
         return dict(v)
     raise ValueError(f"expected {what} or a list of them, got {show(v)}")
 
+
+def is_version(key: str) -> bool:
+    """A key of [engine_settings] that names a version (no setting's name is all digits, ASCII ones)."""
+    return key.isascii() and key.isdigit()
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")

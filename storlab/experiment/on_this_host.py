@@ -5,14 +5,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from storlab import engines, factors
 from storlab.experiment import places
+from storlab.experiment.model import ExperimentModel
 from storlab.lab import caps, cgroups, devices, mounts, os_users, placements
 
-if TYPE_CHECKING:
-    from storlab.experiment.file import Experiment
+
+class Experiment(Protocol):
+    """What the checks read of an experiment file (storlab.experiment.file.Experiment)."""
+
+    model: ExperimentModel
+    path: Path
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def directories(self) -> list[str]: ...
+
+    @property
+    def capped(self) -> dict[str, places.CapKeys]: ...
+
+    def placement_path(self, name: str) -> Path: ...
 
 
 def data_folders_problem(experiment: Experiment) -> tuple[tuple, str] | None:

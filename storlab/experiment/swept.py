@@ -7,17 +7,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from storlab import engines, factors
 from storlab.experiment import places
+from storlab.experiment.model import ExperimentModel, is_version
 from storlab.factors import show
 from storlab.sizes import format_size, parse_size
 from storlab.workloads import KINDS
-
-if TYPE_CHECKING:  # the model imports this module's names: typing only
-    from storlab.experiment.model import ExperimentModel
-
 
 MAX_CELLS = 1000  # cell ids are 8 hex digits: this keeps a clash of two ids below 1 in 10,000
 
@@ -35,11 +32,6 @@ HOST_FACTOR = "fleet.host"
 # `engine_version`: the engine's version is a factor like any other (short name "engine_version"),
 # listed after the host; a setting of one version's table ([engine_settings.18]) is nested in it.
 VERSION_FACTOR = "engine.engine_version"
-
-
-def is_version(key: str) -> bool:
-    """A key of [engine_settings] that names a version (no setting's name is all digits, ASCII ones)."""
-    return key.isascii() and key.isdigit()
 
 
 def nested_in(dotted: str) -> str | None:

@@ -7,13 +7,13 @@ table `storlab waits --files` prints."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
 
 from storlab.probes.kept import Db, Probe, histogram
+from storlab.probes.waits import FileIO
 
 MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in one row
 # In a record's source, what it did not measure: its reads (a PostgreSQL record from before reads
@@ -22,31 +22,6 @@ MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in o
 READS_UNTRACED = "reads not traced"
 READS_UNTIMED = "reads untimed"
 WRITES_UNTRACED = "writes not traced"
-
-
-@dataclass
-class FileIO:
-    """One file's IO over one run (or a cell's mean per run)."""
-
-    file: str  # as the engine names it: base/5/16390.1, pg_wal/000000010000000000000003, lab/lab_insert#P#p3.ibd
-    object: str  # what it holds: lab_insert_3, lab_insert_3_id_idx, WAL, redo log
-    placement: str  # the placement it lives on ("" when it is outside the instance's placements)
-    reads: float = 0
-    read_bytes: float = 0
-    read_s: float = 0.0
-    writes: float = 0
-    write_bytes: float = 0
-    write_s: float = 0.0
-    syncs: float | None = None  # None where the source does not count them apart
-    sync_s: float | None = None
-    # Power-of-two latency buckets (lower bound in ns -> IOs); empty where the source keeps no histogram.
-    read_histogram: dict[int, int] = field(default_factory=dict)
-    write_histogram: dict[int, int] = field(default_factory=dict)
-    source: str = ""
-
-    @property
-    def stall_s(self) -> float:
-        return self.read_s + self.write_s + (self.sync_s or 0.0)
 
 
 # What a file's record counted, each a group of its numbers: its reads, their times, its writes and syncs.

@@ -7,9 +7,33 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from storlab.probes.file_io import FileIO
 
 TOP_PERCENT = 95.0
+
+
+@dataclass
+class FileIO:
+    """One file's IO over one run (or a cell's mean per run)."""
+
+    file: str  # as the engine names it: base/5/16390.1, pg_wal/000000010000000000000003, lab/lab_insert#P#p3.ibd
+    object: str  # what it holds: lab_insert_3, lab_insert_3_id_idx, WAL, redo log
+    placement: str  # the placement it lives on ("" when it is outside the instance's placements)
+    reads: float = 0
+    read_bytes: float = 0
+    read_s: float = 0.0
+    writes: float = 0
+    write_bytes: float = 0
+    write_s: float = 0.0
+    syncs: float | None = None  # None where the source does not count them apart
+    sync_s: float | None = None
+    # Power-of-two latency buckets (lower bound in ns -> IOs); empty where the source keeps no histogram.
+    read_histogram: dict[int, int] = field(default_factory=dict)
+    write_histogram: dict[int, int] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def stall_s(self) -> float:
+        return self.read_s + self.write_s + (self.sync_s or 0.0)
 
 
 @dataclass

@@ -11,7 +11,7 @@ import sqlite3
 import sys
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator, Protocol, TypeVar
 from urllib.parse import quote
 
 from storlab.errors import UserError
@@ -19,8 +19,6 @@ from storlab.results import damage, versions
 from storlab.results.dialects import SQLITE, Connection
 from storlab.results.schema import MIGRATIONS
 
-if TYPE_CHECKING:
-    from storlab.results.store import Store
 
 FILENAME = "storlab.sqlite"
 # A store is recognised by what is inside, not by its file name: storlab's application id in the
@@ -116,8 +114,19 @@ def _header(path: Path) -> bytes:
         return f.read(len(_SQLITE_MAGIC))
 
 
+class Opened(versions.Migrating, Protocol):
+    """What opening a folder's store reads and sets of it (storlab.results.store.Store)."""
+
+    folder: Path
+    held: int | None  # a descriptor of the store's file while a writer has it open
+    file: tuple[Path, int, int] | None  # (path, device, inode)
+
+
+S = TypeVar("S", bound=Opened)
+
+
 @contextmanager
-def opened(kind: type["Store"], folder: Path, create: bool) -> Iterator["Store"]:
+def opened(kind: Callable[[Connection, Path], S], folder: Path, create: bool) -> Iterator[S]:
     """`create`: the store `storlab run` and `storlab io` write (made when missing). Otherwise the
     store is opened read-only and must be a storlab store: read commands never write, and an empty
     or foreign storlab.sqlite is "no storlab results here". A damaged store is one clear line."""
@@ -189,7 +198,7 @@ def opened(kind: type["Store"], folder: Path, create: bool) -> Iterator["Store"]
             os.close(held)
 
 
-def _recognise(kind: type["Store"], store: "Store", path: Path, create: bool) -> None:
+def _recognise(kind: Callable[[Connection, Path], S], store: S, path: Path, create: bool) -> None:
     """A storlab store, or (for `create`) an empty database to make one in; anything else is refused."""
     db = store.db
     tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -16,7 +16,7 @@ from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, safe_files
 from storlab.running import cell_runs, runner, stall
-from storlab.workloads import captured_log, replay
+from storlab.workloads import KINDS, captured_log, replay
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def pick(experiment: Experiment, cell_id: str | None) -> matrix.Cell:
 def check(experiment: Experiment, out: Path) -> None:
     """Refused before anything starts: an engine without a replayer, a file already there, a folder
     it cannot be written to."""
-    if experiment.engine != "postgres":
+    if experiment.engine not in KINDS["replay"].engines:
         raise UserError(f"{experiment.path.name}: capture writes a PostgreSQL statement log for the replay kind; "
                         f"{experiment.engine} has no replayer that keeps its timing (docs/experiment-file.md, replay)")
     if out.exists() or out.is_symlink():

@@ -16,7 +16,7 @@ from rich.text import Text
 from storlab import engines
 from storlab.answer import analysis, racing
 from storlab.errors import RunFailed, UserError
-from storlab.experiment import design, matrix, places, swept
+from storlab.experiment import design, design_key, matrix, places, swept
 from storlab.experiment.swept import short_name
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, instances, os_users, placements, templates
@@ -97,7 +97,7 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
     if settings is None:
         full = swept.cell_count(experiment.factors) * experiment.repetitions
         against = f" ({len(cells) * experiment.repetitions} runs; the full factorial's: {full})" \
-            if experiment.model.design.kind != design.FULL else ""
+            if experiment.model.design.kind != design_key.FULL else ""
         lines.append(f"{experiment.name}: {len(cells)} cells x {experiment.repetitions} repetitions on {experiment.engine}{against}")
     else:
         lines.append(f"{experiment.name}: a race of {len(cells)} cells on {experiment.engine}, {settings.min_rounds} to "

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from storlab.answer.analysis import CellResult, Results
 from storlab.probes import file_io, traced_waits
-from storlab.probes.file_io import FileIO
+from storlab.probes.waits import FileIO
 from storlab.probes.waits import TracedWait
 from storlab.results.store import Store
 

@@ -30,9 +30,8 @@ from typing import Any, Callable, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
-from storlab import factors, timeline
+from storlab import engines, factors, timeline
 from storlab.engines.base import Instance
-from storlab.engines.postgres import binaries
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import pgbench_log, rates
@@ -76,7 +75,7 @@ class PgbenchOn:
     program: Callable[[str], Path]
 
 
-ENGINES = {"postgres": PgbenchOn(lambda version: binaries.bin_dir(version.split(".")[0].split()[0]) / "pgbench")}
+ENGINES = {"postgres": PgbenchOn(lambda version: engines.engine("postgres").client_program("pgbench", version))}
 
 
 def _script(v: Any, what: str) -> str | dict[str, int]:

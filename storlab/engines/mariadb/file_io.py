@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from storlab.probes.file_io import FileIO
+from storlab.probes.waits import FileIO
 from storlab.probes.waits import WaitCapture, WaitProbe
 from storlab.probes.target import Probed
 

@@ -63,6 +63,9 @@ class Postgres(Engine):
     def installed(self, version: str | None = None) -> None:
         bin_dir(version or DEFAULT_VERSION)
 
+    def client_program(self, name: str, server_version: str) -> Path:
+        return bin_dir(server_version.split(".")[0].split()[0]) / name  # "15.14 (Debian 15.14-1)": 15
+
     def installations(self) -> list[tuple[str, str | None, str]]:
         found = installed_versions()
         return [(f"{self.title} {v}", f"{server_version(found[v])}, {found[v]}" if v in found else None,

@@ -55,7 +55,7 @@ import psutil
 from storlab import timeline
 from storlab.engines.postgres import session_counters
 from storlab.probes import bpftrace, file_io, traced_waits
-from storlab.probes.file_io import FileIO
+from storlab.probes.waits import FileIO
 from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
 from storlab.probes.target import Probed
 
