@@ -443,16 +443,12 @@ def waits(folder: str | None, dsn: str | None, experiment: str | None, cell: str
           files: bool) -> None:
     """Wait statistics per cell: top 95 %, the seeds' columns; --resources adds the waiting tasks and
     traced lock waits, --files the IO per file."""
-    from storlab.answer import analysis
-    from storlab.answer.compose import compose
     from storlab.show import terminal, traced
 
-    with _opened(folder, dsn, experiment) as store:
-        results = analysis.load(store)
-        found = traced.per_cell(store, results) if resources or files else {}
+    answer = _answer(folder, dsn, experiment)
     console = _console()
-    terminal.waits(compose(results), console, cell, resources)
-    traced.show(results, found, console, cell, resources, files)
+    terminal.waits(answer, console, cell, resources)
+    traced.show(answer, console, cell, resources, files)
 
 
 @main.command()

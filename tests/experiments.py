@@ -38,29 +38,33 @@ def changed(old: str, new: str, disk: Path, base: str = BASE) -> str:
     return text.replace(old, new, 1)
 
 
-FLEET = """
+def random_insert(name: str, *, repetitions: str = "{reps}", disk: str = "{disk}", data_files: str | None = "{files}",
+                  log_on: str = '"ram"', connections: int = 2, rows: str = "{rows}", batch: int = 500) -> str:
+    """The small random-insert experiment most tests against a real server start from, its placements a
+    disk folder and a RAM disk. A value left as its {placeholder} is for the test to fill with str.format;
+    data_files None: the key left out (one data file)."""
+    files = "" if data_files is None else f"data_files = {data_files}\n"
+    return f"""
 name = "{name}"
 engine = "postgres"
-repetitions = {reps}
-{hosts}
+repetitions = {repetitions}
 
 [placements]
-disk = "disk"
+disk = "{disk}"
 ram = "tmpfs"
 
 [layout]
-data_files = [1, 2]
-data_on = "disk"
-log_on = "ram"
+{files}data_on = "disk"
+log_on = {log_on}
 
 [workload]
 kind = "random-insert"
-connections = 2
+connections = {connections}
 rows_per_connection = {rows}
-batch = 200
+batch = {batch}
 """
 
 
 def fleet_body(name: str = "fleet", reps: int = 2, hosts: str = "", rows: int = 2000) -> str:
     """The fleet's experiment: its placement `disk` relative, so each worker's is in its own working folder."""
-    return FLEET.format(name=name, reps=reps, hosts=hosts, rows=rows)
+    return random_insert(name, repetitions=f"{reps}\n{hosts}", disk="disk", data_files="[1, 2]", rows=str(rows), batch=200)

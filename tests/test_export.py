@@ -18,29 +18,12 @@ import pytest
 
 from storlab.results.folder_store import FILENAME
 from tests.commands import storlab
+from tests.experiments import random_insert
 
 pytestmark = pytest.mark.engine
 
-EXPERIMENT = """
-name = "export"
-engine = "postgres"
-repetitions = 1
-
-[placements]
-disk = "{disk}"
-ram = "tmpfs"
-
-[layout]
-data_files = [1, 2]
-data_on = "disk"
-log_on = "disk"
-
-[workload]
-kind = "random-insert"
-connections = 4
-rows_per_connection = 5000
-batch = 10
-"""
+EXPERIMENT = random_insert("export", repetitions="1", data_files="[1, 2]", log_on='"disk"', connections=4,
+                           rows="5000", batch=10)
 
 
 @pytest.fixture(scope="module")

@@ -31,28 +31,9 @@ from storlab.results.store import Store
 from tests.commands import invoke, start, storlab, together
 from tests.conftest import storlab_processes
 from tests.devicetools import needs_root
-from tests.experiments import BASE, fleet_body
+from tests.experiments import BASE, fleet_body, random_insert
 
-TINY = """
-name = "tiny"
-engine = "postgres"
-repetitions = {reps}
-
-[placements]
-disk = "{disk}"
-ram = "tmpfs"
-
-[layout]
-data_files = {files}
-data_on = "disk"
-log_on = "ram"
-
-[workload]
-kind = "random-insert"
-connections = 2
-rows_per_connection = {rows}
-batch = 500
-"""
+TINY = random_insert("tiny")
 
 
 def one_line(text: str) -> str:

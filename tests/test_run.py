@@ -19,29 +19,11 @@ from storlab.running import stall
 from storlab.workloads.kind import DEFAULT_RUN_LIMIT_S
 from tests.commands import invoke, start, storlab
 from tests.conftest import instances_up, stop_instance, stop_storlab, stopped_processes, storlab_processes
+from tests.experiments import random_insert
 
 pytestmark = pytest.mark.engine
 
-TINY = """
-name = "tiny"
-engine = "postgres"
-repetitions = {reps}
-
-[placements]
-disk = "{disk}"
-ram = "tmpfs"
-
-[layout]
-data_files = [1, 4]
-data_on = "disk"
-log_on = "ram"
-
-[workload]
-kind = "random-insert"
-connections = 4
-rows_per_connection = {rows}
-batch = 500
-"""
+TINY = random_insert("tiny", data_files="[1, 4]", connections=4)
 
 
 

@@ -24,6 +24,7 @@ from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
 from storlab.running import fleet
 from tests.commands import invoke, storlab
+from tests.experiments import random_insert
 
 DATA = Path(__file__).parent / "data"
 SCHEMA = json.loads(invoke("schema", "--answer").stdout)  # made from the answer's types
@@ -278,25 +279,7 @@ def test_submit_refuses_until_settled_in_one_line(write_experiment):
 
 # -- storlab run --until-settled on a real PostgreSQL -----------------------------------------------------
 
-TINY = """
-name = "settles"
-engine = "postgres"
-repetitions = {reps}
-
-[placements]
-disk = "{disk}"
-ram = "tmpfs"
-
-[layout]
-data_on = "disk"
-log_on = "ram"
-
-[workload]
-kind = "random-insert"
-connections = 2
-rows_per_connection = {rows}
-batch = 500
-"""
+TINY = random_insert("settles", data_files=None)
 
 
 def stored(folder: Path) -> tuple[list[tuple[str, int]], str | None]:

@@ -90,22 +90,24 @@ def test_a_cells_file_io_is_the_mean_of_the_runs_that_measured_each_figure():
 
 
 def test_the_file_table_shows_what_was_not_measured_as_a_dash():
-    from storlab.probes.file_io import READS_UNTIMED, WRITES_UNTRACED, table
+    from storlab.answer.traced import file_rows
+    from storlab.probes.file_io import READS_UNTIMED, WRITES_UNTRACED
     from storlab.probes.waits import FileIO
+    from storlab.show.traced import file_table
 
     counted = FileIO("base/5/16390", "lab_wide", "disk", reads=40, read_bytes=327680,
                      source=f"pg_statio, {READS_UNTIMED}, {WRITES_UNTRACED}")
     traced = FileIO("pg_wal/000000010000000000000001", "WAL", "log", writes=3, write_bytes=24576, write_s=0.003,
                     syncs=3, sync_s=0.006, write_histogram={1024: 3}, source="bpftrace, reads not traced")
     console = Console(width=200, record=True)
-    console.print(table("files", [counted, traced]))
+    console.print(file_table("files", file_rows([counted, traced])))
     rows = {line.split("│")[0].strip(): [c.strip() for c in line.split("│")[3:]] for line in
             console.export_text().splitlines() if "│" in line}
     assert rows["lab_wide"] == ["40", "0.33", "—", "—"] + ["—"] * 6
     assert rows["WAL"] == ["—"] * 4 + ["3", "0.02", "1.000", "≤0.00205", "3", "2.000"]
     # Past the limit the rest is one row, summed, a dash where none of them measured a figure.
     console = Console(width=200, record=True)
-    console.print(table("files", [traced, counted, counted], limit=2))
+    console.print(file_table("files", file_rows([traced, counted, counted], limit=2)))
     rows = {line.split("│")[0].strip(): [c.strip() for c in line.split("│")[3:]] for line in
             console.export_text().splitlines() if "│" in line}
     assert rows["2 others"] == ["80", "0.66", "—", "—"] + ["—"] * 6

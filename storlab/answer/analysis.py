@@ -23,9 +23,9 @@ from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, sho
 from storlab.experiment.matrix import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
-from storlab.probes import limits, waiting_tasks
+from storlab.probes import file_io, limits, traced_waits, waiting_tasks
 from storlab.probes.limits import LimitsUse
-from storlab.probes.waits import Wait, WaitingTask, WaitRow, mean_per_run, top_share
+from storlab.probes.waits import FileIO, TracedWait, Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
 from storlab.rounds import DEFAULT_MARGIN
 from storlab.results.runs import RunRecord
@@ -46,6 +46,8 @@ class CellResult:
     headline_name: str = ELAPSED.name
     tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
     limits: list[LimitsUse] = field(default_factory=list)  # what its IO caps and memory limit did, per run
+    traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
+    files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
 
     @property
     def headline(self) -> Summary | None:
@@ -265,6 +267,8 @@ def load(store: Store) -> Results:
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
                 limits=[used for r in runs if (used := store.kept(limits.PROBE, r.id)).devices or used.memory],
+                traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
+                files=[store.kept(file_io.PROBE, r.id) for r in runs],
             )
         )
     failures = store.failures()

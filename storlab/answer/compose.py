@@ -10,6 +10,7 @@ from storlab import engines
 from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
+from storlab.answer.traced import traced
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired, spread
 from storlab.experiment import design
 from storlab.experiment.swept import canonical, short_name
@@ -264,7 +265,7 @@ def cell_waits(c: CellResult) -> model.CellWaits:
         for w in waiting_tasks.resources_of(c.top, c.tasks) if w.wait_type != "CPU"]  # on CPU, no one waits on anything
     return model.CellWaits(
         cell=c.cell.id, label=c.cell.label, factors={short_name(k): v for k, v in c.cell.factors.items()},
-        source=c.wait_source, extras=dict(c.extras), resources=resources,
+        source=c.wait_source, extras=dict(c.extras), resources=resources, traced=traced(c),
         waits=[model.WaitRow(wait_type=w.wait_type, wait_s=w.wait_s, signal_s=w.signal_s, wait_count=w.wait_count,
                              percentage=w.percentage, avg_wait_s=w.avg_wait_s) for w in c.top])
 

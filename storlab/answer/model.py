@@ -184,6 +184,48 @@ class WaitResources(_Typed):
     resources: list[Resource]  # empty: the sampler never caught a session in this wait
 
 
+class TracedLock(_Typed):
+    """A relation's lock waits as the trace counted them, per run."""
+
+    wait_type: str  # Lock:extend, Lock:transactionid
+    resource: str  # the relation (lab_insert_3), or the lock's kind; "" where the trace named none
+    waits: float
+    seconds: float
+    share: float  # % of its wait type's traced seconds
+
+
+class FileRow(_Typed):
+    """One file's IO per run (a cell's mean); None where its records did not measure that figure."""
+
+    object: str  # what it holds: lab_insert_3, WAL, redo log
+    file: str  # as the engine names it: base/5/16390.1
+    placement: str  # "" outside the instance's placements
+    others: int  # 0; or this row sums that many files, past the busiest (object and file then "")
+    reads: float | None
+    read_bytes: float | None
+    read_avg_s: float | None
+    read_p99_bound_s: float | None  # the upper bound of the power-of-two bucket holding the p99
+    writes: float | None
+    write_bytes: float | None
+    write_avg_s: float | None
+    write_p99_bound_s: float | None
+    syncs: float | None
+    sync_avg_s: float | None
+
+
+class Traced(_Typed):
+    """What a cell's traces counted (`storlab waits --resources --files`)."""
+
+    runs: int
+    runs_with_locks: int  # its runs whose trace counted lock waits (or any traced wait)
+    locks: list[TracedLock]  # the wait type with the most seconds first
+    runs_with_files: int
+    files: list[FileRow]  # the busiest first, at most 24 rows (the rest summed in the last)
+    files_source: str
+    unavailable: list[str]  # why its runs' wait sources counted nothing traced, each reason once
+    io_traced_by_default: bool  # every run traced the default (each file's writes need --trace-io)
+
+
 class CellWaits(_Typed):
     cell: str
     label: str
@@ -192,6 +234,7 @@ class CellWaits(_Typed):
     waits: list[WaitRow]  # top 95 %
     extras: dict[str, float]  # counters beside the table (MariaDB's redo log, the sessions' CPU), per run
     resources: list[WaitResources]  # None recorded: the waiting-task sampler saw no session (or did not run)
+    traced: Traced
 
 
 class ExplanationLine(_Typed):

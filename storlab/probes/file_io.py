@@ -7,15 +7,10 @@ table `storlab waits --files` prints."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
-from rich.table import Table
-from rich.text import Text
 
 from storlab.probes.kept import Db, Probe, histogram
 from storlab.probes.waits import FileIO
 
-MAX_FILES = 24  # files listed per cell, the busiest first; the rest summed in one row
 # In a record's source, what it did not measure: its reads (a PostgreSQL record from before reads
 # were counted by default, a file that is not a relation's), their times (PostgreSQL's reads counted
 # by the server, timed with --trace-reads), its writes and syncs (PostgreSQL's, traced with --trace-io).
@@ -87,52 +82,6 @@ def percentile_bound(histogram: dict[int, int], q: float) -> float | None:
         if running >= q * total:
             return max(2 * bucket, 1) / 1e9
     return None
-
-
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.3f}"
-
-
-def _avg(total: float | None, count: float | None) -> str:
-    return _ms(total / count) if total is not None and count else "—"
-
-
-def _p99(histogram: dict[int, int]) -> str:
-    bound = percentile_bound(histogram, 0.99)
-    return "—" if bound is None else f"≤{bound * 1000:.3g}"
-
-
-def table(title: str, files: list[FileIO], limit: int = MAX_FILES) -> Table:
-    """The seeds' per-file question: where the reads and writes went and what each file's IO cost.
-    Files by their own name (the full path is in the export); times in ms, p99 the upper bound of
-    the histogram's power-of-two bucket holding it."""
-    out = Table(title=Text(title), show_edge=False, title_justify="left")
-    for col in ("Object", "File", "Placement", "Reads", "Read_MB", "AvgRead", "p99Read", "Writes", "Write_MB",
-                "AvgWrite", "p99Write", "Syncs", "AvgSync"):
-        named = col in ("Object", "File", "Placement")
-        out.add_column(col, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
-    shown = [f for f in files if f.reads or f.writes or f.syncs]
-    rest = shown[limit - 1:] if len(shown) > limit else []
-    for f in shown[:len(shown) - len(rest)] if rest else shown:
-        out.add_row(f.object, Path(f.file).name, f.placement or "—", *_cells(f, measured(f)))
-    if rest:  # summed, its syncs left out (not every source counts them) and no histogram
-        every = [measured(f) for f in rest]
-        summed = FileIO("", "", "", **{name: sum(getattr(f, name) for f in rest)
-                                       for name in ("reads", "read_bytes", "read_s", "writes", "write_bytes", "write_s")})
-        out.add_row(f"{len(rest)} others", "", "", *_cells(summed, tuple(any(m[i] for m in every)
-                                                                        for i in range(len(_MEASURES)))))
-    return out
-
-
-def _cells(f: FileIO, counted: tuple[bool, bool, bool]) -> list[str]:
-    """A row's numbers, "—" for what its records did not measure (`counted`: as measured() says)."""
-    reads_counted, reads_timed, writes_counted = counted
-    cells = [f"{f.reads:,.0f}", f"{f.read_bytes / 1e6:,.2f}"] if reads_counted else ["—", "—"]
-    cells += [_avg(f.read_s, f.reads), _p99(f.read_histogram)] if reads_timed else ["—", "—"]
-    if not writes_counted:
-        return cells + ["—"] * 6
-    return cells + [f"{f.writes:,.0f}", f"{f.write_bytes / 1e6:,.2f}", _avg(f.write_s, f.writes),
-                    _p99(f.write_histogram), "—" if f.syncs is None else f"{f.syncs:,.0f}", _avg(f.sync_s, f.syncs)]
 
 
 def _write(db: Db, run_id: int, files: list[FileIO]) -> None:

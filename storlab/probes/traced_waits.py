@@ -9,9 +9,6 @@ import json
 from collections import defaultdict
 from dataclasses import replace
 
-from rich.table import Table
-from rich.text import Text
-
 from storlab.probes.kept import Db, Probe, histogram
 from storlab.probes.waits import TracedWait, Wait, WaitCapture
 
@@ -58,27 +55,6 @@ def mean_per_run(runs: list[list[TracedWait]]) -> list[TracedWait]:
             for bucket, count in t.histogram.items():
                 acc.histogram[bucket] = acc.histogram.get(bucket, 0) + count
     return sorted(found.values(), key=lambda t: (t.wait_type, -t.seconds, t.resource))
-
-
-def lock_table(title: str, traced: list[TracedWait]) -> Table | None:
-    """Every traced lock wait by the relation it was on: waits, total and average per run. None when
-    the runs traced no lock wait."""
-    locks = [t for t in traced if t.wait_type.startswith("Lock:") and t.waits]
-    if not locks:
-        return None
-    out = Table(title=Text(title), show_edge=False, title_justify="left")
-    for col in ("WaitType", "Resource", "WaitCount", "Wait_S", "AvgWait_S", "Share"):
-        out.add_column(col, justify="left" if col in ("WaitType", "Resource") else "right")
-    totals: dict[str, float] = defaultdict(float)
-    for t in locks:
-        totals[t.wait_type] += t.seconds
-    previous = None
-    for t in sorted(locks, key=lambda t: (-totals[t.wait_type], t.wait_type, -t.seconds, t.resource)):
-        share = 100.0 * t.seconds / totals[t.wait_type] if totals[t.wait_type] else 0.0
-        out.add_row(t.wait_type if t.wait_type != previous else "", t.resource or "—", f"{t.waits:,.1f}",
-                    f"{t.seconds:.4f}", f"{t.seconds / t.waits:.6f}", f"{share:.1f} %")
-        previous = t.wait_type
-    return out
 
 
 def _write(db: Db, run_id: int, traced: list[TracedWait]) -> None:
