@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from storlab import processes
 from storlab.errors import RunFailed, UserError
 
 
@@ -24,8 +25,8 @@ class _Group(click.Group):
         # A polite kill (SIGTERM) or a closed terminal (SIGHUP) takes the same path as Ctrl-C: servers
         # stopped, finished runs kept. SIGINT too is set here: a shell starts a background job with it
         # ignored, and Python then leaves it so; `kill -INT` must stop storlab however it was started.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGINT, processes.interrupt)
+        signal.signal(signal.SIGTERM, processes.interrupt)
         signal.signal(signal.SIGHUP, _hung_up)
         try:
             return super().invoke(ctx)
@@ -49,7 +50,7 @@ def _hung_up(signum: int, frame) -> None:
                 nowhere = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(nowhere, fd)
                 os.close(nowhere)
-    raise KeyboardInterrupt
+    processes.interrupt(signum, frame)
 
 
 @click.group(cls=_Group)
@@ -344,7 +345,7 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
     engine_settings against the installed engine, and each placement's free space. A results folder
     takes one run at a time: a second one into it is refused (run in parallel with --store)."""
     from storlab.results import folder_lock
-    from storlab.running import fleet, runner
+    from storlab.running import fleet, plan, runner
     from storlab.show import terminal
 
     tracing = _tracing(no_trace, trace_io, trace_reads)
@@ -370,9 +371,9 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
         return
     if host is not None:
         raise UserError("--host: only with --store (a results folder is this machine's)")
-    folder = out or _results_folder(runner.default_folder(exp), "the results folder")
+    folder = out or _results_folder(plan.default_folder(exp), "the results folder")
     if dry_run:
-        for line in runner.describe_plan(exp, folder):
+        for line in plan.describe_plan(exp, folder):
             console.print(line, markup=False)
         return
     if exp.model.hosts:

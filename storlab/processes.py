@@ -111,6 +111,26 @@ def _continue(pid: int) -> None:
             pass
 
 
+_interrupted = False
+
+
+def interrupt(signum: int, frame) -> None:
+    """The CLI's Ctrl-C (SIGINT, and SIGTERM, SIGHUP acting the same): a KeyboardInterrupt, remembered.
+    Python prints and drops one raised inside a weakref callback, a __del__ or an at-fork hook (the run
+    then goes on as if never interrupted); interruption_point raises it again."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def interruption_point() -> None:
+    """The KeyboardInterrupt a Ctrl-C raised, again, if it was dropped on its way (interrupt). Called
+    where a run moves forward (a run starts, its progress is told), never while cleaning up; in the
+    main thread only, where Python delivers signals."""
+    if _interrupted and threading.current_thread() is threading.main_thread():
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def interrupts_held() -> Iterator[None]:
     """A Ctrl-C (or the CLI's SIGTERM or SIGHUP, which act the same) in the middle of stopping and

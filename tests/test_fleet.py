@@ -25,7 +25,7 @@ from storlab.results.dialects import POSTGRESQL, SQLITE, PerDialect
 from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
-from storlab.running import runner
+from storlab.running import plan
 from tests.commands import invoke, storlab, together
 from tests.conftest import StoreServer, recorded, start_worker, stop_instance, stopped_processes, storlab_processes
 from tests.devicetools import attached, mounted
@@ -396,7 +396,7 @@ def test_a_race_in_the_fleet_runs_and_drops_as_storlab_run_does(store_server, wr
     here = storlab("run", str(source), "--no-trace", "--out", str(tmp_path / "r"), env=store_server.env())
     assert here.returncode == 0, here.stderr
     with Store.open(tmp_path / "r", create=False) as store:
-        local = runner.race_state(exp, cells, store)
+        local = plan.race_state(exp, cells, store)
     submitted = storlab("submit", str(source), "--store", store_server.dsn, env=store_server.env())
     assert submitted.returncode == 0 and "(3 queued)" in submitted.stdout, submitted.stdout + submitted.stderr
     worker = start_worker(store_server, "db1", lab_root / "db1")
@@ -406,7 +406,7 @@ def test_a_race_in_the_fleet_runs_and_drops_as_storlab_run_does(store_server, wr
     rows = queue_rows(store_server)
     assert sorted(r[:2] for r in rows) == runs and {r[3] for r in rows} == {"done"}
     with shared_store.open(store_server.dsn, "race", create=False) as store:
-        fleet = runner.race_state(exp, cells, store)
+        fleet = plan.race_state(exp, cells, store)
     assert local.drops and local.finished
     assert [(d.cell, d.round) for d in fleet.drops] == [(d.cell, d.round) for d in local.drops]
     assert fleet.finished == local.finished and runs == in_folder(tmp_path / "r")

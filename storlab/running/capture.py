@@ -15,7 +15,7 @@ from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, safe_files
-from storlab.running import cell_runs, runner, stall
+from storlab.running import cell_runs, plan, stall
 from storlab.workloads import KINDS, captured_log, replay
 
 
@@ -63,7 +63,7 @@ def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep:
     """Run one cell's load once with its statements logged, and write the log to `out` (a new file)."""
     check(experiment, out)
     cell = pick(experiment, cell_id)
-    paths = runner.prepare_placements(experiment)
+    paths = plan.prepare_placements(experiment)
     kind, params = experiment.workload, cell.workload
     with (devices.DevicePool() if experiment.device_sizes else nullcontext()) as pool:
         lab = cell_runs.Lab(experiment, paths, keep, pool)

@@ -21,7 +21,7 @@ from typing import Callable, Container, Iterator
 
 import psycopg
 
-from storlab import engines
+from storlab import engines, processes
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiments
 from storlab.experiment import matrix
@@ -35,7 +35,7 @@ from storlab.results import shared_store
 from storlab.results.dialects import POSTGRESQL, Connection
 from storlab.results.runs import RunResult
 from storlab.results.store import Store
-from storlab.running import cell_runs, cleanup, queue, runner, stall
+from storlab.running import cell_runs, cleanup, plan, queue, stall
 from storlab.running.queue import Claim, LeaseLost
 
 POLL_S = 2.0  # how often an idle worker looks for new runs
@@ -197,14 +197,14 @@ class ClaimedRun:
 
 
 def queue_next_round(db: Connection, store: Store, exp: Experiment, cells: list[matrix.Cell]) -> None:
-    """A race is queued round by round, decided as `storlab run` decides it (runner.next_runs over
+    """A race is queued round by round, decided as `storlab run` decides it (plan.next_runs over
     the store's runs): the first round at submit, each next round of the cells still racing by the
     worker that records the last run of a round. The lock makes workers finishing runs at once take
     turns, so the last of them sees every run of the round."""
     if exp.race() is None:
         return
     queue.lock_experiment(db, store.experiment_id)
-    todo = runner.next_runs(exp, cells, store, set())
+    todo = plan.next_runs(exp, cells, store, set())
     queue.enqueue(db, store.experiment_id,
                   [(c.id, rep, c.host, (rep - 1) * len(cells) + i) for i, (c, rep) in enumerate(todo)])
 
@@ -213,7 +213,7 @@ def check(exp: Experiment, say: Say) -> None:
     """What `storlab run` checks before anything starts, on this host: the engine installed, the
     settings accepted, each placement's free space. Refusals raise; warnings are said."""
     engines.engine(exp.engine).installed()
-    for warning in runner.preflight(exp, matrix.cells(exp)):
+    for warning in plan.preflight(exp, matrix.cells(exp)):
         say(f"{exp.name}: warning: {warning}")
 
 
@@ -275,7 +275,7 @@ class Worker:
                 exp = experiments.parse(Path.cwd() / f"{entry.name}.toml", held.source, held.files)
                 check(exp, self.say)
             cells = matrix.cells(exp)
-            paths = runner.prepare_placements(exp)
+            paths = plan.prepare_placements(exp)
         except (UserError, RunFailed) as exc:
             self._refuse(entry, str(exc), RunFailed if isinstance(exc, RunFailed) else UserError)
             return
@@ -342,6 +342,7 @@ class Worker:
     def _claims(self, target: Runnable, cell: matrix.Cell, claim: Claim | None) -> Iterator["ClaimedRun"]:
         kept = None  # the repetition that made the instance this one runs on
         while claim is not None:
+            processes.interruption_point()
             run = ClaimedRun(self, target, cell, claim)
             again = f" (attempt {claim.attempts})" if claim.attempts > 1 else ""
             on = f" on the instance of #{kept}" if kept is not None else ""
@@ -434,7 +435,7 @@ def run_here(exp: Experiment, dsn: str, host: str, keep: bool, say: Say, tracing
         raise UserError(f"{exp.where(('hosts',))}: hosts: this machine goes by {host}, not one of "
                         f"{', '.join(exp.model.hosts)}; give --host NAME, or start storlab worker on each host")
     check(exp, say)  # before anything is queued, as `storlab run` checks before anything starts
-    runner.prepare_placements(exp)
+    plan.prepare_placements(exp)
     with shared_store.open(dsn, exp.name, create=True, purpose="submit") as store:
         say(submit(exp, store).line(exp.name))
     return work(dsn, WorkerOptions(host, exp.name, until_done=True, keep=keep, tracing=tracing), say, {exp.name: exp})

@@ -1,0 +1,174 @@
+"""The plan of an experiment's runs, which `storlab run` and the fleet both follow: what is checked
+before anything starts (preflight), where the placements are, the runs to do next (the whole matrix,
+the next round until settled, or a race's next round), why the runs stop, and the plan in words for
+--dry-run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from storlab import engines
+from storlab.answer import analysis, racing
+from storlab.errors import RunFailed, UserError
+from storlab.experiment import design, design_key, matrix, places, swept
+from storlab.experiment.file import Experiment
+from storlab.experiment.swept import short_name
+from storlab.lab import os_users, placements, templates
+from storlab.lab.placements import TMPFS
+from storlab.results.folder_store import exists
+from storlab.results.store import Store
+from storlab.running import capacity
+
+
+def default_folder(experiment: Experiment) -> Path:
+    return Path("results") / experiment.name
+
+
+def placement_paths(experiment: Experiment) -> dict[str, Path]:
+    """The directory placements (a device placement's directory is its mount, made for each run)."""
+    return {name: experiment.placement_path(name) for name in experiment.directories}
+
+
+def prepare_placements(experiment: Experiment) -> dict[str, Path]:
+    """Make the missing placement directories, after checking each again (the load checked them by
+    looking only; the servers' OS user may have been made since)."""
+    found = placement_paths(experiment)
+    user = os_users.server_user()
+    for name, path in found.items():
+        problem = placements.path_problem(path, user)
+        if problem:
+            raise UserError(f"{experiment.where(('placements', name))}: placements.{name}: {problem}")
+        if places.path_text(experiment.model.placements[name]) != TMPFS:
+            try:
+                placements.make(path)
+            except OSError as exc:
+                raise RunFailed(f"{experiment.path.name}: placements.{name}: cannot create {path}: {exc.strerror}") from None
+    return found
+
+
+def preflight(experiment: Experiment, cells: list[matrix.Cell]) -> list[str]:
+    """What is checked before anything starts (and by --dry-run): the installed engine's verdict on the
+    settings, and whether one run fits in each placement. Refusals raise UserError; returns warnings."""
+    for version in experiment.model.versions():  # each engine_version's server is there (RunFailed says how to install it)
+        engines.engine(experiment.engine).installed(version)
+    problem = templates.folder_problem()
+    if problem:
+        raise UserError(f"the folder of templates: {problem}")
+    warnings = engines.engine(experiment.engine).settings.verify(experiment)
+    return warnings + capacity.check(experiment, cells, placement_paths(experiment))
+
+
+def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
+    """The cells and the runs still to do, for --dry-run."""
+    cells = matrix.cells(experiment)
+    warnings = preflight(experiment, cells)
+    done: set[tuple[str, int]] = set()
+    seed = experiment.model.order_seed
+    if exists(folder):
+        with Store.open(folder, create=False) as store:
+            done = store.done()
+            held = store.experiment()
+            if seed is None and held is not None:
+                seed = held.order_seed
+    todo = matrix.plan(cells, experiment.repetitions, done, seed)
+    lines = [f"warning: {w}" for w in warnings]
+    settings, settling = experiment.race(), experiment.settling()
+    ordered = matrix.reference_first(experiment)
+    lines += design.described(experiment.model.design, ordered, [{short_name(k): v for k, v in c.factors.items()} for c in cells],
+                              swept.cell_count(experiment.factors))
+    if settings is None:
+        full = swept.cell_count(experiment.factors) * experiment.repetitions
+        against = f" ({len(cells) * experiment.repetitions} runs; the full factorial's: {full})" \
+            if experiment.model.design.kind != design_key.FULL else ""
+        lines.append(f"{experiment.name}: {len(cells)} cells x {experiment.repetitions} repetitions on {experiment.engine}{against}")
+    else:
+        lines.append(f"{experiment.name}: a race of {len(cells)} cells on {experiment.engine}, {settings.min_rounds} to "
+                     f"{settings.max_rounds} rounds: after each round from {settings.min_rounds}, cells clearly worse "
+                     "than the best get no more runs; at most:")
+    if settling is not None:
+        budget = f", or once {settling.budget_s:g} s of wall time are spent" if settling.budget_s else ""
+        lines.append(f"  until settled: after each round from {settling.min_rounds}, the factor effects are fitted "
+                     f"again; the runs stop once every factor is different or equivalent{budget}; at most:")
+    lines += [f"  cell {c.id}  {c.label}" for c in cells]
+    order = "in this order" if seed is not None else \
+        "listed in the matrix order (each round's order is drawn at the first run; order_seed fixes it)"
+    lines.append(f"{len(todo)} runs to do ({len(done)} already in {folder}), {order}:")
+    lines += [f"  {i:>4}. repetition {rep} of {c.id}  {c.label}" for i, (c, rep) in enumerate(todo, 1)]
+    return lines
+
+
+def race_state(experiment: Experiment, cells: list[matrix.Cell], store: Store) -> racing.RaceState:
+    values = racing.rounds_from([c.id for c in cells], store.runs(), store.failures(), experiment.figures[0].name)
+    return racing.race(values, experiment.race())
+
+
+def stop_reason(experiment: Experiment, store: Store, started: float | None = None) -> str | None:
+    """Why an experiment run until settled takes no more runs: its answer settled (after its `min`
+    rounds), or the budget of wall time of this invocation (since `started`, monotonic) is spent.
+    None while it goes on (or without until settled; `max` is where its plan ends)."""
+    settling = experiment.settling()
+    if settling is None:
+        return None
+    results = analysis.load(store)
+    if results.settled:
+        return f"settled after {results.rounds} rounds: {analysis.verdicts_line(results)}"
+    if settling.budget_s is not None and started is not None and time.monotonic() - started >= settling.budget_s:
+        return f"budget spent: {settling.budget_s:g} s after {results.rounds} rounds, not settled: " \
+            + analysis.verdicts_line(results)
+    return None
+
+
+def max_reason(experiment: Experiment, store: Store) -> str | None:
+    """Why runs stopped where the plan ended: max reached (or the race over) before the answer settled."""
+    if experiment.settling() is None:
+        return None
+    results = analysis.load(store)
+    if results.rounds >= experiment.repetitions:
+        why = f"max reached: {results.rounds} rounds"
+    elif results.race is not None and results.race.finished:
+        why = f"race over after {results.rounds} rounds ({results.race.finished})"
+    else:  # the runs this invocation could not make failed; the next `storlab run` tries them again
+        why = f"stopped after {results.rounds} rounds, runs failed"
+    return f"{why}, not settled: {analysis.verdicts_line(results)}"
+
+
+def next_runs(experiment: Experiment, cells: list[matrix.Cell], store: Store, tried: set,
+              started: float | None = None) -> list[tuple[matrix.Cell, int]]:
+    """The runs to do next, each round in the order drawn from the experiment's seed. The whole
+    matrix at once, interleaved; until settled, the next round (every round up to `min` at once; none
+    once the answer is settled or the budget spent); in a race, the next round of the cells still
+    racing (none when the race is over). `tried`: runs already attempted in this invocation, never
+    repeated in it (a failed run is retried by running the command again)."""
+    settings, settling = experiment.race(), experiment.settling()
+    done = store.done() | tried
+    held = store.experiment()
+    seed = None if held is None else held.order_seed
+    if settling is not None and stop_reason(experiment, store, started) is not None:
+        return []
+    if settings is None:
+        todo = matrix.plan(cells, experiment.repetitions, done, seed)
+        if settling is None or not todo:
+            return todo
+        upto = max(todo[0][1], settling.min_rounds)
+        return [(c, rep) for c, rep in todo if rep <= upto]
+    state = race_state(experiment, cells, store)
+    if state.finished:
+        return []
+    alive = set(state.alive)
+    return [(c, state.next_round) for c in matrix.round_order(cells, seed, state.next_round)
+            if c.id in alive and (c.id, state.next_round) not in done]
+
+
+def most_left(experiment: Experiment, cells: list[matrix.Cell], store: Store) -> int:
+    """The runs still possible (a race may drop cells and stop sooner; until settled, the answer may
+    settle sooner): the progress bar's total."""
+    done = store.done()
+    settings = experiment.race()
+    if settings is None:
+        return len(matrix.plan(cells, experiment.repetitions, done))
+    state = race_state(experiment, cells, store)
+    if state.finished:
+        return 0
+    return sum(1 for c in cells if c.id in set(state.alive)
+               for rep in range(state.rounds + 1, settings.max_rounds + 1) if (c.id, rep) not in done)
