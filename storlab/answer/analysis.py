@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storlab.answer import effects, racing, screening
+from storlab.answer import effects, racing, screening, steadiness
 from storlab.answer.effects import FactorAnswer, Observation
 from storlab.answer.stats import (
     CellVerdict,
@@ -46,6 +46,7 @@ class CellResult:
     headline_name: str = ELAPSED.name
     tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
     limits: list[LimitsUse] = field(default_factory=list)  # what its IO caps and memory limit did, per run
+    series: list[steadiness.RunSeries] = field(default_factory=list)  # each run's per-second series and checkpoints
 
     @property
     def headline(self) -> Summary | None:
@@ -265,6 +266,7 @@ def load(store: Store) -> Results:
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
                 limits=[used for r in runs if (used := store.kept(limits.PROBE, r.id)).devices or used.memory],
+                series=[steadiness.read(store, r) for r in runs],
             )
         )
     failures = store.failures()

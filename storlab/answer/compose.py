@@ -7,7 +7,7 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening
+from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening, steadiness
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
@@ -383,6 +383,45 @@ def design_answer(results: Results) -> model.Design | None:
         points=[] if answer is None else half_normal(answer), lines=lines)
 
 
+def _run_steadiness(run: steadiness.RunState) -> model.RunSteadiness:
+    return model.RunSteadiness(
+        repetition=run.repetition, measured_s=_number(run.measured_s), declared_warmup_s=run.declared_warmup_s,
+        found_warmup_s=_number(run.found_warmup_s), steady=run.steady,
+        series=[model.SeriesState(metric=j.metric, points=j.points, steady=j.steady, range=_number(j.range),
+                                  excursion=_number(j.excursion), change_p=_number(j.change_p),
+                                  changed_at_s=_number(j.changed_at_s), change=_number(j.change), drift=_number(j.drift),
+                                  drift_low=_number(j.drift_low), drift_high=_number(j.drift_high), said=j.said)
+                for j in run.judged],
+        checkpoints=run.checkpoints, checkpoint_times_s=run.checkpoint_times_s, checkpoint_setting=run.setting,
+        checkpoint_value=run.value, checkpoint_cycle_s=run.cycle_s)
+
+
+def steadiness_answer(results: Results) -> model.Steadiness | None:
+    """Each run's steady state, warm-up found and checkpoints; each cell's runs not steady or measured
+    without (or with unequal) checkpoints, and what that does to its verdicts."""
+    cells, lines, short = [], [], set()
+    for c in results.measured:
+        runs = [steadiness.state(r) for r in c.series]
+        if not any(r.judged or r.checkpoints is not None for r in runs):
+            continue
+        said = [line for line in (steadiness.not_steady_line(runs), steadiness.checkpoint_line(runs)) if line]
+        short |= {j.points for r in runs for j in r.judged if j.steady is None}
+        lines += [f"{c.cell.label} ({c.cell.id}): {line}" for line in [steadiness.runs_line(runs), *said]]
+        cells.append(model.CellSteadiness(cell=c.cell.id, label=c.cell.label, runs=[_run_steadiness(r) for r in runs],
+                                          lines=said))
+    if not cells:
+        return None
+    if short:
+        lines.append(f"steady state not judged for runs of {max(short)} measured seconds or fewer: below "
+                     f"{steadiness.steady.MIN_POINTS} the change test is not to be trusted")
+    judged = [r for c in cells for r in c.runs if r.steady is not None]
+    if judged:
+        lines.insert(0, f"{sum(r.steady for r in judged)} of {len(judged)} runs judged steady (SNIA's range 20 % and "
+                        "excursion 10 % over 5 intervals, failing with a change the noise does not explain: "
+                        "docs/statistics.md)")
+    return model.Steadiness(rule=steadiness.RULE, cells=cells, lines=lines)
+
+
 def _headline(results: Results) -> model.Headline:
     head = results.headline
     return model.Headline(name=head.name, unit=head.unit, label=head.label,
@@ -428,6 +467,7 @@ def compose(results: Results) -> model.Answer:
         explanations=explanations(results),
         limits=limits_answer(results),
         design=design_answer(results),
+        steadiness=steadiness_answer(results),
     )
 
 

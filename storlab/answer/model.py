@@ -277,6 +277,52 @@ class Failure(_Typed):
     message: str
 
 
+class SeriesState(_Typed):
+    """One per-second series of one run, judged for a steady state (storlab.answer.steady)."""
+
+    metric: str  # transactions_per_s, rows_per_s, latency_p99_ms
+    points: int  # the measured seconds judged
+    steady: bool | None  # None: too few seconds to judge
+    range: float | None  # SNIA's range of the 5 intervals' means, a fraction of their mean
+    excursion: float | None  # SNIA's excursion of the line fitted through them, a fraction of the mean
+    change_p: float | None  # the CUSUM change test's p value
+    changed_at_s: float | None  # where it changed, on the run's axis (when the test finds a change)
+    change: float | None  # the mean after that second against the mean before, a fraction
+    drift: float | None  # the fitted slope's change over the measured part, a fraction of its mean
+    drift_low: float | None  # its 95 % interval
+    drift_high: float | None
+    said: str
+
+
+class RunSteadiness(_Typed):
+    """What one run held: a steady state or not, its warm-up found beside the declared one, its checkpoints."""
+
+    repetition: int
+    measured_s: float | None
+    declared_warmup_s: float
+    found_warmup_s: float | None  # MSER-5 over the whole series, on the run's axis
+    steady: bool | None  # every series judged steady; None when none could be judged
+    series: list[SeriesState]
+    checkpoints: int | None  # inside the measured part; None: the run was recorded before storlab counted them
+    checkpoint_times_s: list[float]  # when each ended (to the second), on the run's axis
+    checkpoint_setting: str | None  # what paces them: checkpoint_timeout, innodb_log_file_size
+    checkpoint_value: str | None
+    checkpoint_cycle_s: float | None
+
+
+class CellSteadiness(_Typed):
+    cell: str
+    label: str
+    runs: list[RunSteadiness]
+    lines: list[str]  # runs not steady and what that does to the cell's verdicts; checkpoints missing or unequal
+
+
+class Steadiness(_Typed):
+    rule: str  # the steady-state rule applied, in words
+    cells: list[CellSteadiness]
+    lines: list[str]  # all of it in words, as `show` prints it
+
+
 class Answer(_Typed):
     schema_version: int = SCHEMA_VERSION
     experiment: Experiment
@@ -303,6 +349,7 @@ class Answer(_Typed):
     explanations: list[Explanation]
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
     design: Design | None = None  # None: the full factorial
+    steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

@@ -47,5 +47,14 @@ class Probed(Protocol):
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> RunWaitProbe:
         """The workload's waits, with what `tracing` asks bpftrace to trace (Tracing.OFF: storlab run --no-trace)."""
 
+    def checkpoint_reading(self, conn: Any) -> tuple[float, bool]:
+        """The engine's cumulative checkpoint counter on storlab's session `conn`, and whether a
+        checkpoint is being written now (PostgreSQL: the checkpoints done, and its checkpointer out of its
+        idle wait; MariaDB: InnoDB's last checkpoint LSN, which moves when one is made, and False)."""
+
+    def checkpoint_cycle(self, conn: Any) -> tuple[str, str, float | None]:
+        """What paces its checkpoints: the setting, its value as the server shows it, and the cycle in
+        seconds where the setting is a time (PostgreSQL's checkpoint_timeout; None for InnoDB's log size)."""
+
     def waiting_tasks_probe(self) -> WaitingSessions:
         """A reader of the workload's waiting sessions and what each waits on."""

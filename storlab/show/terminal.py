@@ -96,6 +96,8 @@ def show(answer: model.Answer, console: Console) -> None:
         console.print(Text.assemble(("noise: ", "yellow"), line))
     for line in answer.limits.lines if answer.limits else []:
         console.print(Text(line))
+    for line in answer.steadiness.lines if answer.steadiness else []:
+        console.print(Text.assemble(("steady state: ", "yellow"), line))
     for line in answer.notes:
         console.print(Text(line))
     for note in answer.warnings:
