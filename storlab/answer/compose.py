@@ -393,7 +393,8 @@ def _run_steadiness(run: steadiness.RunState) -> model.RunSteadiness:
                                   drift_low=_number(j.drift_low), drift_high=_number(j.drift_high), said=j.said)
                 for j in run.judged],
         checkpoints=run.checkpoints, checkpoint_times_s=run.checkpoint_times_s, checkpoint_setting=run.setting,
-        checkpoint_value=run.value, checkpoint_cycle_s=run.cycle_s)
+        checkpoint_value=run.value, checkpoint_cycle_s=run.cycle_s, checkpoint_cycle_bytes=run.cycle_bytes,
+        log_bytes=run.log_bytes)
 
 
 def steadiness_answer(results: Results) -> model.Steadiness | None:

@@ -307,7 +307,9 @@ class RunSteadiness(_Typed):
     checkpoint_times_s: list[float]  # when each ended (to the second), on the run's axis
     checkpoint_setting: str | None  # what paces them: checkpoint_timeout, innodb_log_file_size
     checkpoint_value: str | None
-    checkpoint_cycle_s: float | None
+    checkpoint_cycle_s: float | None  # the setting in seconds, where it is a time
+    checkpoint_cycle_bytes: float | None  # in bytes of log, where it is a size (InnoDB's redo log)
+    log_bytes: float | None  # the WAL or redo the run wrote, its warm-up included
 
 
 class CellSteadiness(_Typed):

@@ -47,6 +47,8 @@ class RunState:
     setting: str | None
     value: str | None
     cycle_s: float | None
+    cycle_bytes: float | None
+    log_bytes: float | None  # the WAL or redo the run wrote
 
 
 def read(store, run: RunRecord) -> RunSeries:
@@ -80,7 +82,8 @@ def state(run: RunSeries) -> RunState:
     return RunState(run.repetition, run.measured_s, run.warmup_s, found, judged,
                     None if not verdicts else all(verdicts), None if kept is None else len(inside), inside,
                     None if kept is None else kept.setting, None if kept is None else kept.value,
-                    None if kept is None else kept.cycle_s)
+                    None if kept is None else kept.cycle_s, None if kept is None else kept.cycle_bytes,
+                    None if kept is None else kept.log_bytes)
 
 
 def _seconds(value: float) -> str:
@@ -88,21 +91,24 @@ def _seconds(value: float) -> str:
 
 
 def checkpoint_line(runs: list[RunState]) -> str | None:
-    """A cell's runs without a checkpoint, or with different numbers of them, in words; None when
-    every run held as many (or none was counted)."""
+    """A cell's runs shorter than a checkpoint cycle, without a checkpoint, or with different numbers of
+    them, in words; None when every run held as many and as long as a cycle (or none was counted)."""
     counted = [r for r in runs if r.checkpoints is not None]
     if not counted:
         return None
     numbers = sorted({r.checkpoints for r in counted})
     first = counted[0]
     longest = max((r.measured_s or 0.0) for r in counted)
+    if first.cycle_bytes is not None:  # InnoDB: a cycle is its redo log filled
+        wrote = max(r.log_bytes or 0.0 for r in counted)
+        if wrote < first.cycle_bytes:
+            held = "no checkpoint in it" if numbers == [0] else \
+                f"its checkpoint moved {', '.join(str(r.checkpoints) for r in counted)} times"
+            return (f"shorter than a checkpoint cycle: a {_seconds(longest)} run wrote {wrote / 2**20:.1f} MB of redo, "
+                    f"under {first.setting} {first.value} (InnoDB checkpoints as its redo log fills); {held}")
     if numbers == [0]:
-        if first.setting == "checkpoint_timeout":
-            shorter = "shorter than" if first.cycle_s and longest < first.cycle_s else "inside"
-            return (f"measured without a checkpoint: a {_seconds(longest)} run is {shorter} checkpoint_timeout "
-                    f"{first.value}")
-        return (f"measured without a checkpoint: InnoDB's checkpoint did not move in a {_seconds(longest)} run (it "
-                f"checkpoints as its redo log fills: innodb_log_file_size {first.value})")
+        shorter = "shorter than" if first.cycle_s and longest < first.cycle_s else "no longer than a cycle of"
+        return f"measured without a checkpoint: a {_seconds(longest)} run is {shorter} {first.setting} {first.value}"
     if len(numbers) > 1:
         return (f"its runs hold different numbers of checkpoints ({', '.join(str(r.checkpoints) for r in counted)}): "
                 "their figures mix runs with more of a checkpoint's writes and runs with less")

@@ -35,6 +35,9 @@ class Checkpoints:
     setting: str  # checkpoint_timeout, innodb_log_file_size
     value: str  # as the server shows it
     cycle_s: float | None  # the setting in seconds, where it is a time
+    cycle_bytes: float | None  # in bytes of log, where it is a size
+    log_before: float  # the WAL or redo written so far (its LSN)
+    log_after: float
     seen: list[float] = field(default_factory=list)  # seconds from t0
 
     @property
@@ -53,9 +56,11 @@ class _Recording:
 
     def start(self, sessions: list[int], t0: float) -> None:
         self.conn = self.instance.admin()
-        setting, value, cycle = self.instance.checkpoint_cycle(self.conn)
+        setting, value, cycle_s, cycle_bytes = self.instance.checkpoint_cycle(self.conn)
         count, self.writing = self.instance.checkpoint_reading(self.conn)
-        self.found = Checkpoints(count, count, setting, value, cycle, [0.0] if self.writing else [])
+        log = self.instance.log_written(self.conn)
+        self.found = Checkpoints(count, count, setting, value, cycle_s, cycle_bytes, log, log,
+                                 [0.0] if self.writing else [])
         self.sampler.start()
 
     def _record(self, weight_s: float) -> None:
@@ -75,6 +80,7 @@ class _Recording:
             if self.sampler.error is not None:
                 raise RunFailed(f"checkpoint counter failed: {self.sampler.error}")
             self._record(0.0)
+            self.found.log_after = self.instance.log_written(self.conn)
         finally:
             self.conn.close()
         return self.found
@@ -89,9 +95,10 @@ def points(found: Checkpoints) -> list[TimelinePoint]:
 
 
 def _write(db: Db, run_id: int, found: Checkpoints) -> None:
-    db.execute("INSERT INTO checkpoints (run_id, counter_before, counter_after, counted, setting, value, cycle_s) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?)",
-               (run_id, found.counter_before, found.counter_after, found.counted, found.setting, found.value, found.cycle_s))
+    db.execute("INSERT INTO checkpoints (run_id, counter_before, counter_after, counted, setting, value, cycle_s, "
+               "cycle_bytes, log_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+               (run_id, found.counter_before, found.counter_after, found.counted, found.setting, found.value, found.cycle_s,
+                found.cycle_bytes, found.log_after - found.log_before))
 
 
 @dataclass(frozen=True)
@@ -102,11 +109,14 @@ class Kept:
     setting: str
     value: str
     cycle_s: float | None
+    cycle_bytes: float | None
+    log_bytes: float  # the WAL or redo the whole run wrote (its warm-up included)
 
 
 def _read(db: Db, run_id: int) -> Kept | None:
-    row = db.execute("SELECT counted, setting, value, cycle_s FROM checkpoints WHERE run_id = ?", (run_id,)).fetchone()
-    return None if row is None else Kept(int(row[0]), row[1], row[2], row[3])
+    row = db.execute("SELECT counted, setting, value, cycle_s, cycle_bytes, log_bytes FROM checkpoints WHERE run_id = ?",
+                     (run_id,)).fetchone()
+    return None if row is None else Kept(int(row[0]), row[1], row[2], row[3], row[4], float(row[5]))
 
 
 PROBE = Probe(
@@ -119,7 +129,9 @@ PROBE = Probe(
         counted INTEGER NOT NULL,
         setting TEXT NOT NULL,
         value TEXT NOT NULL,
-        cycle_s REAL
+        cycle_s REAL,
+        cycle_bytes REAL,
+        log_bytes REAL NOT NULL
     );
     CREATE INDEX checkpoints_run ON checkpoints(run_id);
     """,),

@@ -52,9 +52,13 @@ class Probed(Protocol):
         checkpoint is being written now (PostgreSQL: the checkpoints done, and its checkpointer out of its
         idle wait; MariaDB: InnoDB's last checkpoint LSN, which moves when one is made, and False)."""
 
-    def checkpoint_cycle(self, conn: Any) -> tuple[str, str, float | None]:
-        """What paces its checkpoints: the setting, its value as the server shows it, and the cycle in
-        seconds where the setting is a time (PostgreSQL's checkpoint_timeout; None for InnoDB's log size)."""
+    def checkpoint_cycle(self, conn: Any) -> tuple[str, str, float | None, float | None]:
+        """What paces its checkpoints: the setting, its value as the server shows it, the cycle in
+        seconds where the setting is a time (PostgreSQL's checkpoint_timeout), in bytes of log where it
+        is a size (InnoDB's redo log, innodb_log_file_size)."""
+
+    def log_written(self, conn: Any) -> float:
+        """Bytes of WAL or redo the server has written so far (its current LSN), to be differenced."""
 
     def waiting_tasks_probe(self) -> WaitingSessions:
         """A reader of the workload's waiting sessions and what each waits on."""

@@ -97,6 +97,7 @@ COMMITS = "SHOW GLOBAL STATUS LIKE 'Com_commit'"
 # of the last one moves each time one is made.
 LAST_CHECKPOINT = "SHOW GLOBAL STATUS LIKE 'Innodb_lsn_last_checkpoint'"
 LOG_FILE_SIZE = "SELECT @@innodb_log_file_size"
+REDO_WRITTEN = "SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'"
 CANCEL = "KILL QUERY {session}"
 # What the workload prepared, written out: FOR EXPORT flushes a table's dirty pages now (waiting for
 # InnoDB's page cleaner to empty the whole buffer pool takes seconds: it works once a second).
@@ -269,9 +270,12 @@ class MariadbInstance:
     def checkpoint_reading(self, conn: Connection) -> tuple[float, bool]:
         return float(conn.execute(LAST_CHECKPOINT).fetchone()[1]), False
 
-    def checkpoint_cycle(self, conn: Connection) -> tuple[str, str, float | None]:
+    def checkpoint_cycle(self, conn: Connection) -> tuple[str, str, float | None, float | None]:
         size = int(conn.execute(LOG_FILE_SIZE).fetchone()[0])
-        return "innodb_log_file_size", f"{size / 2**20:g}MB", None
+        return "innodb_log_file_size", f"{size / 2**20:g}MB", None, float(size)
+
+    def log_written(self, conn: Connection) -> float:
+        return float(conn.execute(REDO_WRITTEN).fetchone()[1])
 
     def cancel(self, sessions: list[int]) -> None:
         with self.admin() as conn:

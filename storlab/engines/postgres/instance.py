@@ -66,6 +66,7 @@ CHECKPOINTS_DONE = {18: "SELECT num_done FROM pg_stat_checkpointer",
 # started: between, the checkpointer is out of its idle wait (writing, syncing, or pausing between writes).
 CHECKPOINT_READING = ("SELECT ({done}), EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'checkpointer' "
                       "AND wait_event IS DISTINCT FROM 'CheckpointerMain')")
+WAL_WRITTEN = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
 CHECKPOINT_TIMEOUT = "SELECT current_setting('checkpoint_timeout'), setting::float FROM pg_settings WHERE name = 'checkpoint_timeout'"
 CREATE_TABLESPACE = "CREATE TABLESPACE {name} LOCATION {path}"
 WAIT_COLLECTOR_RUNNING = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
@@ -259,9 +260,12 @@ class PostgresInstance:
         count, writing = conn.execute(CHECKPOINT_READING.format(done=done)).fetchone()
         return float(count), bool(writing)
 
-    def checkpoint_cycle(self, conn: psycopg.Connection) -> tuple[str, str, float | None]:
+    def checkpoint_cycle(self, conn: psycopg.Connection) -> tuple[str, str, float | None, float | None]:
         shown, seconds = conn.execute(CHECKPOINT_TIMEOUT).fetchone()
-        return "checkpoint_timeout", shown, float(seconds)
+        return "checkpoint_timeout", shown, float(seconds), None
+
+    def log_written(self, conn: psycopg.Connection) -> float:
+        return float(conn.execute(WAL_WRITTEN).fetchone()[0])
 
     def cancel(self, sessions: list[int]) -> None:
         with self.admin() as conn:
