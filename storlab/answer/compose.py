@@ -7,7 +7,7 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening, steadiness
+from storlab.answer import client_cpu, effects, explain, model, noise_split, rate_curve, screening, steadiness
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
@@ -407,13 +407,14 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
             continue
         said = [line for line in (steadiness.not_steady_line(runs), steadiness.checkpoint_line(runs)) if line]
         short |= {j.points for r in runs for j in r.judged if j.steady is None}
-        lines += [f"{c.cell.label} ({c.cell.id}): {line}" for line in [steadiness.runs_line(runs), *said]]
+        each = [steadiness.runs_line(runs)] if any(r.steady is not None for r in runs) else []  # else said below
+        lines += [f"{c.cell.label} ({c.cell.id}): {line}" for line in [*each, *said]]
         cells.append(model.CellSteadiness(cell=c.cell.id, label=c.cell.label, runs=[_run_steadiness(r) for r in runs],
                                           lines=said))
     if not cells:
         return None
     if short:
-        lines.append(f"steady state not judged for runs of {max(short)} measured seconds or fewer: below "
+        lines.append(f"not judged for runs of {max(short)} measured seconds or fewer: below "
                      f"{steadiness.steady.MIN_POINTS} the change test is not to be trusted")
     judged = [r for c in cells for r in c.runs if r.steady is not None]
     if judged:
@@ -421,6 +422,27 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
                         "excursion 10 % over 5 intervals, failing with a change the noise does not explain: "
                         "docs/statistics.md)")
     return model.Steadiness(rule=steadiness.RULE, cells=cells, lines=lines)
+
+
+def split_answer(results: Results) -> model.NoiseSplit | None:
+    """The noise between runs and inside a run, from each run's measured per-second throughput."""
+    series: dict[str, list] = {}
+    timing = []
+    for c in results.measured:
+        for run, kept in zip(c.runs, c.series):
+            name = next((m for m in steadiness.THROUGHPUT if m in kept.series), None)
+            if name is None:
+                continue
+            t, x = kept.series[name]
+            series.setdefault(c.cell.id, []).append(x[t >= kept.warmup_s])
+            timing.append((run.started_at, kept.warmup_s + (kept.measured_s or 0.0)))
+    found = noise_split.split(series, noise_split.run_cost(timing))
+    if found is None:
+        return None
+    return model.NoiseSplit(between_runs=found.between_runs, inside_run=found.inside_run, runs=found.runs,
+                            seconds=found.seconds, run_cost_s=_number(found.run_cost_s),
+                            best_seconds=_number(found.best_seconds), advice=found.advice, method=noise_split.METHOD,
+                            line=noise_split.line(found))
 
 
 def _headline(results: Results) -> model.Headline:
@@ -457,7 +479,8 @@ def compose(results: Results) -> model.Answer:
         noise=model.Noise(residual_cv=None if answer is None else _number(answer.residual_cv),
                           rounds_needed={} if answer is None else rounds_needed(answer),
                           hidden={} if answer is None else hidden_effects(answer),
-                          line=None if answer is None else noise_line(answer), cells=cell_noise_lines(results)),
+                          line=None if answer is None else noise_line(answer), cells=cell_noise_lines(results),
+                          split=split_answer(results)),
         ranking=ranking, ranking_correction=correction, best=_best_lines(results),
         not_run=[c.cell.id for c in results.cells if c.headline is None],
         labels={c.cell.id: c.cell.label for c in results.cells},

@@ -125,12 +125,27 @@ class UntilSettled(_Typed):
     budget_s: float | None
 
 
+class NoiseSplit(_Typed):
+    """Where the noise is (Kalibera and Jones 2013): between runs, inside a run, and the plan it gives."""
+
+    between_runs: float  # variance of the log of the per-second throughput between runs (about a CV^2)
+    inside_run: float  # of one second about its run's mean
+    runs: int
+    seconds: float  # measured seconds a run, on average
+    run_cost_s: float | None  # a run's fixed cost: the wall time between runs beyond their load
+    best_seconds: float | None  # the cheapest run length for a given precision
+    advice: str | None  # "longer runs" or "more runs"; None when a run's cost is unknown
+    method: str
+    line: str  # all of it in words
+
+
 class Noise(_Typed):
     residual_cv: float | None  # the paired model's: the rounds' drift taken out
     rounds_needed: dict[str, int]  # "10 %" -> rounds two cells compared round by round need (80 % power)
     hidden: dict[str, float]  # each undecided factor's largest effect the noise still allows
     line: str | None  # all of it in words; None without a factor table
     cells: list[str]  # each noisy cell's warning, and each cell's outliers
+    split: NoiseSplit | None = None  # None: no cell has two runs with a per-second throughput
 
 
 class Ranked(_Typed):

@@ -15,6 +15,7 @@ from storlab.answer import steady
 from storlab.probes import checkpoints
 from storlab.results.runs import RunRecord
 
+THROUGHPUT = tuple(m.name for m in timeline.THROUGHPUT)  # the series judged first, in this order
 RULE = (f"steady: SNIA's criteria over the measured part cut into {steady.WINDOW} equal intervals (range of their "
         f"means within {100 * steady.RANGE_LIMIT:.0f} % of their mean, the fitted line's excursion within "
         f"{100 * steady.EXCURSION_LIMIT:.0f} %); not steady only when they fail and a CUSUM change test finds a change "
@@ -67,7 +68,7 @@ def read(store, run: RunRecord) -> RunSeries:
 
 
 def state(run: RunSeries) -> RunState:
-    throughput = next((m.name for m in timeline.THROUGHPUT if m.name in run.series), None)
+    throughput = next((name for name in THROUGHPUT if name in run.series), None)
     judged, found = [], None
     for name in [throughput, timeline.LATENCY_P99_MS.name]:
         if name is None or name not in run.series:
