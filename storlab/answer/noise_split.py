@@ -17,6 +17,7 @@ share: the advice errs towards more runs."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ def run_cost(starts_and_lengths: list[tuple[float, float]]) -> float | None:
     """A run's fixed cost in seconds: the median wall time from one run's load ending to the next run's
     start (its instance made, its data prepared); None with fewer than two runs."""
     ordered = sorted(starts_and_lengths)
-    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ordered, ordered[1:])]
+    gaps = [b[0] - (a[0] + a[1]) for a, b in itertools.pairwise(ordered)]
     gaps = [g for g in gaps if g > 0]
     return float(np.median(gaps)) if gaps else None
 

@@ -108,7 +108,7 @@ def _slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, math.sqrt(float((left ** 2).sum()) / (len(x) - 2) / sxx) if len(x) > 2 else math.nan
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _t(points: int) -> float:
     return float(stats.t.ppf(0.975, points - 2))
 

@@ -67,9 +67,7 @@ class _Recording:
         self.elapsed += weight_s
         count, writing = self.instance.checkpoint_reading(self.conn)
         done = count != self.found.counter_after
-        if writing and not self.writing:
-            self.found.seen.append(self.elapsed)
-        elif done and not self.writing:  # made between two readings
+        if not self.writing and (writing or done):  # begun; or begun and done between two readings
             self.found.seen.append(self.elapsed)
         self.writing = writing
         self.found.counter_after = count
