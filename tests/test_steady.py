@@ -5,9 +5,12 @@ steady, with the second it changed; MSER-5 finds a ramp's end. docs/statistics.m
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from storlab.answer import steady
+from storlab.answer import steadiness, steady
+from storlab.probes import checkpoints
 
 SERIES = 2000
 
@@ -82,3 +85,21 @@ def test_mser_finds_where_a_ramp_ends():
 def test_too_short_a_series_is_not_judged():
     judged = steady.judge("tps", np.arange(7, dtype=float), np.full(7, 1000.0), 2.0)
     assert judged.steady is None and "not judged" in judged.said
+
+
+def run_series(repetition: int, tps: np.ndarray, seen: list[float]) -> steadiness.RunSeries:
+    t = np.arange(len(tps), dtype=float)
+    kept = checkpoints.Kept(len(seen), "checkpoint_timeout", "30s", 30.0, None, 1e6)
+    return steadiness.RunSeries(repetition, 2.0, len(tps) - 2.0, {"transactions_per_s": (t, tps)}, seen, kept)
+
+
+def test_a_cell_is_told_which_runs_were_not_steady_and_which_held_fewer_checkpoints():
+    rng = np.random.default_rng(6)
+    flat = 1000 * (1 + 0.05 * rng.normal(size=40))
+    stepped = flat * np.where(np.arange(40) >= 20, 0.7, 1.0)
+    runs = [steadiness.state(run_series(1, flat, [29.0])), steadiness.state(run_series(2, stepped, []))]
+    assert [r.steady for r in runs] == [True, False] and [r.checkpoints for r in runs] == [1, 0]
+    said = steadiness.not_steady_line(runs)
+    assert re.match(r"1 of 2 runs not steady \(run 2: transactions_per_s changed by -3[0-4] % at 20 s\): its mean mixes", said)
+    assert steadiness.checkpoint_line(runs).startswith("its runs hold different numbers of checkpoints (1, 0)")
+    assert steadiness.checkpoint_line(runs[:1]) is None
