@@ -74,6 +74,9 @@ def state(run: RunSeries) -> RunState:
         if name is None or name not in run.series:
             continue
         t, x = run.series[name]
+        # The last second is cut short where the load ended, and in a run of fixed work holds its sessions
+        # finishing one after another: the end of a run, not a change of its steady state.
+        t, x = t[:-1], x[:-1]
         judged.append(steady.judge(name, t, x, run.warmup_s))
         if name == throughput:
             found = steady.found_warmup(t, x)
