@@ -414,8 +414,9 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
     if not cells:
         return None
     if short:
-        lines.append(f"not judged for runs of {max(short)} measured seconds or fewer: below "
-                     f"{steadiness.steady.MIN_POINTS} the change test is not to be trusted")
+        most = max(short)
+        lines.append(f"not judged in runs of at most {most} measured second{'s' if most != 1 else ''}: below "
+                     f"{steadiness.steady.MIN_POINTS} the change test calls too many runs without a change not steady")
     judged = [r for c in cells for r in c.runs if r.steady is not None]
     if judged:
         lines.insert(0, f"{sum(r.steady for r in judged)} of {len(judged)} runs judged steady (SNIA's range 20 % and "
