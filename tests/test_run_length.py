@@ -82,3 +82,31 @@ def test_a_short_mariadb_run_is_said_to_hold_no_checkpoint(write_experiment, tmp
     run = cell["runs"][0]
     assert run["checkpoint_setting"] == "innodb_log_file_size" and 0 < run["log_bytes"] < run["checkpoint_cycle_bytes"]
     assert any(line.startswith("shorter than a checkpoint cycle: a 5.0 s run wrote ") for line in cell["lines"])
+
+
+CYCLES = """
+name = "checkpoint-cycles"
+engine = "postgres"
+repetitions = 1
+[placements]
+disk = "./disk"
+[layout]
+data_on = "disk"
+[workload]
+kind = "pgbench"
+script = "tpcb-like"
+scale = 1
+clients = 2
+checkpoint_cycles = 1
+[engine_settings]
+checkpoint_timeout = "30s"
+"""
+
+
+def test_a_run_of_whole_checkpoint_cycles_lasts_them_and_places_its_checkpoints_on_the_cycle(write_experiment, tmp_path,
+                                                                                            lab_dir):
+    found = answer(write_experiment, tmp_path, CYCLES)
+    (run,) = found["steadiness"]["cells"][0]["runs"]
+    assert run["measured_s"] == pytest.approx(30, abs=1) and run["checkpoint_cycle_s"] == 30
+    assert run["checkpoint_phases"] == [pytest.approx(t / 30) for t in run["checkpoint_times_s"]]
+    assert all(0 <= phase <= 1.05 for phase in run["checkpoint_phases"])

@@ -392,7 +392,9 @@ def _run_steadiness(run: steadiness.RunState) -> model.RunSteadiness:
                                   changed_at_s=_number(j.changed_at_s), change=_number(j.change), drift=_number(j.drift),
                                   drift_low=_number(j.drift_low), drift_high=_number(j.drift_high), said=j.said)
                 for j in run.judged],
-        checkpoints=run.checkpoints, checkpoint_times_s=run.checkpoint_times_s, checkpoint_setting=run.setting,
+        checkpoints=run.checkpoints, checkpoint_times_s=run.checkpoint_times_s,
+        checkpoint_phases=[t / run.cycle_s for t in run.checkpoint_times_s] if run.cycle_s else [],
+        checkpoint_setting=run.setting,
         checkpoint_value=run.value, checkpoint_cycle_s=run.cycle_s, checkpoint_cycle_bytes=run.cycle_bytes,
         log_bytes=run.log_bytes)
 

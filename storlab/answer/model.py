@@ -319,7 +319,8 @@ class RunSteadiness(_Typed):
     steady: bool | None  # every series judged steady; None when none could be judged
     series: list[SeriesState]
     checkpoints: int | None  # inside the measured part; None: the run was recorded before storlab counted them
-    checkpoint_times_s: list[float]  # when each ended (to the second), on the run's axis
+    checkpoint_times_s: list[float]  # when each was seen (to the second), on the run's axis
+    checkpoint_phases: list[float]  # each one's time over the cycle, from the checkpoint forced before the run
     checkpoint_setting: str | None  # what paces them: checkpoint_timeout, innodb_log_file_size
     checkpoint_value: str | None
     checkpoint_cycle_s: float | None  # the setting in seconds, where it is a time
