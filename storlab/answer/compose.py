@@ -7,7 +7,7 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, noise_split, rate_curve, screening, steadiness
+from storlab.answer import client_cpu, effects, explain, model, noise_split, rate_curve, screening, steadiness, steady
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired
@@ -418,7 +418,7 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
     if short:
         most = max(short)
         lines.append(f"not judged in runs of at most {most} measured second{'s' if most != 1 else ''}: below "
-                     f"{steadiness.steady.MIN_POINTS} the change test calls too many runs without a change not steady")
+                     f"{steady.MIN_POINTS} the change test calls too many runs without a change not steady")
     judged = [r for c in cells for r in c.runs if r.steady is not None]
     if judged:
         lines.insert(0, f"{sum(r.steady for r in judged)} of {len(judged)} runs judged steady (SNIA's range 20 % and "
