@@ -19,7 +19,8 @@ THROUGHPUT = tuple(m.name for m in timeline.THROUGHPUT)  # the series judged fir
 RULE = (f"steady: SNIA's criteria over the measured part cut into {steady.WINDOW} equal intervals (range of their "
         f"means within {100 * steady.RANGE_LIMIT:.0f} % of their mean, the fitted line's excursion within "
         f"{100 * steady.EXCURSION_LIMIT:.0f} %); not steady only when they fail and a CUSUM change test finds a change "
-        f"the noise does not explain (p < {steady.ALPHA:g}); from {steady.MIN_POINTS} measured seconds; warm-up found "
+        f"the noise does not explain (p < {steady.ALPHA:g}); the run's last second left out; from {steady.MIN_POINTS} "
+        "measured seconds; warm-up found "
         "by MSER-5; drift: the fitted slope over the measured part with its 95 % interval")
 
 
