@@ -135,6 +135,12 @@ class Results:
                 for c in self.measured}
 
     @property
+    def prepared_once(self) -> bool:
+        """A cell's runs share one instance and what it prepared (a scan's), instead of one instance a run."""
+        kind = KINDS.get(self.experiment.kind or "") if self.experiment is not None else None
+        return bool(kind is not None and kind.prepared_once)
+
+    @property
     def pooled_hosts(self) -> bool:
         """Runs of one cell measured on several hosts (no `hosts` in the experiment, identical facts)."""
         return HOST_FACTOR not in self.factors and \

@@ -445,7 +445,7 @@ def split_answer(results: Results) -> model.NoiseSplit | None:
     return model.NoiseSplit(between_runs=found.between_runs, inside_run=found.inside_run, runs=found.runs,
                             seconds=found.seconds, run_cost_s=_number(found.run_cost_s),
                             best_seconds=_number(found.best_seconds), advice=found.advice, method=noise_split.METHOD,
-                            line=noise_split.line(found))
+                            line=noise_split.line(found, results.prepared_once))
 
 
 def _headline(results: Results) -> model.Headline:

@@ -101,9 +101,11 @@ def _plan(seconds: float, cost_s: float | None, best: float | None) -> str:
     return f"more runs (rounds): the runs' length ({seconds:.0f} s) is near the cheapest ({best:.0f} s)"
 
 
-def line(found: Split) -> str:
+def line(found: Split, shared_instance: bool = False) -> str:
+    """The split in words; `shared_instance`: a cell's runs share one instance (a scan's)."""
     total = found.between_runs + found.inside_run / found.seconds
     share = 100 * found.between_runs / total if total > 0 else 0.0
-    return (f"between runs {100 * math.sqrt(found.between_runs):.1f} % (each on its own instance), inside a run "
+    level = "a cell's runs on one instance" if shared_instance else "each on its own instance"
+    return (f"between runs {100 * math.sqrt(found.between_runs):.1f} % ({level}), inside a run "
             f"{100 * math.sqrt(found.inside_run):.1f} % a second ({found.runs} runs of {found.seconds:.0f} measured s; "
             f"of a run's mean's variance {share:.0f} % is between runs); plan: {found.plan}")
