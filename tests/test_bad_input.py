@@ -372,3 +372,37 @@ def test_any_toml_value_anywhere_is_refused_in_one_line_or_loads(lab_root, key):
             experiment.load(path)
         except UserError as exc:
             assert "\n" not in str(exc) and str(exc).startswith(f"v{i}.toml")
+
+
+CYCLED = """
+name = "cycled"
+engine = "{engine}"
+repetitions = 1
+[placements]
+disk = "{disk}"
+[layout]
+data_on = "disk"
+[workload]
+kind = "sysbench"
+test = "oltp_write_only"
+checkpoint_cycles = {cycles}
+{extra}
+"""
+
+
+@pytest.mark.parametrize("engine, cycles, extra, said", [
+    ("postgres", 2, "duration_s = 5", ("cycled.toml:12: workload.checkpoint_cycles: the runs' length is its cycles of "
+     "checkpoint_timeout from the checkpoint before each run; give checkpoint_cycles or duration_s, not both")),
+    ("postgres", 0, "", ("cycled.toml:12: workload.checkpoint_cycles: expected a whole number of checkpoint cycles from "
+     "1 to 12, got 0")),
+    ("mariadb", 1, "", ("cycled.toml:12: workload.checkpoint_cycles: MariaDB has no checkpoint cycle in time (InnoDB "
+     "checkpoints as its redo log fills); give duration_s")),
+    ("postgres", 12, "[engine_settings]\ncheckpoint_timeout = \"1h\"", ("workload.checkpoint_cycles: 12 cycles of "
+     "checkpoint_timeout 1h last 43200 s, more than a run's 3600 s")),
+])
+def test_checkpoint_cycles_are_refused_where_they_cannot_be_run(lab_root, engine, cycles, extra, said):
+    path = lab_root / "cycled.toml"
+    path.write_text(CYCLED.format(engine=engine, disk=lab_root / "disk", cycles=cycles, extra=extra))
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2, (result.stdout, result.exception)
+    assert result.stderr == f"storlab: {said}\n"

@@ -138,12 +138,13 @@ def test_a_store_from_before_the_probes_made_their_tables_keeps_its_rows(tmp_pat
         db.execute("DROP TABLE pressure_unavailable")
         db.execute("DROP TABLE io_caps")
         db.execute("DROP TABLE memory_limit")
+        db.execute("DROP TABLE checkpoints")
         db.execute("PRAGMA user_version = 9")
     with Store.open(tmp_path, create=False) as store:
         assert store.kept(waiting_tasks.PROBE, run_id) == tasks
         versions = dict(store.db.execute("SELECT probe, version FROM probe_versions"))
-    # Each at version 1 as migration 10 counted it, then its later migrations (the pressure and limits tables,
-    # dropped, made anew).
+    # Each at version 1 as migration 10 counted it, then its later migrations (the pressure, limits and
+    # checkpoints tables, dropped, made anew).
     assert versions == {probe.name: len(probe.migrations) for probe in registry.PROBES}
     with sqlite3.connect(tmp_path / "storlab.sqlite") as db:
         assert db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)

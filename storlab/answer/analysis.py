@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storlab.answer import effects, racing, screening
+from storlab.answer import effects, racing, screening, steadiness
 from storlab.answer.effects import FactorAnswer, Observation
 from storlab.answer.stats import (
     CellVerdict,
@@ -48,6 +48,7 @@ class CellResult:
     limits: list[LimitsUse] = field(default_factory=list)  # what its IO caps and memory limit did, per run
     traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
     files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
+    series: list[steadiness.RunSeries] = field(default_factory=list)  # each run's per-second series and checkpoints
 
     @property
     def headline(self) -> Summary | None:
@@ -134,6 +135,12 @@ class Results:
         """Each measured cell's headline figure by round (its repetition)."""
         return {c.cell.id: {r.repetition: r.figures[self.headline.name] for r in c.runs if self.headline.name in r.figures}
                 for c in self.measured}
+
+    @property
+    def prepared_once(self) -> bool:
+        """A cell's runs share one instance and what it prepared (a scan's), instead of one instance a run."""
+        kind = KINDS.get(self.experiment.kind or "") if self.experiment is not None else None
+        return bool(kind is not None and kind.prepared_once)
 
     @property
     def pooled_hosts(self) -> bool:
@@ -269,6 +276,7 @@ def load(store: Store) -> Results:
                 limits=[used for r in runs if (used := store.kept(limits.PROBE, r.id)).devices or used.memory],
                 traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
                 files=[store.kept(file_io.PROBE, r.id) for r in runs],
+                series=[steadiness.read(store, r) for r in runs],
             )
         )
     failures = store.failures()

@@ -7,7 +7,7 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, rate_curve, screening
+from storlab.answer import client_cpu, effects, explain, model, noise_split, rate_curve, screening, steadiness, steady
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
@@ -390,6 +390,71 @@ def design_answer(results: Results) -> model.Design | None:
         points=[] if answer is None else half_normal(answer), lines=lines)
 
 
+def _run_steadiness(run: steadiness.RunState) -> model.RunSteadiness:
+    return model.RunSteadiness(
+        repetition=run.repetition, measured_s=_number(run.measured_s), declared_warmup_s=run.declared_warmup_s,
+        found_warmup_s=_number(run.found_warmup_s), steady=run.steady,
+        series=[model.SeriesState(metric=j.metric, points=j.points, steady=j.steady, range=_number(j.range),
+                                  excursion=_number(j.excursion), change_p=_number(j.change_p),
+                                  changed_at_s=_number(j.changed_at_s), change=_number(j.change), drift=_number(j.drift),
+                                  drift_low=_number(j.drift_low), drift_high=_number(j.drift_high), said=j.said)
+                for j in run.judged],
+        checkpoints=run.checkpoints, checkpoint_times_s=run.checkpoint_times_s,
+        checkpoint_phases=[t / run.cycle_s for t in run.checkpoint_times_s] if run.cycle_s else [],
+        checkpoint_setting=run.setting,
+        checkpoint_value=run.value, checkpoint_cycle_s=run.cycle_s, checkpoint_cycle_bytes=run.cycle_bytes,
+        log_bytes=run.log_bytes)
+
+
+def steadiness_answer(results: Results) -> model.Steadiness | None:
+    """Each run's steady state, warm-up found and checkpoints; each cell's runs not steady or measured
+    without (or with unequal) checkpoints, and what that does to its verdicts."""
+    cells, lines, short = [], [], set()
+    for c in results.measured:
+        runs = [steadiness.state(r) for r in c.series]
+        if not any(r.judged or r.checkpoints is not None for r in runs):
+            continue
+        said = [line for line in (steadiness.not_steady_line(runs), steadiness.checkpoint_line(runs)) if line]
+        short |= {j.points for r in runs for j in r.judged if j.steady is None}
+        each = [steadiness.runs_line(runs)] if any(r.steady is not None for r in runs) else []  # else said below
+        lines += [f"{c.cell.label} ({c.cell.id}): {line}" for line in [*each, *said]]
+        cells.append(model.CellSteadiness(cell=c.cell.id, label=c.cell.label, runs=[_run_steadiness(r) for r in runs],
+                                          lines=said))
+    if not cells:
+        return None
+    if short:
+        most = max(short)
+        lines.append(f"not judged in runs of at most {most} measured second{'s' if most != 1 else ''}: below "
+                     f"{steady.MIN_POINTS} the change test calls too many runs without a change not steady")
+    judged = [r for c in cells for r in c.runs if r.steady is not None]
+    if judged:
+        lines.insert(0, f"{sum(r.steady for r in judged)} of {len(judged)} runs judged steady (SNIA's range 20 % and "
+                        "excursion 10 % over 5 intervals, failing with a change the noise does not explain: "
+                        "docs/statistics.md)")
+    return model.Steadiness(rule=steadiness.RULE, cells=cells, lines=lines)
+
+
+def split_answer(results: Results) -> model.NoiseSplit | None:
+    """The noise between runs and inside a run, from each run's measured per-second throughput."""
+    series: dict[str, list] = {}
+    timing = []
+    for c in results.measured:
+        for run, kept in zip(c.runs, c.series):
+            name = next((m for m in steadiness.THROUGHPUT if m in kept.series), None)
+            if name is None:
+                continue
+            t, x = kept.series[name]
+            series.setdefault(c.cell.id, []).append(x[t >= kept.warmup_s])
+            timing.append((run.started_at, kept.warmup_s + (kept.measured_s or 0.0)))
+    found = noise_split.split(series, noise_split.run_cost(timing))
+    if found is None:
+        return None
+    return model.NoiseSplit(between_runs=found.between_runs, inside_run=found.inside_run, runs=found.runs,
+                            seconds=found.seconds, run_cost_s=_number(found.run_cost_s),
+                            best_seconds=_number(found.best_seconds), advice=found.advice, method=noise_split.METHOD,
+                            line=noise_split.line(found, results.prepared_once))
+
+
 def _headline(results: Results) -> model.Headline:
     head = results.headline
     return model.Headline(name=head.name, unit=head.unit, label=head.label,
@@ -428,7 +493,8 @@ def compose(results: Results) -> model.Answer:
         noise=model.Noise(residual_cv=None if answer is None else _number(answer.residual_cv),
                           rounds_needed={} if answer is None else rounds_needed(answer),
                           hidden={} if answer is None else hidden_effects(answer),
-                          line=None if answer is None else noise_line(answer), cells=cell_noise_lines(results)),
+                          line=None if answer is None else noise_line(answer), cells=cell_noise_lines(results),
+                          split=split_answer(results)),
         ranking=ranking, ranking_correction=correction, best=_best_lines(results),
         not_run=[c.cell.id for c in results.cells if c.headline is None],
         labels={c.cell.id: c.cell.label for c in results.cells},
@@ -439,6 +505,7 @@ def compose(results: Results) -> model.Answer:
         explanations=explanations(results),
         limits=limits_answer(results),
         design=design_answer(results),
+        steadiness=steadiness_answer(results),
     )
 
 

@@ -127,12 +127,27 @@ class UntilSettled(_Typed):
     budget_s: float | None
 
 
+class NoiseSplit(_Typed):
+    """Where the noise is (Kalibera and Jones 2013): between runs, inside a run, and the plan it gives."""
+
+    between_runs: float  # variance of the log of the per-second throughput between runs (about a CV^2)
+    inside_run: float  # of one second about its run's mean
+    runs: int
+    seconds: float  # measured seconds a run, on average
+    run_cost_s: float | None  # a run's fixed cost: the wall time between runs beyond their load
+    best_seconds: float | None  # the cheapest run length for a given precision
+    advice: str | None  # "longer runs" or "more runs"; None when a run's cost is unknown
+    method: str
+    line: str  # all of it in words
+
+
 class Noise(_Typed):
     residual_cv: float | None  # the paired model's: the rounds' drift taken out
     rounds_needed: dict[str, int]  # "10 %" -> rounds two cells compared round by round need (80 % power)
     hidden: dict[str, float]  # each undecided factor's largest effect the noise still allows
     line: str | None  # all of it in words; None without a factor table
     cells: list[str]  # each noisy cell's warning, and each cell's outliers
+    split: NoiseSplit | None = None  # None: no cell has two runs with a per-second throughput
 
 
 class Ranked(_Typed):
@@ -376,6 +391,55 @@ class Failure(_Typed):
     message: str
 
 
+class SeriesState(_Typed):
+    """One per-second series of one run, judged for a steady state (storlab.answer.steady)."""
+
+    metric: str  # transactions_per_s, rows_per_s, latency_p99_ms
+    points: int  # the measured seconds judged
+    steady: bool | None  # None: too few seconds to judge
+    range: float | None  # SNIA's range of the 5 intervals' means, a fraction of their mean
+    excursion: float | None  # SNIA's excursion of the line fitted through them, a fraction of the mean
+    change_p: float | None  # the CUSUM change test's p value
+    changed_at_s: float | None  # where it changed, on the run's axis (when the test finds a change)
+    change: float | None  # the mean after that second against the mean before, a fraction
+    drift: float | None  # the fitted slope's change over the measured part, a fraction of its mean
+    drift_low: float | None  # its 95 % interval
+    drift_high: float | None
+    said: str
+
+
+class RunSteadiness(_Typed):
+    """What one run held: a steady state or not, its warm-up found beside the declared one, its checkpoints."""
+
+    repetition: int
+    measured_s: float | None
+    declared_warmup_s: float
+    found_warmup_s: float | None  # MSER-5 over the whole series, on the run's axis
+    steady: bool | None  # every series judged steady; None when none could be judged
+    series: list[SeriesState]
+    checkpoints: int | None  # inside the measured part; None: the run was recorded before storlab counted them
+    checkpoint_times_s: list[float]  # when each was seen (to the second), on the run's axis
+    checkpoint_phases: list[float]  # each one's time over the cycle, from the checkpoint forced before the run
+    checkpoint_setting: str | None  # what paces them: checkpoint_timeout, innodb_log_file_size
+    checkpoint_value: str | None
+    checkpoint_cycle_s: float | None  # the setting in seconds, where it is a time
+    checkpoint_cycle_bytes: float | None  # in bytes of log, where it is a size (InnoDB's redo log)
+    log_bytes: float | None  # the WAL or redo the run wrote, its warm-up included
+
+
+class CellSteadiness(_Typed):
+    cell: str
+    label: str
+    runs: list[RunSteadiness]
+    lines: list[str]  # runs not steady and what that does to the cell's verdicts; checkpoints missing or unequal
+
+
+class Steadiness(_Typed):
+    rule: str  # the steady-state rule applied, in words
+    cells: list[CellSteadiness]
+    lines: list[str]  # all of it in words, as `show` prints it
+
+
 class Answer(_Typed):
     schema_version: int = SCHEMA_VERSION
     experiment: Experiment
@@ -403,6 +467,7 @@ class Answer(_Typed):
     explanations: list[Explanation]
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
     design: Design | None = None  # None: the full factorial
+    steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

@@ -154,6 +154,12 @@ class Engine(ABC):
                 found.append((name, "installed", ""))
         return found
 
+    def checkpoint_cycle_s(self, settings: dict[str, Any]) -> float | None:
+        """The time between the checkpoints of a cell with these settings, where the engine checkpoints
+        on a clock; None where it does not (InnoDB checkpoints as its redo log fills). ValueError
+        when the settings name a time the server would not read."""
+        return None
+
     def client_program(self, name: str, server_version: str) -> Path:
         """The client program `name` shipped with the server of `server_version` (as SHOW server_version
         says it), for a load generator that must match its server (pgbench); RunFailed where there is none."""

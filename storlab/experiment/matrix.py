@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from storlab import engines
+from storlab.errors import UserError
 from storlab.experiment import design, design_key
 from storlab.experiment.file import Experiment
 from storlab.experiment.places import CAP_KEYS, UNCAPPED
@@ -20,6 +23,7 @@ from storlab.lab.devices import DeviceSpec
 from storlab.lab.layout import CellLayout
 from storlab.sizes import parse_size
 from storlab.workloads.kind import WorkloadParams
+from storlab.workloads.rates import MAX_DURATION_S
 
 
 @dataclass(frozen=True)
@@ -143,15 +147,32 @@ def _cells(experiment: Experiment) -> list[Cell]:
                 sections["engine_settings"][key.split(".", 1)[1]] = value
             elif section in sections:  # the host is where a cell runs, not part of its configuration
                 sections[section][key] = value
+        workload = model.workload.model_copy(update=sections["workload"])
+        if getattr(workload, "checkpoint_cycles", None) is not None:
+            workload = _whole_cycles(engines.engine(experiment.engine), workload, sections["engine_settings"])
         result.append(Cell(
             id=cell_id(factors), factors=factors, engine_version=version, layout=_layout(sections["layout"]),
             # Each value was validated as one of its factor's, and the whole as the file was.
-            workload=model.workload.model_copy(update=sections["workload"]),
+            workload=workload,
             engine_settings=sections["engine_settings"],
             # The file checked every combination of a device's factors (places.DevicePlacement).
             devices={name: table.spec(sections["placements"][name]) for name, table in experiment.devices.items()},
             caps={name: table.caps(sections["placements"][name]) for name, table in experiment.capped.items()}))
     return result
+
+
+def _whole_cycles(engine: engines.Engine, workload: Any, settings: dict[str, Any]) -> Any:
+    """A run of `checkpoint_cycles` whole cycles of the cell's checkpoint_timeout: its duration_s."""
+    try:
+        cycle = engine.checkpoint_cycle_s(settings)
+    except ValueError as exc:
+        raise UserError(f"engine_settings.{exc}; checkpoint_cycles needs it") from None
+    seconds = math.ceil(workload.checkpoint_cycles * cycle)
+    if seconds > MAX_DURATION_S:
+        raise UserError(f"workload.checkpoint_cycles: {workload.checkpoint_cycles} cycles of checkpoint_timeout "
+                        f"{settings.get('checkpoint_timeout', '5min')} last {seconds} s, more than a run's "
+                        f"{MAX_DURATION_S} s")
+    return workload.model_copy(update={"duration_s": seconds})
 
 
 def _layout(declared: dict[str, Any]) -> CellLayout:

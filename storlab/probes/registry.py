@@ -4,8 +4,8 @@ shows their sections. A new probe is its module and one entry here."""
 
 from __future__ import annotations
 
-from storlab.probes import file_io, iosizes, limits, pressure, traced_waits, waiting_tasks
+from storlab.probes import checkpoints, file_io, iosizes, limits, pressure, traced_waits, waiting_tasks
 from storlab.probes.kept import Probe
 
 PROBES: tuple[Probe, ...] = (waiting_tasks.PROBE, iosizes.PROBE, traced_waits.PROBE, file_io.PROBE, pressure.PROBE,
-                             limits.PROBE)
+                             limits.PROBE, checkpoints.PROBE)

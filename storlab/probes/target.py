@@ -47,5 +47,18 @@ class Probed(Protocol):
     def wait_probe(self, tracing: Tracing = Tracing.ON) -> RunWaitProbe:
         """The workload's waits, with what `tracing` asks bpftrace to trace (Tracing.OFF: storlab run --no-trace)."""
 
+    def checkpoint_reading(self, conn: Any) -> tuple[float, bool]:
+        """The engine's cumulative checkpoint counter on storlab's session `conn`, and whether a
+        checkpoint is being written now (PostgreSQL: the checkpoints done, and its checkpointer out of its
+        idle wait; MariaDB: InnoDB's last checkpoint LSN, which moves when one is made, and False)."""
+
+    def checkpoint_cycle(self, conn: Any) -> tuple[str, str, float | None, float | None]:
+        """What paces its checkpoints: the setting, its value as the server shows it, the cycle in
+        seconds where the setting is a time (PostgreSQL's checkpoint_timeout), in bytes of log where it
+        is a size (InnoDB's redo log, innodb_log_file_size)."""
+
+    def log_written(self, conn: Any) -> float:
+        """Bytes of WAL or redo the server has written so far (its current LSN), to be differenced."""
+
     def waiting_tasks_probe(self) -> WaitingSessions:
         """A reader of the workload's waiting sessions and what each waits on."""

@@ -306,7 +306,10 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         sections.append("<h2>Ranking</h2>" + _ranking_html(answer)
                         + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in
                                   answer.best + answer.race + [f"noise: {line}" for line in answer.noise.cells]
-                                  + (answer.limits.lines if answer.limits else []) + answer.notes))
+                                  + ([f"noise split: {answer.noise.split.line}"] if answer.noise.split else [])
+                                  + (answer.limits.lines if answer.limits else [])
+                                  + [f"steady state: {line}" for line in (answer.steadiness.lines if answer.steadiness else [])]
+                                  + answer.notes))
         composition = wait_report.composition_chart(results, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"

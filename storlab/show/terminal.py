@@ -94,8 +94,12 @@ def show(answer: model.Answer, console: Console) -> None:
         console.print(Text(line))
     for line in answer.noise.cells:
         console.print(Text.assemble(("noise: ", "yellow"), line))
+    if answer.noise.split is not None:
+        console.print(Text.assemble(("noise split: ", "yellow"), answer.noise.split.line))
     for line in answer.limits.lines if answer.limits else []:
         console.print(Text(line))
+    for line in answer.steadiness.lines if answer.steadiness else []:
+        console.print(Text.assemble(("steady state: ", "yellow"), line))
     for line in answer.notes:
         console.print(Text(line))
     for note in answer.warnings:

@@ -20,6 +20,7 @@ from storlab.workloads.kind import Figure, UnitOfWork, Warmup, WorkloadParams
 MAX = "max"  # the rate level that means closed loop: each session sends its next transaction at once
 MAX_RATE = 1_000_000  # transactions a second; more is a typing mistake on any machine storlab runs on
 MAX_DURATION_S = 3600  # a run's measured part; pgbench logs every transaction, kept until the run ends
+MAX_CYCLES = 12
 DEFAULT_DURATION_S = 10.0
 MAX_GOAL_MS = 3_600_000
 # A Poisson schedule of `rate` for `duration` seconds draws rate x duration transactions give or take
@@ -85,6 +86,9 @@ class RateParams(Warmup, WorkloadParams):
     # with this percentile at most this many ms.
     latency_goal: dict[str, float] | None = None
     headline: str | None = None  # the figure that ranks the cells; by default txn/s, or p99 under a rate
+    # Whole checkpoint cycles on PostgreSQL: each run lasts this many times the cell's checkpoint_timeout,
+    # from the checkpoint storlab forces right before every run (experiment/matrix.py sets duration_s).
+    checkpoint_cycles: int | None = None
 
     @field_validator("duration_s", mode="before")
     @classmethod
@@ -93,6 +97,30 @@ class RateParams(Warmup, WorkloadParams):
             return v
         # Whole seconds: both tools take their run time so.
         return factors.factor(v, factors.at_most(MAX_DURATION_S), f"a whole number of seconds from 1 to {MAX_DURATION_S}")
+
+    @field_validator("checkpoint_cycles", mode="before")
+    @classmethod
+    def _cycles(cls, v):
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CYCLES:
+            raise ValueError(f"expected a whole number of checkpoint cycles from 1 to {MAX_CYCLES}, got {factors.show(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _cycles_alone(self):
+        if self.checkpoint_cycles is not None:
+            for key in ("duration_s", "warmup_s", "transactions"):
+                if getattr(self, key, None) is not None:
+                    raise factors.KeyProblem(("workload", "checkpoint_cycles"), f"the runs' length is its cycles of "
+                                             f"checkpoint_timeout from the checkpoint before each run; give "
+                                             f"checkpoint_cycles or {key}, not both")
+        return self
+
+    def check_engine(self, engine: Any) -> None:
+        if self.checkpoint_cycles is not None and engine.checkpoint_cycle_s({}) is None:
+            raise factors.KeyProblem(("workload", "checkpoint_cycles"), f"{engine.title} has no checkpoint cycle in "
+                                     "time (InnoDB checkpoints as its redo log fills); give duration_s")
 
     @field_validator("rate", mode="before")
     @classmethod

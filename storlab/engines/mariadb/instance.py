@@ -93,6 +93,11 @@ TEMPORARY_COUNTERS = {"Created_tmp_disk_tables": "tmp_disk_tables", "Created_tmp
                       "Sort_merge_passes": "sort_merge_passes"}
 # Commits counted server-wide, statements inside stored procedures included: a load's progress.
 COMMITS = "SHOW GLOBAL STATUS LIKE 'Com_commit'"
+# InnoDB checkpoints as its redo log fills (and its page cleaner flushes): no count of them, but the LSN
+# of the last one moves each time one is made.
+LAST_CHECKPOINT = "SHOW GLOBAL STATUS LIKE 'Innodb_lsn_last_checkpoint'"
+LOG_FILE_SIZE = "SELECT @@innodb_log_file_size"
+REDO_WRITTEN = "SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'"
 CANCEL = "KILL QUERY {session}"
 # What the workload prepared, written out: FOR EXPORT flushes a table's dirty pages now (waiting for
 # InnoDB's page cleaner to empty the whole buffer pool takes seconds: it works once a second).
@@ -261,6 +266,16 @@ class MariadbInstance:
 
     def committed(self, conn: Connection) -> int:
         return int(conn.execute(COMMITS).fetchone()[1])
+
+    def checkpoint_reading(self, conn: Connection) -> tuple[float, bool]:
+        return float(conn.execute(LAST_CHECKPOINT).fetchone()[1]), False
+
+    def checkpoint_cycle(self, conn: Connection) -> tuple[str, str, float | None, float | None]:
+        size = int(conn.execute(LOG_FILE_SIZE).fetchone()[0])
+        return "innodb_log_file_size", f"{size / 2**20:g}MB", None, float(size)
+
+    def log_written(self, conn: Connection) -> float:
+        return float(conn.execute(REDO_WRITTEN).fetchone()[1])
 
     def cancel(self, sessions: list[int]) -> None:
         with self.admin() as conn:

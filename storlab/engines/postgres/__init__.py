@@ -21,7 +21,7 @@ from storlab.engines.postgres.binaries import (
     server_version,
 )
 from storlab.engines.postgres.log import PostgresLog
-from storlab.engines.postgres.settings import PostgresSettings
+from storlab.engines.postgres.settings import PostgresSettings, checkpoint_timeout_s
 from storlab.engines.postgres.symptoms import SYMPTOMS
 from storlab.factors import KeyProblem, show, values
 from storlab.lab.layout import InstanceSpec
@@ -62,6 +62,13 @@ class Postgres(Engine):
 
     def installed(self, version: str | None = None) -> None:
         bin_dir(version or DEFAULT_VERSION)
+
+    def checkpoint_cycle_s(self, settings: dict[str, Any]) -> float | None:
+        found = checkpoint_timeout_s(settings)
+        if found is None:
+            raise ValueError(f"checkpoint_timeout: {settings['checkpoint_timeout']!r} is not a time PostgreSQL reads "
+                             "(such as \"30s\" or \"5min\")")
+        return found
 
     def client_program(self, name: str, server_version: str) -> Path:
         return bin_dir(server_version.split(".")[0].split()[0]) / name  # "15.14 (Debian 15.14-1)": 15

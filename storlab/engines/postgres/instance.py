@@ -57,6 +57,17 @@ ACTIVITY_PERIOD_S = 0.05
 BENIGN = frozenset({"Client:ClientRead", "Activity:*", "Extension:*"})
 
 SERVER_VERSION = "SHOW server_version"
+# The checkpoints done so far, by major version: 17 moved the counters to pg_stat_checkpointer, 18 counts
+# those done apart from the timed ones skipped on an idle server (num_timed counts both).
+CHECKPOINTS_DONE = {18: "SELECT num_done FROM pg_stat_checkpointer",
+                    17: "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
+                    15: "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"}
+# A checkpoint counts when it ends, a spread one up to checkpoint_completion_target of the cycle after it
+# started: between, the checkpointer is out of its idle wait (writing, syncing, or pausing between writes).
+CHECKPOINT_READING = ("SELECT ({done}), EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'checkpointer' "
+                      "AND wait_event IS DISTINCT FROM 'CheckpointerMain')")
+WAL_WRITTEN = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
+CHECKPOINT_TIMEOUT = "SELECT current_setting('checkpoint_timeout'), setting::float FROM pg_settings WHERE name = 'checkpoint_timeout'"
 CREATE_TABLESPACE = "CREATE TABLESPACE {name} LOCATION {path}"
 WAIT_COLLECTOR_RUNNING = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
 CREATE_WAIT_SAMPLING = "CREATE EXTENSION IF NOT EXISTS pg_wait_sampling"
@@ -242,6 +253,19 @@ class PostgresInstance:
 
     def committed(self, conn: psycopg.Connection) -> int:
         return conn.execute(NEXT_XID).fetchone()[0]
+
+    def checkpoint_reading(self, conn: psycopg.Connection) -> tuple[float, bool]:
+        major = int(self.version.split(".")[0].split()[0])
+        done = CHECKPOINTS_DONE[max(v for v in CHECKPOINTS_DONE if v <= major)]
+        count, writing = conn.execute(CHECKPOINT_READING.format(done=done)).fetchone()
+        return float(count), bool(writing)
+
+    def checkpoint_cycle(self, conn: psycopg.Connection) -> tuple[str, str, float | None, float | None]:
+        shown, seconds = conn.execute(CHECKPOINT_TIMEOUT).fetchone()
+        return "checkpoint_timeout", shown, float(seconds), None
+
+    def log_written(self, conn: psycopg.Connection) -> float:
+        return float(conn.execute(WAL_WRITTEN).fetchone()[0])
 
     def cancel(self, sessions: list[int]) -> None:
         with self.admin() as conn:

@@ -23,6 +23,20 @@ FILE_NAMED = re.compile(r'\bfile "([^"]*)"')
 # A number with one of PostgreSQL's memory units (case matters, as the server reads them).
 SIZE = re.compile(r"\s*([0-9]+)\s*(B|kB|MB|GB|TB)\s*", re.ASCII)
 MEMORY_UNITS = {"B": 1, "kB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
+# A number with one of PostgreSQL's time units; a bare number counts in the setting's own unit.
+DURATION = re.compile(r"\s*([0-9]+)\s*(us|ms|s|min|h|d)?\s*", re.ASCII)
+TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+CHECKPOINT_TIMEOUT_S = 300.0  # the server's default
+
+
+def checkpoint_timeout_s(settings: dict[str, Any]) -> float | None:
+    """The cell's checkpoint_timeout in seconds (its unit: seconds), the server's default when it sets
+    none; None when it is not a time the server reads (the server then refuses it, in its own words)."""
+    value = settings.get("checkpoint_timeout", CHECKPOINT_TIMEOUT_S)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    found = DURATION.fullmatch(str(value))
+    return None if found is None else int(found.group(1)) * TIME_UNITS[found.group(2) or "s"]
 
 
 def preload_libraries(user_value: Any) -> str:
