@@ -20,6 +20,7 @@ from storlab.lab.diagnosis import ServerLog
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.costs import Cost
 from storlab.probes.target import Probed
+from storlab.session import Session
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Instance(Probed, Protocol):
 
     clients: Clients  # where a load generator of the field runs against it (storlab.lab.clients)
 
-    def session_id(self, conn: Any) -> int: ...
+    def session_id(self, conn: Session) -> int: ...
 
     def client_address(self) -> ClientAddress:
         """Where a load generator of the field connects, as the workload's sessions do (connect())."""
@@ -63,14 +64,14 @@ class Instance(Probed, Protocol):
         it), on MariaDB every session of the workload's user (none of storlab's own sessions uses it
         while such a client runs)."""
 
-    def create_table(self, conn: Any, table: Table) -> None:
+    def create_table(self, conn: Session, table: Table) -> None:
         """Create `table` spread over the cell's data files."""
 
-    def call_load(self, conn: Any, call: str, params: tuple) -> tuple[np.ndarray, np.ndarray]:
+    def call_load(self, conn: Session, call: str, params: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Run a load procedure and return what it recorded: each transaction's start and commit
         time, epoch seconds by the server's clock."""
 
-    def table_bytes(self, conn: Any, name: str) -> int:
+    def table_bytes(self, conn: Session, name: str) -> int:
         """What a table holds on disk, its indexes and partitions included."""
 
     def log_position(self) -> int:
@@ -98,17 +99,17 @@ class Instance(Probed, Protocol):
     def checkpoint(self) -> None:
         """Write every dirty page of the instance to its files (before a measured run)."""
 
-    def committed(self, conn: Any) -> int:
+    def committed(self, conn: Session) -> int:
         """A server-wide counter that moves by one for each committed write transaction (progress)."""
 
     def cancel(self, sessions: list[int]) -> None:
         """Stop whatever the sessions are running (a failed or interrupted load)."""
 
-    def parallel_workers(self, conn: Any, workers: int) -> None:
+    def parallel_workers(self, conn: Session, workers: int) -> None:
         """Let the session's queries use up to `workers` parallel workers (an engine that runs a query
         on one thread ignores it: see Engine.parallel_query)."""
 
-    def planned_workers(self, conn: Any, query: str) -> int:
+    def planned_workers(self, conn: Session, query: str) -> int:
         """How many parallel workers the engine plans for `query`."""
 
 

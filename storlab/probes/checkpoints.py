@@ -21,6 +21,7 @@ from storlab import timeline
 from storlab.errors import RunFailed
 from storlab.probes.kept import Db, Probe, RunScope
 from storlab.probes.recorders import Sampler, TimelinePoint
+from storlab.session import Session
 
 PERIOD_S = 1.0
 
@@ -48,7 +49,7 @@ class Checkpoints:
 class _Recording:
     def __init__(self, instance: Any):
         self.instance = instance
-        self.conn: Any = None
+        self.conn: Session | None = None
         self.found: Checkpoints | None = None
         self.sampler = Sampler(PERIOD_S, self._record)
         self.elapsed = 0.0

@@ -26,6 +26,7 @@ from storlab.errors import RunFailed
 from storlab.lab import cgroups, owned
 from storlab.workloads.kind import WorkloadParams
 from storlab.engines.base import Instance
+from storlab.session import Session
 
 DEFAULT_STALL_S = 60.0
 PING_PERIOD_S = 1.0
@@ -79,7 +80,7 @@ class Watchdog:
         self._answered = time.monotonic()
         self._run_started: float | None = None
         self._paused = False
-        self._conn: Any = None
+        self._conn: Session | None = None
         self._pinger = threading.Thread(target=self._ping, name="storlab-ping", daemon=True)
         self._judge = threading.Thread(target=self._watch, name="storlab-watchdog", daemon=True)
 

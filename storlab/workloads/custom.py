@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
@@ -19,6 +19,7 @@ from storlab.engines.base import Instance
 from storlab.errors import UserError
 from storlab.workloads.statements import Statement, StatementLoad
 from storlab.workloads.driver import session_error
+from storlab.session import Session
 from storlab.workloads.kind import (ELAPSED, TEMPORARY, Connections, Figure, Load, UnitOfWork, Warmup, Workload,
                                     WorkloadParams)
 
@@ -92,7 +93,7 @@ class CustomParams(Warmup, WorkloadParams):
         return setup + [("transaction", f) for f in factors.values(self.transaction)]
 
 
-def _run_each(conn: Any, statements: list[Statement]) -> None:
+def _run_each(conn: Session, statements: list[Statement]) -> None:
     cursor = conn.cursor()
     for statement in statements:
         try:

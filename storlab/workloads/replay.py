@@ -51,6 +51,7 @@ from storlab.workloads.driver import session_error
 from storlab.workloads.kind import (ELAPSED, TEMPORARY, Figure, Load, Measurement, Progress, UnitOfWork, Workload,
                                     WorkloadParams)
 from storlab.workloads.tool import ToolLoad, Ended
+from storlab.session import Session
 
 MAX_SPEED = 1000.0
 MAX_FILE_BYTES = 64 * 2**20  # a log or a setup: read whole, kept with the experiment
@@ -246,7 +247,7 @@ def setup_statements(text: str, name: str) -> list[Statement | tuple[Statement, 
     return found
 
 
-def run_setup(conn: Any, statements: list[Statement | tuple[Statement, str]]) -> None:
+def run_setup(conn: Session, statements: list[Statement | tuple[Statement, str]]) -> None:
     cursor = conn.cursor()
     for step in statements:
         statement = step[0] if isinstance(step, tuple) else step
@@ -350,7 +351,7 @@ class ReplayLoad(ToolLoad):
 
             return super().run(watched)
 
-    def _check_stuck(self, conn: Any) -> None:
+    def _check_stuck(self, conn: Session) -> None:
         row = conn.execute(ENGINES[self.instance.engine].stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
         if row is not None:
             waiter, waiting, holder, held = row

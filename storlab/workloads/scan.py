@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -24,6 +24,7 @@ from storlab.engines.base import Engine, Instance, Table
 from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, Loop
 from storlab.workloads.kind import ELAPSED, Figure, Footprint, Measurement, Progress, UnitOfWork, Workload, WorkloadParams
 from storlab.workloads.tables import WIDE_MARIADB, WIDE_POSTGRES, WIDE_VALUES
+from storlab.session import Session
 
 MAX_TABLE_MB = 1024 * 1024
 MAX_DOP = 64
@@ -97,7 +98,7 @@ class ScanLoad:
     def __init__(self, instance: Instance, dop: int):
         self.instance = instance
         self.dop = dop
-        self.conn: Any = None
+        self.conn: Session | None = None
 
     def open(self) -> list[int]:
         self.conn = self.instance.connect()
@@ -163,7 +164,7 @@ class Scan(Workload):
                 more = max(1, round((target - size) * built / size))
             conn.execute(sql.freeze)
 
-    def _build(self, conn: Any, instance: Instance, sql: ScanSQL, offset: int, rows: int) -> None:
+    def _build(self, conn: Session, instance: Instance, sql: ScanSQL, offset: int, rows: int) -> None:
         """`rows` rows numbered from `offset` + 1, by the insert procedure in the server."""
         batch = min(rows, BUILD_BATCH)
         conn.execute(sql.loop.create.replace("{insert}", sql.build.format(batch=batch, offset=offset)))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -16,6 +15,7 @@ from storlab.engines.base import Instance
 from storlab.errors import RunFailed
 from storlab.workloads.driver import PROGRESS_PERIOD_S, Transactions, measure, session_error
 from storlab.workloads.kind import Measurement, Progress
+from storlab.session import Session
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Statement:
 
 @dataclass
 class _Session:
-    conn: Any
+    conn: Session
     starts: list[float] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
     error: str | None = None

@@ -9,11 +9,11 @@ there is no histogram per file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from storlab.probes.waits import FileIO
 from storlab.probes.waits import WaitCapture, WaitProbe
 from storlab.probes.target import Probed
+from storlab.session import Session
 
 SOURCE = "performance_schema"
 FILE_SUMMARY = """
@@ -35,7 +35,7 @@ DELETED = "temporary tables (deleted)"
 Reading = dict[tuple[str, str], tuple[int, ...]]
 
 
-def read(conn: Any) -> Reading:
+def read(conn: Session) -> Reading:
     """(file, instrument) -> (reads, bytes read, read ps, writes, bytes written, write ps); the
     temporary tables' instruments' totals under the file name ""."""
     found = {(name, event): tuple(int(v or 0) for v in rest)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from storlab.session import Session
+
 # The workload's sessions have exited within this, once their client let them go.
 SESSIONS_END_S = 5.0
 ROLE_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
@@ -35,7 +37,7 @@ RELATION_READS = """
 SERVER = "SELECT current_setting('block_size')::int, current_setting('server_version_num')::int < 160000"
 
 
-def wait_for_exit(conn: Any, sessions_left: str, param: Any) -> None:
+def wait_for_exit(conn: Session, sessions_left: str, param: Any) -> None:
     """Until the sessions `sessions_left` counts (ROLE_SESSIONS, THESE_SESSIONS) have exited, at most
     SESSIONS_END_S: a session still there by then has its last second's counts left out."""
     deadline = time.monotonic() + SESSIONS_END_S
@@ -43,7 +45,7 @@ def wait_for_exit(conn: Any, sessions_left: str, param: Any) -> None:
         time.sleep(0.02)
 
 
-def temporary_files(conn: Any) -> dict[str, float]:
+def temporary_files(conn: Session) -> dict[str, float]:
     """What the workload's database has sent to temporary files so far: the files and their MB."""
     files, written = conn.execute(TEMPORARY_FILES).fetchone()
     return {"temp_files": float(files), "temp_mb": written / 2**20}
@@ -71,7 +73,7 @@ class RelationReads:
         return found
 
 
-def relation_reads(conn: Any) -> RelationReads:
+def relation_reads(conn: Session) -> RelationReads:
     block_size, counts_extends = conn.execute(SERVER).fetchone()
     return RelationReads({path: (relation, tablespace, blocks, size)
                           for path, relation, tablespace, blocks, size in conn.execute(RELATION_READS).fetchall()},

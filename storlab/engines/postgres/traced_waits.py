@@ -48,7 +48,6 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -58,6 +57,7 @@ from storlab.probes import bpftrace, file_io, traced_waits
 from storlab.probes.waits import FileIO
 from storlab.probes.waits import TracedWait, WaitCapture, WaitProbe
 from storlab.probes.target import Probed
+from storlab.session import Session
 
 SOURCE = "bpftrace"
 COUNTED_READS = f"pg_statio, {file_io.READS_UNTIMED} (storlab run --trace-reads)"  # session_counters'
@@ -318,7 +318,7 @@ class TracedWaitProbe:
 class _Names:
     """OIDs and file nodes named through the instance, each asked once."""
 
-    def __init__(self, conn: Any, instance: Probed):
+    def __init__(self, conn: Session, instance: Probed):
         self.conn = conn
         self.database = conn.execute(DATABASE_OID).fetchone()[0]
         spaces = dict(conn.execute(TABLESPACES).fetchall())
