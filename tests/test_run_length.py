@@ -84,23 +84,8 @@ def test_a_short_mariadb_run_is_said_to_hold_no_checkpoint(write_experiment, tmp
     assert any(line.startswith("shorter than a checkpoint cycle: a 5.0 s run wrote ") for line in cell["lines"])
 
 
-CYCLES = """
-name = "checkpoint-cycles"
-engine = "postgres"
-repetitions = 1
-[placements]
-disk = "./disk"
-[layout]
-data_on = "disk"
-[workload]
-kind = "pgbench"
-script = "tpcb-like"
-scale = 1
-clients = 2
-checkpoint_cycles = 1
-[engine_settings]
-checkpoint_timeout = "30s"
-"""
+CYCLES = PGBENCH.replace('name = "run-length"', 'name = "checkpoint-cycles"').replace(
+    "duration_s = [3, 38]\nwarmup_s = 2\n", "checkpoint_cycles = 1\n")
 
 
 def test_a_run_of_whole_checkpoint_cycles_lasts_them_and_places_its_checkpoints_on_the_cycle(write_experiment, tmp_path,
