@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from storlab.answer import analysis, compose
 from storlab.errors import UserError
 from storlab.probes import kept, lifecycle, pressure, registry, waiting_tasks
 from storlab.probes.waits import Wait, WaitCapture, WaitingTask
@@ -51,7 +52,7 @@ def with_probe(monkeypatch):
 
     def add(probe: kept.Probe) -> None:
         probes = known + (probe,)
-        for module in (registry, lifecycle, page):  # the store reads the registry's
+        for module in (registry, lifecycle, analysis, compose):  # the store reads the registry's
             monkeypatch.setattr(module, "PROBES", probes)
     return add
 

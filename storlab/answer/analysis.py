@@ -5,6 +5,7 @@ facts (kept apart, never averaged in silently)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ from storlab.experiment.matrix import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
 from storlab.probes import file_io, limits, traced_waits, waiting_tasks
+from storlab.probes.registry import PROBES
 from storlab.probes.limits import LimitsUse
 from storlab.probes.waits import FileIO, TracedWait, Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
@@ -46,6 +48,7 @@ class CellResult:
     headline_name: str = ELAPSED.name
     tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
     limits: list[LimitsUse] = field(default_factory=list)  # what its IO caps and memory limit did, per run
+    kept: dict[str, list[Any]] = field(default_factory=dict)  # what each probe with a section kept, per run
     traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
     files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
     series: list[steadiness.RunSeries] = field(default_factory=list)  # each run's per-second series and checkpoints
@@ -274,6 +277,7 @@ def load(store: Store) -> Results:
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
                 limits=[used for r in runs if (used := store.kept(limits.PROBE, r.id)).devices or used.memory],
+                kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.section},
                 traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
                 files=[store.kept(file_io.PROBE, r.id) for r in runs],
                 series=[steadiness.read(store, r) for r in runs],

@@ -18,6 +18,7 @@ from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
 from storlab.lab import caps
 from storlab.probes import costs, limits, traced_waits, waiting_tasks
+from storlab.probes.registry import PROBES
 from storlab.workloads import KINDS
 
 # The differences the noise line says the rounds of (a fraction of the mean).
@@ -466,6 +467,17 @@ def unavailable_line(results: Results) -> str:
     return f"{results.name or '?'}: what each factor does: unavailable: {results.no_ratios}"
 
 
+def probe_sections(results: Results) -> list[model.ProbeSection]:
+    """Each probe's own part (probes/kept.py), from what it kept of each cell's runs."""
+    found = []
+    for probe in PROBES:
+        part = probe.section and probe.section([(c.cell.label, c.kept.get(probe.name, [])) for c in results.cells])
+        if part:
+            found.append(model.ProbeSection(probe=probe.name, title=part.title, caption=part.caption,
+                                            headers=part.headers, rows=part.rows))
+    return found
+
+
 def compose(results: Results) -> model.Answer:
     exp, answer = results.experiment, results.answer
     settling = results.settling
@@ -503,6 +515,7 @@ def compose(results: Results) -> model.Answer:
         warnings=list(results.facts_notes), notes=notes,
         cells=[cell_waits(c) for c in results.measured],
         explanations=explanations(results),
+        probe_sections=probe_sections(results),
         limits=limits_answer(results),
         design=design_answer(results),
         steadiness=steadiness_answer(results),

@@ -385,6 +385,16 @@ class RateCurves(_Typed):
     most: RateMost | None
 
 
+class ProbeSection(_Typed):
+    """A probe's own part of the answer (probes/kept.Probe.section): one table, a row per cell."""
+
+    probe: str
+    title: str
+    caption: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
 class Failure(_Typed):
     cell: str
     repetition: int
@@ -465,6 +475,7 @@ class Answer(_Typed):
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
     explanations: list[Explanation]
+    probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
     design: Design | None = None  # None: the full factorial
     steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count

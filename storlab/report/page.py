@@ -12,12 +12,10 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
 from storlab.answer import analysis, effects, model
-from storlab.answer.analysis import Results
 from storlab.answer.compose import compose
 from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
-from storlab.probes.registry import PROBES
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import plt
 from storlab.report.charts import svg as _svg
@@ -217,16 +215,9 @@ def _resources_html(answer: model.Answer, order: list[str]) -> str:
             "resource's share of its wait</p>" + _table(["cell", "wait", "sampled s", "resources (share)"], rows, left=4))
 
 
-def _probe_sections(store: Store, results: Results) -> list[str]:
-    """Each probe's own part of the report (probes/kept.py), from what it kept of each cell's runs."""
-    found = []
-    for probe in PROBES:
-        part = probe.section and probe.section([(c.cell.label, [store.kept(probe, r.id) for r in c.runs])
-                                                for c in results.cells])
-        if part:
-            found.append(f"<h2>{html.escape(part.title)}</h2>" + _table(part.headers, part.rows)
-                         + f"<p class='note'>{html.escape(part.caption)}</p>")
-    return found
+def _probe_sections(answer: model.Answer) -> list[str]:
+    return [f"<h2>{html.escape(part.title)}</h2>" + _table(part.headers, part.rows)
+            + f"<p class='note'>{html.escape(part.caption)}</p>" for part in answer.probe_sections]
 
 
 def _figure(svg: str, caption: str = "") -> str:
@@ -358,7 +349,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
                                capability.table_rows(capabilities), left=3))
     if results.measured:
-        sections += _probe_sections(store, results)
+        sections += _probe_sections(answer)
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
     for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
         title = f"Machine facts: {host}" if host else "Machine facts"
