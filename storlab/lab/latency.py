@@ -1,0 +1,183 @@
+"""A device's latency per IO: what a placement declares (reads, writes and the flush that fsync and
+fdatasync send, each fixed or a p50/p99 pair), and the layer that holds it on a host without
+device-mapper's delay target: `storlab-delayfs`, a FUSE filesystem built with storlab (native/),
+which serves the device's mount at another mount point, does each operation on the real files, then
+sleeps the declared time, one thread per request so the device's concurrency is kept.
+
+The layer is the lab, not the storage: storlab starts it (outside any instance's control group, its
+CPU counted apart), it dies with storlab (the kernel kills it), and the device's manifest entry names
+it before it starts, so `storlab clean` unmounts what a kill -9 left."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+
+from storlab import processes
+from storlab.errors import RunFailed
+from storlab.lab import mounts, owned
+
+BINARY = "storlab-delayfs"
+FILESYSTEM = "fuse.delayfs"  # as the mount table names the layer's mounts
+DIRECTIONS = ("read", "write", "flush")
+# The file's keys, one per direction: milliseconds, fixed or { p50 = …, p99 = … }.
+KEYS = tuple(f"{d}_latency_ms" for d in DIRECTIONS)
+MAX_MS = 10_000.0
+_MOUNT_WAIT_S = 10.0
+_BUSY_RETRIES = 50
+_BUSY_PAUSE_S = 0.1
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Milliseconds added to each IO: fixed when p99 == p50, else drawn per IO from the lognormal
+    through both percentiles."""
+
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def fixed(self) -> bool:
+        return self.p99_ms == self.p50_ms
+
+    def quantile_ms(self, q: float) -> float:
+        """The declared distribution's q-quantile (q in 0..1)."""
+        if self.fixed:
+            return self.p50_ms
+        sigma = math.log(self.p99_ms / self.p50_ms) / _Z99
+        return self.p50_ms * math.exp(sigma * NormalDist().inv_cdf(q))
+
+    def arg(self) -> str:
+        return f"{self.p50_ms:g}" if self.fixed else f"{self.p50_ms:g}/{self.p99_ms:g}"
+
+    def text(self) -> str:
+        return f"{self.p50_ms:g} ms" if self.fixed else f"p50 {self.p50_ms:g} ms, p99 {self.p99_ms:g} ms"
+
+
+_Z99 = NormalDist().inv_cdf(0.99)
+
+
+NONE = Latency(0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class DeviceLatency:
+    """What a device adds to each read, write and flush; NONE where not declared."""
+
+    read: Latency = NONE
+    write: Latency = NONE
+    flush: Latency = NONE
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, d) != NONE for d in DIRECTIONS)
+
+    def text(self) -> str:
+        return ", ".join(f"{d} {getattr(self, d).text()}" for d in DIRECTIONS if getattr(self, d) != NONE) or "none added"
+
+    def smallest_ms(self) -> float:
+        """The least any declared direction adds (p50), 0 when none is declared."""
+        return min((getattr(self, d).p50_ms for d in DIRECTIONS if getattr(self, d) != NONE), default=0.0)
+
+
+def parse(value: float | int | dict) -> Latency:
+    """A validated value of a latency key: a number, or {p50, p99}."""
+    if isinstance(value, dict):
+        return Latency(float(value["p50"]), float(value["p99"]))
+    return Latency(float(value), float(value))
+
+
+def binary() -> Path:
+    """The layer's program, built by `make venv` beside the Python that runs storlab."""
+    return Path(sys.executable).parent / BINARY
+
+
+def unavailable() -> str | None:
+    """Why latency cannot be held on this host, in words; None when it can."""
+    if os.geteuid() != 0:
+        return "the delay layer mounts a FUSE filesystem for other users (allow_other): run storlab as root"
+    if not Path("/dev/fuse").exists():
+        return "no /dev/fuse (load the fuse module, or install Debian's fuse3)"
+    if not os.access(binary(), os.X_OK):
+        return f"{binary()} is missing; `make venv` builds it (it needs Debian's libfuse3-dev and pkg-config)"
+    return None
+
+
+class Layer:
+    """One running layer: `source` (a device's mount) served at `point` with `latency` added."""
+
+    def __init__(self, source: Path, point: Path, latency: DeviceLatency, device: str):
+        self.source, self.point, self.latency = source, point, latency
+        # Named as the device it stands in front of: what asks which disk a path sits on (IO sizes,
+        # the device's state, `storlab check`) finds the loop device behind the layer.
+        argv = [str(binary())] + [a for d in DIRECTIONS for a in (f"--{d}", getattr(latency, d).arg())] + \
+            ["--device", device, str(source), str(point)]
+        self.child: subprocess.Popen = processes.start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT, text=True)
+        self.started = owned.pid_start(self.child.pid)
+        self._wait_mounted()
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def _wait_mounted(self) -> None:
+        deadline = time.monotonic() + _MOUNT_WAIT_S
+        while not is_layer_mount(self.point):
+            if self.child.poll() is not None or time.monotonic() > deadline:
+                out = self.child.stdout.read() if self.child.poll() is not None and self.child.stdout else ""
+                self.stop()
+                raise RunFailed(f"{BINARY} did not mount {self.point}: {' | '.join(out.strip().splitlines()[-2:])}")
+            time.sleep(0.02)
+
+    def cpu_s(self) -> float:
+        """The layer's CPU seconds so far (user and system, all its threads)."""
+        try:
+            return processes.tree_cpu_s(self.pid)
+        except Exception:  # noqa: BLE001 - ended: nothing more to count
+            return 0.0
+
+    def stop(self) -> list[str]:
+        """Unmount and end it; what could not be done, in words."""
+        refused = [] if unmount(self.point) else [f"{self.point} (busy: umount refused)"]
+        processes.stop(self.child, signal.SIGTERM)
+        return refused
+
+
+def is_layer_mount(point: Path) -> bool:
+    mount = mounts.mount_of(point)
+    return bool(mount) and mount["mount_point"] == str(point) and mount["filesystem"] == FILESYSTEM
+
+
+def unmount(point: Path) -> bool:
+    """Unmount a layer's mount at `point` (only one of the layer's); True when none is left there. A
+    layer that died (kill -9) leaves a mount whose calls fail, which umount still removes."""
+    for _ in range(_BUSY_RETRIES):
+        if not is_layer_mount(point):
+            return True
+        processes.run(["umount", str(point)], timeout=60)
+        if not is_layer_mount(point):
+            return True
+        time.sleep(_BUSY_PAUSE_S)
+    return False
+
+
+def remove_recorded(point: Path, pid: int | None, started: int | None) -> tuple[list[str], list[str]]:
+    """After a crash: the recorded layer's mount unmounted and its process ended (only the process
+    recorded with that start time): (removed, refused)."""
+    removed, refused = [], []
+    if is_layer_mount(point):
+        if unmount(point):
+            removed.append(f"unmounted {point}")
+        else:
+            refused.append(f"{point} (busy: umount refused)")
+    if pid and owned.running(pid, started):
+        processes.kill_tree(pid)
+        removed.append(f"ended {BINARY} (pid {pid})")
+    return removed, refused
