@@ -86,7 +86,7 @@ class DeviceLatency:
         return min((getattr(self, d).p50_ms for d in DIRECTIONS if getattr(self, d) != NONE), default=0.0)
 
 
-def parse(value: float | int | dict) -> Latency:
+def parse(value: float | dict) -> Latency:
     """A validated value of a latency key: a number, or {p50, p99}."""
     if isinstance(value, dict):
         return Latency(float(value["p50"]), float(value["p99"]))

@@ -119,7 +119,7 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
     for name, spec in cell.devices.items():
         if pool is None:
             raise RunFailed(f"placements.{name}: a device placement needs a device pool")
-        found[name] = pool.device(name, spec).mount_point
+        found[name] = pool.device(name, spec).path
     return found
 
 
