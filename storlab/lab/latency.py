@@ -112,6 +112,8 @@ def unavailable() -> str | None:
 class Layer:
     """One running layer: `source` (a device's mount) served at `point` with `latency` added."""
 
+    live: dict[str, Layer] = {}  # noqa: RUF012 - this process's layers by mount point, for serving()
+
     def __init__(self, source: Path, point: Path, latency: DeviceLatency, device: str):
         self.source, self.point, self.latency = source, point, latency
         # Named as the device it stands in front of: what asks which disk a path sits on (IO sizes,
@@ -122,6 +124,7 @@ class Layer:
                                                        stderr=subprocess.STDOUT, text=True)
         self.started = owned.pid_start(self.child.pid)
         self._wait_mounted()
+        Layer.live[str(point)] = self
 
     @property
     def pid(self) -> int:
@@ -145,9 +148,16 @@ class Layer:
 
     def stop(self) -> list[str]:
         """Unmount and end it; what could not be done, in words."""
+        Layer.live.pop(str(self.point), None)
         refused = [] if unmount(self.point) else [f"{self.point} (busy: umount refused)"]
         processes.stop(self.child, signal.SIGTERM)
         return refused
+
+
+def serving(path: Path) -> Layer | None:
+    """The layer of this process that serves `path`, if any."""
+    mount = mounts.mount_of(path)
+    return Layer.live.get(mount["mount_point"]) if mount and mount["filesystem"] == FILESYSTEM else None
 
 
 def is_layer_mount(point: Path) -> bool:
