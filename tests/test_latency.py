@@ -204,7 +204,7 @@ def test_one_session_commits_at_most_once_per_declared_flush(lab_root, images, t
 @can_delay
 def test_kill_9_mid_run_then_clean_leaves_no_layer_mount_device_or_server(lab_root, images, tmp_path):
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", flush_latency_ms = 2 }}',
-                 workload=INSERTS.format(rows=1_000_000))
+                 workload=INSERTS.format(rows=100_000))
     proc = start("run", path, "--out", tmp_path / "r", "--no-trace")
     try:
         deadline = time.monotonic() + 120
