@@ -120,6 +120,7 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
     report = system.check([_placement_path(t) for t in targets])
     report.items += system.engine_items([i for name in engines.names() for i in engines.engine(name).installations()])
     report.items += system.lab_items()
+    report.items += system.latency_items()
     report.items += system.trace_items(iosizes.groups() + [g for name in engines.names()
                                                           for g in engines.engine(name).trace_groups()])
     if as_json:

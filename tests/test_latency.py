@@ -125,6 +125,24 @@ def test_a_job_is_held_only_within_the_tolerances():
     assert held_latency.mean_ms(pair) == pytest.approx(1.0 * 2.718281828 ** ((1.3862944 / 2.3263479) ** 2 / 2), rel=1e-6)
 
 
+@needs_root
+@can_delay
+def test_check_says_how_latency_is_held_and_a_latency_under_twice_its_floor_is_refused(lab_root, images):
+    found = latency.floor()
+    assert 0 < found.added_ms < 1 and found.cpu_us > 0
+    checked = invoke("check", "--json", lab_root)
+    (item,) = [i for i in json.loads(checked.stdout)["items"] if i["name"] == "device latency"]
+    assert item["value"].startswith("held by storlab's FUSE delay layer") and "its floor: +" in item["value"]
+    path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", read_latency_ms = [0, 0.001] }}')
+    result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("storlab: lat.toml:7: placements.vol.read_latency_ms: 0.001 ms is under twice the "
+                                    "delay layer's floor here (")
+    path.write_text(path.read_text().replace("0.001", "1"))
+    planned = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
+    assert planned.exit_code == 0, planned.stderr
+
+
 # -- on real devices ---------------------------------------------------------------------------
 
 

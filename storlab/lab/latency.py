@@ -11,7 +11,9 @@ it before it starts, so `storlab clean` unmounts what a kill -9 left."""
 from __future__ import annotations
 
 import math
+import mmap
 import os
+import statistics
 import signal
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from statistics import NormalDist
 
 from storlab import processes
 from storlab.errors import RunFailed
-from storlab.lab import mounts, owned
+from storlab.lab import mounts, os_users, owned
 
 BINARY = "storlab-delayfs"
 FILESYSTEM = "fuse.delayfs"  # as the mount table names the layer's mounts
@@ -96,6 +98,15 @@ def parse(value: float | dict) -> Latency:
 def binary() -> Path:
     """The layer's program, built by `make venv` beside the Python that runs storlab."""
     return Path(sys.executable).parent / BINARY
+
+
+def device_mapper_delay() -> bool:
+    """Whether this host has device-mapper's delay target (its control device, and the module loaded
+    or loadable). storlab does not use it yet: its own layer holds a latency on every host with FUSE."""
+    release = os.uname().release
+    return Path("/dev/mapper/control").exists() and (
+        Path("/sys/module/dm_delay").exists() or
+        any(Path(f"/lib/modules/{release}/kernel/drivers/md").glob("dm-delay.ko*")))
 
 
 def unavailable() -> str | None:
@@ -191,3 +202,73 @@ def remove_recorded(point: Path, pid: int | None, started: int | None) -> tuple[
         processes.kill_tree(pid)
         removed.append(f"ended {BINARY} (pid {pid})")
     return removed, refused
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What the layer itself adds at 0 ms declared: to each 4 KiB direct read (p50, ms), and its CPU
+    per IO (µs)."""
+
+    added_ms: float
+    cpu_us: float
+
+
+_FLOOR_READS = 2000
+_floor: Floor | None = None
+
+
+def floor(where: Path = Path("/var/tmp")) -> Floor:
+    """The layer's floor on this host, measured once per process: 4 KiB direct reads of one file,
+    alone and through a layer adding nothing, in a folder under `where` written down in a manifest
+    (so `storlab clean` removes it if storlab dies meanwhile)."""
+    global _floor
+    if _floor is None:
+        _floor = _measure_floor(where)
+    return _floor
+
+
+def _measure_floor(where: Path) -> Floor:
+    manifest = owned.Manifest(owned.new_instance_id("floor"), "floor", owner_pid=os.getpid(),
+                              owner_start=owned.pid_start(os.getpid()))
+    manifest.save()
+    scratch = owned.make_owned_dir(where / f"storlab-{manifest.instance_id}", manifest, os_users.current_user())
+    files, point = scratch / "files", scratch / "layer"
+    layer = None
+    try:
+        files.mkdir(mode=0o700)
+        point.mkdir(mode=0o700)
+        (files / "block").write_bytes(os.urandom(2**20))
+        manifest.layers.append({"point": str(point)})
+        manifest.save()
+        device = mounts.block_device_of(files)
+        layer = Layer(files, point, DeviceLatency(), f"/dev/{device or 'none'}")
+        manifest.layers[-1].update(pid=layer.pid, start=layer.started)
+        manifest.save()
+        alone = _reads_ms(files / "block")
+        cpu = layer.cpu_s()
+        through = _reads_ms(point / "block")
+        cpu_us = (layer.cpu_s() - cpu) / _FLOOR_READS * 1e6
+    finally:
+        with processes.interrupts_held():
+            if layer is None or not layer.stop():
+                manifest.layers = []
+            if not manifest.layers and owned.remove_owned_dir(scratch, manifest.instance_id):
+                manifest.forget()
+            else:
+                manifest.save()
+    return Floor(max(0.0, through - alone), cpu_us)
+
+
+def _reads_ms(file: Path) -> float:
+    """The median time of a 4 KiB direct read at a random place in `file`."""
+    buffer = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT asks
+    fd = os.open(file, os.O_RDONLY | os.O_DIRECT)
+    try:
+        took = []
+        for i in range(_FLOOR_READS):
+            start = time.perf_counter()
+            os.preadv(fd, [buffer], (i * 37 % 256) * 4096)
+            took.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+    return statistics.median(took) * 1000
