@@ -26,6 +26,7 @@
 #include <sys/file.h>
 #include <sys/fsuid.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -70,11 +71,12 @@ static double draw_ns(const struct delay *d) {
 }
 
 /* After the real operation: the declared time comes on top of the device's own. Timer slack is
- * lowered once per thread (a sleeping thread otherwise wakes up to 50 us late), and each thread wakes
- * early by the lateness it has seen (a moving average): a VM's timer wakes a sleeper some tens of
- * microseconds late, which would otherwise be added to every IO. */
+ * lowered once per thread (a sleeping thread otherwise wakes up to 50 us late), and every thread wakes
+ * early by the lateness the layer has seen (a moving average over all of them: a light load spreads
+ * its requests over many threads): a VM's timer wakes a sleeper some tens of microseconds late, which
+ * would otherwise be added to every IO. */
 static __thread int slack_set;
-static __thread double late_ns;
+static long long late_ns; /* shared; read and written whole (relaxed atomics): a lost update only slows the average */
 
 static void hold(const struct delay *d) {
     if (d->p50_ns <= 0) return;
@@ -82,7 +84,8 @@ static void hold(const struct delay *d) {
         prctl(PR_SET_TIMERSLACK, 1UL);
         slack_set = 1;
     }
-    double want = draw_ns(d), early = late_ns < want / 2 ? late_ns : want / 2;
+    double want = draw_ns(d), late_now = (double)__atomic_load_n(&late_ns, __ATOMIC_RELAXED);
+    double early = late_now < want / 2 ? late_now : want / 2;
     struct timespec t, woke;
     clock_gettime(CLOCK_MONOTONIC, &t);
     long long ns = (long long)t.tv_nsec + (long long)(want - early);
@@ -91,7 +94,7 @@ static void hold(const struct delay *d) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {}
     clock_gettime(CLOCK_MONOTONIC, &woke);
     double late = (double)(woke.tv_sec - t.tv_sec) * 1e9 + (double)(woke.tv_nsec - t.tv_nsec);
-    late_ns += (late - late_ns) / 16;
+    __atomic_store_n(&late_ns, (long long)(late_now + (late - late_now) / 16), __ATOMIC_RELAXED);
 }
 
 /* Each operation runs with the caller's filesystem identity, restored to root's after. */
@@ -121,8 +124,9 @@ static int open_beneath(const char *path, int flags, mode_t mode) {
     return (int)syscall(SYS_openat2, source_fd, rel(path), &how, sizeof how);
 }
 
-/* An open file: `fd`, and for a file opened O_DIRECT a second, buffered descriptor for the requests
- * whose offset or length the device cannot take directly (FUSE passes any alignment). */
+/* An open file: `fd`, opened O_DIRECT, and a second, buffered descriptor for the requests whose offset
+ * or length the device cannot take directly (FUSE passes any alignment: the end of a file, a caller's
+ * own O_DIRECT IO). */
 struct handle { int fd, buffered_fd; };
 
 #define H(fi) ((struct handle *)(uintptr_t)(fi)->fh)
@@ -188,23 +192,24 @@ static int open_handle(const char *path, int flags, mode_t mode, struct fuse_fil
     flags &= ~O_APPEND;
     struct handle *h = malloc(sizeof *h);
     if (!h) return -ENOMEM;
-    h->buffered_fd = -1;
-    h->fd = AS_CALLER(open_beneath(path, flags, mode));
+    /* Every file is read and written directly on the device: the page cache above the layer (charged to
+     * the caller's memory group, emptied when storlab evicts the instance's files) is the only one, and
+     * a read it misses reaches the device, as it would without the layer. */
+    h->fd = AS_CALLER(open_beneath(path, flags | O_DIRECT, mode));
+    if (h->fd < 0 && errno == EINVAL) h->fd = AS_CALLER(open_beneath(path, flags & ~O_DIRECT, mode));
     if (h->fd < 0) {
         int e = errno;
         free(h);
         return -e;
     }
-    if (flags & O_DIRECT) {
-        h->buffered_fd = AS_CALLER(open_beneath(path, flags & ~(O_DIRECT | O_CREAT | O_EXCL | O_TRUNC), 0));
-        if (h->buffered_fd < 0) {
-            int e = errno;
-            close(h->fd);
-            free(h);
-            return -e;
-        }
-        fi->direct_io = 1; /* no page cache between the caller and the device, as it asked */
+    h->buffered_fd = AS_CALLER(open_beneath(path, flags & ~(O_DIRECT | O_CREAT | O_EXCL | O_TRUNC), 0));
+    if (h->buffered_fd < 0) {
+        int e = errno;
+        close(h->fd);
+        free(h);
+        return -e;
     }
+    if (flags & O_DIRECT) fi->direct_io = 1; /* no page cache between the caller and the device, as it asked */
     fi->fh = (uintptr_t)h;
     return 0;
 }
@@ -212,26 +217,20 @@ static int open_handle(const char *path, int flags, mode_t mode, struct fuse_fil
 static int fs_open(const char *path, struct fuse_file_info *fi) { return open_handle(path, fi->flags, 0, fi); }
 static int fs_create(const char *path, mode_t mode, struct fuse_file_info *fi) { return open_handle(path, fi->flags | O_CREAT, mode, fi); }
 
-static int direct_fits(const struct handle *h, size_t size, off_t off) {
-    return h->buffered_fd < 0 || (size % 512 == 0 && off % 512 == 0);
-}
+static int direct_fits(size_t size, off_t off) { return size % 512 == 0 && off % 512 == 0; }
 
 static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
     (void)path;
     struct handle *h = H(fi);
     ssize_t n;
-    if (h->buffered_fd >= 0) {
-        void *aligned = NULL;
-        if (posix_memalign(&aligned, ALIGN, size ? size : 1)) return -ENOMEM;
-        n = pread(h->fd, aligned, size, off);
-        if (n < 0 && errno == EINVAL) n = pread(h->buffered_fd, aligned, size, off);
-        if (n > 0) memcpy(buf, aligned, (size_t)n);
-        int e = errno;
-        free(aligned);
-        errno = e;
-    } else {
-        n = pread(h->fd, buf, size, off);
-    }
+    void *aligned = NULL;
+    if (posix_memalign(&aligned, ALIGN, size ? size : 1)) return -ENOMEM;
+    n = direct_fits(size, off) ? pread(h->fd, aligned, size, off) : -1;
+    if (n < 0) n = pread(h->buffered_fd, aligned, size, off);
+    if (n > 0) memcpy(buf, aligned, (size_t)n);
+    int e = errno;
+    free(aligned);
+    errno = e;
     if (n < 0) return -errno;
     hold(&read_delay);
     return (int)n;
@@ -241,23 +240,19 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
     (void)path;
     struct handle *h = H(fi);
     ssize_t n;
-    if (h->buffered_fd >= 0) {
-        void *aligned = NULL;
-        if (posix_memalign(&aligned, ALIGN, size ? size : 1)) return -ENOMEM;
-        memcpy(aligned, buf, size);
-        n = direct_fits(h, size, off) ? pwrite(h->fd, aligned, size, off) : -1;
-        if (n < 0) {
-            /* What the device cannot take directly still reaches it before the write returns. */
-            n = pwrite(h->buffered_fd, buf, size, off);
-            if (n > 0 && sync_file_range(h->buffered_fd, off, n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                                         SYNC_FILE_RANGE_WAIT_AFTER) < 0) n = -1;
-        }
-        int e = errno;
-        free(aligned);
-        errno = e;
-    } else {
-        n = pwrite(h->fd, buf, size, off);
+    void *aligned = NULL;
+    if (posix_memalign(&aligned, ALIGN, size ? size : 1)) return -ENOMEM;
+    memcpy(aligned, buf, size);
+    n = direct_fits(size, off) ? pwrite(h->fd, aligned, size, off) : -1;
+    if (n < 0) {
+        /* What the device cannot take directly still reaches it before the write returns. */
+        n = pwrite(h->buffered_fd, buf, size, off);
+        if (n > 0 && sync_file_range(h->buffered_fd, off, n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                     SYNC_FILE_RANGE_WAIT_AFTER) < 0) n = -1;
     }
+    int e = errno;
+    free(aligned);
+    errno = e;
     if (n < 0) return -errno;
     hold(&write_delay);
     return (int)n;
@@ -277,7 +272,7 @@ static int fs_release(const char *path, struct fuse_file_info *fi) {
     (void)path;
     struct handle *h = H(fi);
     close(h->fd);
-    if (h->buffered_fd >= 0) close(h->buffered_fd);
+    close(h->buffered_fd);
     free(h);
     return 0;
 }
@@ -388,6 +383,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     prctl(PR_SET_TIMERSLACK, 1UL); /* inherited by the threads that serve requests */
+    struct rlimit files; /* two descriptors for each file a server holds open */
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
     char options[256];
     snprintf(options, sizeof options, "allow_other,default_permissions,fsname=%s,subtype=delayfs,max_threads=64,"
              "nosuid,nodev,noexec", device);
