@@ -79,19 +79,19 @@ def test_latency_keys_are_factors_and_reach_each_cell(lab_root):
 
 BAD = [
     ('vol = { loop = "1GB", flush_latency_ms = -1 }',
-     "lat.toml:7: placements.vol.flush_latency_ms: expected milliseconds from 0 (fixed) or { p50 = …, p99 = … } or "
-     "a list of them, got -1"),
+     ("lat.toml:7: placements.vol.flush_latency_ms: expected milliseconds from 0 (fixed) or { p50 = …, p99 = … } or "
+     "a list of them, got -1")),
     ('vol = { loop = "1GB", read_latency_ms = { p50 = 4, p99 = 1 } }',
      "lat.toml:7: placements.vol.read_latency_ms: p99 (1) must be above p50 (4); a fixed latency is one number"),
     ('vol = { loop = "1GB", read_latency_ms = { p50 = 1, p95 = 4 } }',
-     'lat.toml:7: placements.vol.read_latency_ms: expected milliseconds from 0 (fixed) or { p50 = …, p99 = … } or '
-     'a list of them, got {"p50": 1, "p95": 4}'),
+     ('lat.toml:7: placements.vol.read_latency_ms: expected milliseconds from 0 (fixed) or { p50 = …, p99 = … } or '
+     'a list of them, got {"p50": 1, "p95": 4}')),
     ('vol = { loop = "1GB", write_latency_ms = 2, write_iops = 3000 }',
-     "lat.toml:7: placements.vol.write_latency_ms: a latency and an IO cap (write_iops) on one placement cannot be "
-     "held together yet (the delay layer's IO is not the server's control group's); declare one of them"),
+     ("lat.toml:7: placements.vol.write_latency_ms: a latency and an IO cap (write_iops) on one placement cannot be "
+     "held together yet (the delay layer's IO is not the server's control group's); declare one of them")),
     ('vol = { path = "/var/tmp", flush_latency_ms = 2 }',
-     "lat.toml:7: placements.vol.flush_latency_ms: a latency is held by a layer over a device storlab makes, which a "
-     'directory is not: declare it on a device placement, { loop = "4GB", … }'),
+     ("lat.toml:7: placements.vol.flush_latency_ms: a latency is held by a layer over a device storlab makes, which a "
+     'directory is not: declare it on a device placement, { loop = "4GB", … }')),
 ]
 
 
@@ -171,7 +171,7 @@ def test_fio_through_the_layer_sees_the_declared_latency_at_depth_1_and_8(image_
         for job, (depth, iops, p50, p99, flags) in jobs.items():
             if not job.endswith("+latency"):
                 continue
-            own_depth, own_iops, own50, own99, _ = jobs[job.removesuffix("+latency")]
+            _, own_iops, own50, _, _ = jobs[job.removesuffix("+latency")]
             lat = declared[job.split("-")[1]]
             assert abs(p50 / (lat.p50_ms + own50) - 1) <= 0.10, (job, p50, lat, own50)
             if depth == 8:

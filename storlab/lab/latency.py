@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import mmap
 import os
-import statistics
 import signal
+import statistics
 import subprocess
 import sys
 import time
