@@ -195,9 +195,15 @@ def _io_latency(read: str | None, write: str | None, flush: str | None):
     for direction, text in (("read", read), ("write", write), ("flush", flush)):
         if text is None:
             continue
-        p50, _, p99 = text.partition("/")
         try:
-            value = places.latency_value({"p50": float(p50), "p99": float(p99)} if p99 else float(p50))
+            numbers = [float(n) for n in text.split("/")]
+        except ValueError:
+            numbers = []
+        if not 1 <= len(numbers) <= 2:
+            raise UserError(f'--{direction}-latency {text[:40]!r}: expected milliseconds ("2") or a p50/p99 pair '
+                            '("1/4")')
+        try:
+            value = places.latency_value({"p50": numbers[0], "p99": numbers[1]} if len(numbers) == 2 else numbers[0])
         except ValueError as exc:
             raise UserError(f"--{direction}-latency {text[:40]!r}: {str(exc).replace(' or a list of them', '')}") from None
         given[direction] = latency.parse(value)

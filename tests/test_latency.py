@@ -107,6 +107,9 @@ def test_storlab_io_checks_its_latency_as_the_file_does(tmp_path):
     result = invoke("io", tmp_path, "--write-latency", "4/1")
     assert result.exit_code == 2
     assert result.stderr == "storlab: --write-latency '4/1': p99 (1.0) must be above p50 (4.0); a fixed latency is one number\n"
+    result = invoke("io", tmp_path, "--flush-latency", "1/")
+    assert result.exit_code == 2
+    assert result.stderr == """storlab: --flush-latency '1/': expected milliseconds ("2") or a p50/p99 pair ("1/4")\n"""
     result = invoke("io", tmp_path, "--read-latency", "2", "--iops", "300")
     assert result.exit_code == 2 and "--*-latency with an IO cap" in result.stderr
 
