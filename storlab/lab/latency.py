@@ -49,13 +49,6 @@ class Latency:
     def fixed(self) -> bool:
         return self.p99_ms == self.p50_ms
 
-    def quantile_ms(self, q: float) -> float:
-        """The declared distribution's q-quantile (q in 0..1)."""
-        if self.fixed:
-            return self.p50_ms
-        sigma = math.log(self.p99_ms / self.p50_ms) / _Z99
-        return self.p50_ms * math.exp(sigma * NormalDist().inv_cdf(q))
-
     def arg(self) -> str:
         return f"{self.p50_ms:g}" if self.fixed else f"{self.p50_ms:g}/{self.p99_ms:g}"
 
@@ -63,9 +56,7 @@ class Latency:
         return f"{self.p50_ms:g} ms" if self.fixed else f"p50 {self.p50_ms:g} ms, p99 {self.p99_ms:g} ms"
 
 
-_Z99 = NormalDist().inv_cdf(0.99)
-
-
+Z99 = NormalDist().inv_cdf(0.99)  # the standard normal's 99th percentile
 NONE = Latency(0.0, 0.0)
 
 
@@ -76,16 +67,6 @@ class DeviceLatency:
     read: Latency = NONE
     write: Latency = NONE
     flush: Latency = NONE
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, d) != NONE for d in DIRECTIONS)
-
-    def text(self) -> str:
-        return ", ".join(f"{d} {getattr(self, d).text()}" for d in DIRECTIONS if getattr(self, d) != NONE) or "none added"
-
-    def smallest_ms(self) -> float:
-        """The least any declared direction adds (p50), 0 when none is declared."""
-        return min((getattr(self, d).p50_ms for d in DIRECTIONS if getattr(self, d) != NONE), default=0.0)
 
 
 def parse(value: float | dict) -> Latency:
