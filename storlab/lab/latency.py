@@ -10,7 +10,6 @@ it before it starts, so `storlab clean` unmounts what a kill -9 left."""
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
 import signal
