@@ -121,6 +121,7 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
     report = system.check([_placement_path(t) for t in targets])
     report.items += system.engine_items([i for name in engines.names() for i in engines.engine(name).installations()])
     report.items += system.lab_items()
+    report.items += system.latency_items()
     report.items += system.trace_items(iosizes.groups() + [g for name in engines.names()
                                                           for g in engines.engine(name).trace_groups()])
     if as_json:
@@ -135,7 +136,8 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 
 @main.command("io")
 @click.argument("target", metavar="PLACEMENT_OR_PATH")
-@click.option("--preset", default="sqlio", show_default=True, help="The job matrix (sqlio: seed 004's).")
+@click.option("--preset", help="The job matrix: sqlio (seed 004's; the default), or latency (4 KiB random reads and "
+              "writes at queue depth 1 and 8; the default with a latency).")
 @click.option("--size", default="256M", show_default=True, help="Test file size.")
 @click.option("--duration", default="10s", show_default=True, help="Time per job: a number with s, m or h (10s, 2m).")
 @click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
@@ -146,21 +148,30 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--read-mb-s", type=float, help="Cap reads at this many MiB a second (a placement's read_mb_s).")
 @click.option("--write-mb-s", type=float, help="Cap writes at this many MiB a second (a placement's write_mb_s).")
 @click.option("--mb-s", type=float, help="Cap reads and writes alike (a placement's mb_s).")
-def io_command(target: str, preset: str, size: str, duration: str, buffered: bool, out: Path | None,
+@click.option("--read-latency", metavar="MS", help='Add this latency to each read: milliseconds, fixed ("2") or a '
+              'p50/p99 pair ("1/4") (a placement\'s read_latency_ms).')
+@click.option("--write-latency", metavar="MS", help="Add this latency to each write (a placement's write_latency_ms).")
+@click.option("--flush-latency", metavar="MS", help="Add this latency to each fsync/fdatasync (a placement's "
+              "flush_latency_ms).")
+def io_command(target: str, preset: str | None, size: str, duration: str, buffered: bool, out: Path | None,
                read_iops: int | None, write_iops: int | None, iops: int | None, read_mb_s: float | None,
-               write_mb_s: float | None, mb_s: float | None) -> None:
+               write_mb_s: float | None, mb_s: float | None, read_latency: str | None, write_latency: str | None,
+               flush_latency: str | None) -> None:
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio).
     With caps (--write-iops 3000…), fio runs inside them, as an experiment's server would, and each
-    job says whether its cap held."""
+    job says whether its cap held. With a latency (--read-latency 2…), each job runs on the device
+    alone and then through the delay layer holding it, and says whether the latency held."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
     from storlab.results.store import Store
 
-    jobs = iobench.preset(preset, buffered)
+    declared = _io_latency(read_latency, write_latency, flush_latency)
+    jobs = iobench.preset(preset or ("latency" if declared is not None else "sqlio"), buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
     held = _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s)
     path = _placement_path(target)
     iobench.check_target(path)  # before its results folder is made
+    iobench.check_latency(path, declared, held)
     iobench.cap_limits(path, held)
     console = _console()
     folder = out or _results_folder(iobench.default_folder(path), "the results folder")
@@ -168,12 +179,36 @@ def io_command(target: str, preset: str, size: str, duration: str, buffered: boo
     # runs, so one it cannot write (damaged, immutable) is said before the minutes fio takes, not after.
     with folder_lock.writing(folder), Store.open(folder) as store:
         facts = system.collect_facts([path])
-        results = iobench.run(path, jobs, size_bytes, seconds, console, held)
+        results = iobench.run(path, jobs, size_bytes, seconds, console, held, declared)
         store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
         console.print(line, markup=False)
     console.print(f"results: {folder}", markup=False)
+
+
+def _io_latency(read: str | None, write: str | None, flush: str | None):
+    """The latency `storlab io` was given ("2" or "1/4" ms), checked as a placement's is."""
+    from storlab.experiment import places
+    from storlab.lab import latency
+
+    given = {}
+    for direction, text in (("read", read), ("write", write), ("flush", flush)):
+        if text is None:
+            continue
+        try:
+            numbers = [float(n) for n in text.split("/")]
+        except ValueError:
+            numbers = []
+        if not 1 <= len(numbers) <= 2:
+            raise UserError(f'--{direction}-latency {text[:40]!r}: expected milliseconds ("2") or a p50/p99 pair '
+                            '("1/4")')
+        try:
+            value = places.latency_value({"p50": numbers[0], "p99": numbers[1]} if len(numbers) == 2 else numbers[0])
+        except ValueError as exc:
+            raise UserError(f"--{direction}-latency {text[:40]!r}: {str(exc).replace(' or a list of them', '')}") from None
+        given[direction] = latency.parse(value)
+    return latency.DeviceLatency(**given) if given else None
 
 
 def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s):

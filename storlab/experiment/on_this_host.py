@@ -10,7 +10,7 @@ from typing import Protocol
 from storlab import engines, factors
 from storlab.experiment import places
 from storlab.experiment.model import ExperimentModel
-from storlab.lab import caps, cgroups, devices, mounts, os_users, placements
+from storlab.lab import caps, cgroups, devices, latency, mounts, os_users, placements
 
 
 class Experiment(Protocol):
@@ -85,6 +85,23 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
         if real in by_path:
             return loc, f"the same directory as placements.{by_path[real]} ({real}); one name per place"
         by_path[real] = name
+    return None
+
+
+def latency_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """No declared latency (other than 0) under twice the delay layer's floor here: what the layer adds
+    by itself would be a large share of it. Measured only for an experiment that declares one."""
+    for name, raw in experiment.model.placements.items():
+        if not isinstance(raw, places.DevicePlacement) or not raw.delayed or latency.unavailable() is not None:
+            continue
+        for key in places.LATENCY_KEYS:
+            for value in factors.values(getattr(raw, key)):
+                p50 = value["p50"] if isinstance(value, dict) else value
+                if p50 is not None and 0 < p50 < 2 * latency.floor().added_ms:
+                    return ("placements", name, key), (
+                        f"{p50:g} ms is under twice the delay layer's floor here ({latency.floor().added_ms:.3f} ms "
+                        "added to each IO at 0 ms declared, as `storlab check` says): declare 0 or at least "
+                        f"{2 * latency.floor().added_ms:.3f} ms")
     return None
 
 

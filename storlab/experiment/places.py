@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from storlab import factors
 from storlab.factors import KeyProblem, show
-from storlab.lab import caps, devices, placements
+from storlab.lab import caps, devices, latency, placements
 from storlab.sizes import digits_note, parse_size
 
 _MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_.:=/+-]+(,[A-Za-z0-9_.:=/+-]+)*$")
@@ -61,6 +61,33 @@ def _mb_s(v: Any, what: str) -> int | float | str:
         raise ValueError(f"{show(v)} MiB a second is less than a 4 KiB page a second ({MIN_MB_S:g}), the least a "
                          "cap can hold (the kernel counts whole bytes, and reads 0 as no cap at all)")
     return v
+
+
+LATENCY_KEYS = latency.KEYS
+_LATENCY_WHAT = "milliseconds from 0 (fixed) or { p50 = …, p99 = … }"
+
+
+def latency_value(v: Any) -> float | dict[str, float]:
+    """One latency value, checked as a latency key's (`storlab io` takes them too)."""
+    return _latency(v, _LATENCY_WHAT)
+
+
+def _latency(v: Any, what: str) -> float | dict[str, float]:
+    """A latency key's value: milliseconds added to each IO, fixed, or a p50/p99 pair (p99 above p50,
+    both above 0) whose lognormal each IO's delay is drawn from."""
+    if isinstance(v, dict):
+        if set(v) != {"p50", "p99"} or not all(_ms(x) and x > 0 for x in v.values()):
+            raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+        if v["p99"] <= v["p50"]:
+            raise ValueError(f"p99 ({show(v['p99'])}) must be above p50 ({show(v['p50'])}); a fixed latency is one number")
+        return {"p50": float(v["p50"]), "p99": float(v["p99"])}
+    if not _ms(v):
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    return float(v)
+
+
+def _ms(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= latency.MAX_MS
 
 
 class CapKeys(BaseModel):
@@ -124,6 +151,15 @@ class DirectoryPlacement(CapKeys):
 
     path: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_latency(cls, v):
+        given = next((k for k in LATENCY_KEYS if isinstance(v, dict) and k in v), None)
+        if given is not None:
+            raise KeyProblem((given,), "a latency is held by a layer over a device storlab makes, which a "
+                             'directory is not: declare it on a device placement, { loop = "4GB", … }')
+        return v
+
     @field_validator("path", mode="before")
     @classmethod
     def _path(cls, v):
@@ -152,6 +188,26 @@ class DevicePlacement(CapKeys):
     read_ahead_kb: int | list[int] | None = None
     max_sectors_kb: int | list[int] | None = None
     allow_tmpfs: bool | None = None
+    read_latency_ms: float | dict | list[float | dict] | None = None
+    write_latency_ms: float | dict | list[float | dict] | None = None
+    flush_latency_ms: float | dict | list[float | dict] | None = None
+
+    @field_validator(*LATENCY_KEYS, mode="before")
+    @classmethod
+    def _latency(cls, v):
+        return None if v is None else factors.factor(v, _latency, _LATENCY_WHAT)
+
+    @model_validator(mode="after")
+    def _latency_or_caps(self):
+        """The layer does the device's IO itself, outside the server's control group, whose caps would
+        then hold nothing: one or the other on a placement, until the layer holds caps too."""
+        declared = next((k for k in LATENCY_KEYS if getattr(self, k) is not None), None)
+        capped = next((k for k in CAP_KEYS if getattr(self, k) is not None), None)
+        if declared and capped:
+            raise KeyProblem((declared,), f"a latency and an IO cap ({capped}) on one placement cannot be held "
+                             "together yet (the delay layer's IO is not the server's control group's); "
+                             "declare one of them")
+        return self
 
     @field_validator("loop", mode="before")
     @classmethod
@@ -215,9 +271,28 @@ class DevicePlacement(CapKeys):
     def device_factors(self) -> dict[str, list[Any]]:
         return {key: getattr(self, key) for key in devices.FACTOR_KEYS if isinstance(getattr(self, key), list)}
 
+    def latency_factors(self) -> dict[str, list[Any]]:
+        return {key: getattr(self, key) for key in LATENCY_KEYS if isinstance(getattr(self, key), list)}
+
     def factors(self) -> dict[str, list[Any]]:
-        """The keys given a list: each a factor of the matrix (the device's, then its caps)."""
-        return self.device_factors() | self.cap_factors()
+        """The keys given a list: each a factor of the matrix (the device's, its latency, then its caps)."""
+        return self.device_factors() | self.latency_factors() | self.cap_factors()
+
+    def latency(self, chosen: dict[str, Any] | None = None) -> latency.DeviceLatency | None:
+        """One cell's latency: `chosen` holds a value for each factor key (the matrix's choice). None
+        when the table declares none: a latency of 0 is held by the layer too, so the cells of a factor
+        with a 0 level differ only in the time added."""
+        if all(getattr(self, key) is None for key in LATENCY_KEYS):
+            return None
+        value = {key: factors.values(getattr(self, key))[0] for key in LATENCY_KEYS} | \
+            {k: v for k, v in (chosen or {}).items() if k in LATENCY_KEYS}
+        return latency.DeviceLatency(*(latency.NONE if value[key] is None else latency.parse(value[key])
+                                       for key in LATENCY_KEYS))
+
+    @property
+    def delayed(self) -> bool:
+        """The device is served through the delay layer (some latency key is declared)."""
+        return any(getattr(self, key) is not None for key in LATENCY_KEYS)
 
     def spec(self, chosen: dict[str, Any] | None = None) -> devices.DeviceSpec:
         """One cell's device: `chosen` holds a value for each factor key (the matrix's choice)."""
@@ -228,7 +303,7 @@ class DevicePlacement(CapKeys):
             devices.DeviceFormat(self.size_bytes, value["sector"] or 512, fs, value["mount_options"] or "",
                                  Path(self.image_dir or devices.DEFAULT_IMAGE_DIR)),
             devices.DEFAULT_READ_AHEAD_KB if value["read_ahead_kb"] is None else value["read_ahead_kb"],
-            bool(self.allow_tmpfs), value["max_sectors_kb"])
+            bool(self.allow_tmpfs), value["max_sectors_kb"], self.latency(chosen))
 
     def specs(self) -> list[devices.DeviceSpec]:
         """Every device the table can ask for, one per combination of its factors' values."""

@@ -24,7 +24,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, mounts, owned, safe_files
+from storlab.lab import instances, latency, mounts, owned, safe_files
 
 SECTORS = (512, 1024, 2048, 4096)
 FILESYSTEMS = ("ext4", "xfs")
@@ -64,6 +64,7 @@ class DeviceSpec:
     read_ahead_kb: int
     allow_tmpfs: bool = False
     max_sectors_kb: int | None = None
+    latency: latency.DeviceLatency | None = None  # None: no delay layer in front of the device
 
 
 @dataclass
@@ -76,6 +77,12 @@ class Device:
     image: Path
     mount_point: Path
     made_max_sectors_kb: int | None = None  # the kernel's own, read when the device was made
+    layer: latency.Layer | None = None  # the delay layer serving the mount, with the cell's latency
+
+    @property
+    def path(self) -> Path:
+        """The placement's directory: the delay layer's mount when a latency is declared, else the device's."""
+        return self.layer.point if self.layer is not None else self.mount_point
 
     @property
     def name(self) -> str:
@@ -116,6 +123,8 @@ def check_host(placement: str, spec: DeviceSpec) -> None:
     if os.geteuid() != 0:
         raise DeviceRefused(placement, "loop", "a device placement needs root (losetup, mkfs and mount); "
                             "run storlab as root or use a directory placement")
+    if spec.latency is not None and (why := latency.unavailable()) is not None:
+        raise DeviceRefused(placement, _declared_key(spec.latency), f"a latency cannot be held here: {why}")
     fmt = spec.format
     for tool in ("losetup", f"mkfs.{fmt.fs}", "mount", "umount"):
         if shutil.which(tool) is None:
@@ -139,6 +148,11 @@ def check_host(placement: str, spec: DeviceSpec) -> None:
                             f"{where} has {free / 2**30:.1f} GiB free")
 
 
+def _declared_key(declared: latency.DeviceLatency) -> str:
+    return next((k for k, d in zip(latency.KEYS, latency.DIRECTIONS) if getattr(declared, d) != latency.NONE),
+                latency.KEYS[0])
+
+
 # -- what a path sits on -----------------------------------------------------------------------
 
 
@@ -153,6 +167,7 @@ class SeenFormat:
     read_ahead_kb: int | None
     direct_io: bool | None  # loop devices only
     max_sectors_kb: int | None = None  # the largest request the block layer issues to it
+    delay_layer: bool = False  # the path is served through storlab's delay layer in front of the device
 
 
 def _read_int(path: Path) -> int | None:
@@ -164,14 +179,17 @@ def _read_int(path: Path) -> int | None:
 
 def format_of(path: Path) -> SeenFormat:
     mount = mounts.mount_of(path) or {}
+    layered = mount.get("filesystem") == latency.FILESYSTEM
+    if layered:
+        mount = mounts.beneath(mount)
     name = mounts.block_device_of(path)
     if name is None:
-        return SeenFormat(None, None, mount.get("filesystem"), mount.get("options"), None, None)
+        return SeenFormat(None, None, mount.get("filesystem"), mount.get("options"), None, None, delay_layer=layered)
     block = Path("/sys/block") / name
     dio = _read_int(block / "loop/dio")
     return SeenFormat(name, _read_int(block / "queue/logical_block_size"), mount.get("filesystem"),
                       mount.get("options"), _read_int(block / "queue/read_ahead_kb"), None if dio is None else dio == 1,
-                      _read_int(block / "queue/max_sectors_kb"))
+                      _read_int(block / "queue/max_sectors_kb"), layered)
 
 
 # -- making and removing -----------------------------------------------------------------------
@@ -258,6 +276,11 @@ def remove_device(entry: Mapping[str, str], owner: str) -> tuple[list[str], list
     if not _owned(directory, owner):
         return [], [f"{directory} (no storlab marker for {owner})"]
     removed, refused = [], []
+    layer = Path(entry["layer"]) if entry.get("layer") else None
+    if layer is not None and layer.parent == directory:
+        removed, refused = latency.remove_recorded(layer, entry.get("layer_pid"), entry.get("layer_start"))
+        if refused:
+            return removed, refused
     ours = set(_loops_backed_by(image))
     while (mount := _mounted_at(mount_point)) is not None:
         if mount["source"] not in ours:
@@ -356,6 +379,8 @@ class DevicePool:
                 set_read_ahead(current, spec.read_ahead_kb)
             if current.spec.max_sectors_kb != spec.max_sectors_kb:
                 set_max_sectors(current, spec.max_sectors_kb)
+            if current.spec.latency != spec.latency:
+                self._serve(current, spec.latency)
             current.spec = spec
             return current
         if current is not None:
@@ -363,23 +388,53 @@ class DevicePool:
             if refused:
                 raise RunFailed(f"placements.{placement}: could not remove the previous device: {'; '.join(refused)}")
         check_host(placement, spec)
-        return self._make(placement, spec)
+        device = self._make(placement, spec)
+        if spec.latency is not None:
+            try:
+                self._serve(device, spec.latency)
+            except BaseException:
+                self._remove(placement)
+                raise
+        return device
 
     def close(self) -> list[str]:
         """Remove every device; what could not be removed stays in the manifest for `storlab clean`."""
-        self.devices.clear()
         with processes.interrupts_held():
             instances.wait_ended()  # an instance's files on the device, its server in them
+            for device in self.devices.values():
+                _stop_layer(device)
+            self.devices.clear()
             refused = remove_recorded(self.manifest)[1]
         if not refused:
             self.manifest.forget()
         return refused
 
     def _remove(self, placement: str) -> list[str]:
-        self.devices.pop(placement, None)
         with processes.interrupts_held():
             instances.wait_ended()
+            if placement in self.devices:
+                _stop_layer(self.devices.pop(placement))
             return remove_recorded(self.manifest, placement)[1]
+
+    def _serve(self, device: Device, declared: latency.DeviceLatency | None) -> None:
+        """Put the delay layer with this latency in front of the device (ending the one there first),
+        or none. Its mount point is in the manifest before it starts, its process once it runs: a crash
+        in between leaves a mount `storlab clean` removes (the kernel ends the process with storlab)."""
+        entry = next(e for e in self.manifest.devices if e["placement"] == device.placement)
+        with processes.interrupts_held():
+            instances.wait_ended()  # the instance's files are open through the layer until its server ends
+            refused = _stop_layer(device)
+        if refused:
+            raise RunFailed(f"placements.{device.placement}: could not end its delay layer: {'; '.join(refused)}")
+        if declared is None:
+            return
+        point = Path(entry["dir"]) / "layer"
+        point.mkdir(mode=0o755, exist_ok=True)
+        entry["layer"] = str(point)
+        self.manifest.save()
+        device.layer = latency.Layer(device.mount_point, point, declared, device.loop)
+        entry.update(layer_pid=device.layer.pid, layer_start=device.layer.started)
+        self.manifest.save()
 
     def _make(self, placement: str, spec: DeviceSpec) -> Device:
         fmt = spec.format
@@ -425,6 +480,11 @@ class DevicePool:
             raise
         self.devices[placement] = device
         return device
+
+
+def _stop_layer(device: Device) -> list[str]:
+    layer, device.layer = device.layer, None
+    return layer.stop() if layer is not None else []
 
 
 def _check_loop(device: Device, fmt: DeviceFormat) -> None:

@@ -44,6 +44,18 @@ def mount_of(path: Path, root: Path = Path("/")) -> dict | None:
     return best
 
 
+def beneath(mount: dict, root: Path = Path("/")) -> dict:
+    """The mount a stacked FUSE layer serves (storlab's delay layer names its source device as its own):
+    the device's own mount, with its filesystem and options; `mount` itself when none is found."""
+    for line in (_read(root / "proc/self/mountinfo") or "").splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 6 and len(tail) >= 2 and _unescape(tail[1]) == mount["source"] and tail[0] != mount["filesystem"]:
+            return {"mount_point": _unescape(fields[4]), "filesystem": tail[0], "source": _unescape(tail[1]),
+                    "options": _options(fields[5], tail[2] if len(tail) > 2 else ""), "dev": fields[2]}
+    return mount
+
+
 def _whole_disk(sys_block_entry: Path) -> str:
     """A partition's parent disk, or the disk itself."""
     real = sys_block_entry.resolve()

@@ -71,6 +71,9 @@ class Manifest:
     cgroup_more: list[str] = field(default_factory=list)
     # The control group its load generators run in (storlab.lab.clients), written before it is made.
     client_cgroup: str | None = None
+    # Delay layers in front of its directories (storlab.lab.latency): {"point", "pid", "start"}, the
+    # mount point written before the layer starts.
+    layers: list[dict] = field(default_factory=list)
 
     @property
     def owner_running(self) -> bool:
@@ -108,6 +111,7 @@ class Manifest:
                         and (manifest.cgroup is None or isinstance(manifest.cgroup, str))
                         and (manifest.client_cgroup is None or isinstance(manifest.client_cgroup, str))
                         and isinstance(manifest.cgroup_more, list)
+                        and isinstance(manifest.layers, list) and all(isinstance(x, dict) for x in manifest.layers)
                         and all(isinstance(g, str) for g in manifest.cgroup_more)):
                     raise ValueError("its fields are not a manifest's")
                 found.append(manifest)

@@ -72,6 +72,13 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     if found:
         line += "; devices as the runs found them (sysfs, the mount table): " + "; ".join(
             f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in found.items())
+    layer_cpu: dict[str, list[float]] = {}
+    for c in conditions:
+        for name, seconds in sorted((c.get("delay_layer_cpu_s") or {}).items()):
+            layer_cpu.setdefault(name, []).append(seconds)
+    if layer_cpu:
+        line += "; the delay layer's CPU over each load (the lab's, not the servers'): " + "; ".join(
+            f"{name} {sum(s) / len(s):.2f} s a run on average, at most {max(s):.2f}" for name, s in layer_cpu.items())
     return line
 
 
@@ -88,4 +95,6 @@ def _device(seen: dict[str, Any]) -> str:
         parts.append("direct IO" if seen["direct_io"] else "buffered IO (not direct)")
     if seen.get("max_sectors_kb") is not None:
         parts.append(f"requests up to {seen['max_sectors_kb']} KiB")
+    if seen.get("delay_layer"):
+        parts.append("served through storlab's delay layer")
     return f"{seen.get('device') or '?'} " + ", ".join(parts)

@@ -7,7 +7,10 @@ measures a shallower queue than the one asked for, and a job through an IO cap m
 
 With IO caps (as an experiment's placement asks them: storlab.lab.caps), fio runs inside a control
 group holding those caps on the device under the target, as an instance's server would, and each job
-says how close it came to the cap that binds it: a cap that holds is reached, never passed."""
+says how close it came to the cap that binds it: a cap that holds is reached, never passed.
+
+With a declared latency (storlab.lab.latency), each job runs on the device alone, then through the
+delay layer holding that latency, and says whether it held (storlab.machine.held_latency)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from rich.table import Table
 
 from storlab import processes, sizes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import caps, cgroups, mounts, os_users, owned, placements
+from storlab.lab import caps, cgroups, latency, mounts, os_users, owned, placements
+from storlab.machine import held_latency
 
 FIO = "fio"
 
@@ -51,7 +55,12 @@ def _sqlio(direct: bool = True) -> list[Job]:
             for bs in (8192, 65536) for rw in ("randread", "randwrite", "read", "write")]
 
 
-PRESETS = {"sqlio": _sqlio}
+def _latency(direct: bool = True) -> list[Job]:
+    # What a declared latency is held against: 4 KiB random IO each way, one IO in flight and eight.
+    return [Job(f"4k-{rw}-qd{depth}", rw, 4096, depth, direct) for rw in ("randread", "randwrite") for depth in (1, 8)]
+
+
+PRESETS = {"sqlio": _sqlio, "latency": _latency}
 
 
 def preset(name: str, buffered: bool = False) -> list[Job]:
@@ -267,16 +276,28 @@ def run_fio(command: list[str], timeout_s: float, tick=None, group: cgroups.Cont
 # -- the scratch directory -----------------------------------------------------------------------
 
 
+@dataclass
+class Scratch:
+    """Where the test file is (`directory`), the group holding the caps, and the delay layer's view of
+    the same directory when a latency is declared."""
+
+    directory: Path
+    group: cgroups.ControlGroup | None = None
+    delayed: Path | None = None
+
+
 @contextmanager
-def _scratch(target: Path, limits: caps.Limits) -> Iterator[tuple[Path, cgroups.ControlGroup | None]]:
+def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency | None = None) -> Iterator[Scratch]:
     """A fresh directory under `target` for the test file, written down in a manifest and marked as
-    storlab's (as an instance's directories are), and with `limits` a control group holding them, so
-    `storlab clean` removes both if storlab is killed."""
+    storlab's (as an instance's directories are), with `limits` a control group holding them, and with
+    `declared` a delay layer serving its `files` folder at its `layer` folder, so `storlab clean`
+    removes them all if storlab is killed."""
     manifest = owned.Manifest(owned.new_instance_id("io"), "io", owner_pid=os.getpid(),
                                   owner_start=owned.pid_start(os.getpid()))
     manifest.save()
     scratch = target / f"storlab-{manifest.instance_id}"
-    group = None
+    made = Scratch(scratch)
+    layer = None
     try:
         try:
             owned.make_owned_dir(scratch, manifest, os_users.current_user())
@@ -286,13 +307,26 @@ def _scratch(target: Path, limits: caps.Limits) -> Iterator[tuple[Path, cgroups.
             place = cgroups.place(manifest.instance_id, limits)
             manifest.cgroup, manifest.cgroup_more = str(place.path), [str(p) for p in place.more.values()]
             manifest.save()
-            group = cgroups.ControlGroup.make(place, limits)
-        yield scratch, group
+            made.group = cgroups.ControlGroup.make(place, limits)
+        if declared is not None:
+            made.directory = scratch / "files"
+            made.directory.mkdir(mode=0o700)
+            point = scratch / "layer"
+            point.mkdir(mode=0o700)
+            manifest.layers.append({"point": str(point)})
+            manifest.save()
+            layer = latency.Layer(made.directory, point, declared, "/dev/" + caps.device_of(target)[0])
+            manifest.layers[-1].update(pid=layer.pid, start=layer.started)
+            manifest.save()
+            made.delayed = point
+        yield made
     finally:
         with processes.interrupts_held():
-            if group is None or group.remove():
+            if layer is None or not layer.stop():
+                manifest.layers = []
+            if made.group is None or made.group.remove():
                 manifest.cgroup, manifest.cgroup_more = None, []
-            if owned.remove_owned_dir(scratch, manifest.instance_id) and manifest.cgroup is None:
+            if not manifest.layers and owned.remove_owned_dir(scratch, manifest.instance_id) and manifest.cgroup is None:
                 manifest.forget()
             else:
                 manifest.save()
@@ -306,6 +340,22 @@ def check_target(target: Path) -> None:
     problem = placements.not_a_place(Path(os.path.realpath(target)))
     if problem:
         raise UserError(problem)
+
+
+def check_latency(target: Path, declared: latency.DeviceLatency | None, held: caps.IoCaps | None) -> None:
+    """A latency can be added here (UserError otherwise): a device under `target`, the layer on this
+    host, no caps beside it (the layer's IO is not fio's group's)."""
+    if declared is None:
+        return
+    if held:
+        raise UserError("--*-latency with an IO cap: the delay layer does the IO itself, outside the group "
+                        "the caps hold; give one or the other")
+    if caps.device_of(target) is None:
+        raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): a latency is "
+                        "added to a device's own")
+    why = latency.unavailable()
+    if why is not None:
+        raise UserError(f"a latency cannot be held here: {why}")
 
 
 def cap_limits(target: Path, held: caps.IoCaps | None) -> caps.Limits:
@@ -322,11 +372,13 @@ def cap_limits(target: Path, held: caps.IoCaps | None) -> caps.Limits:
 
 
 def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None,
-        held: caps.IoCaps | None = None) -> list[IoResult]:
+        held: caps.IoCaps | None = None, declared: latency.DeviceLatency | None = None) -> list[IoResult]:
     """Each job in turn on one test file of `size` bytes in a fresh directory under `target`; with
-    `held`, inside those IO caps on the device under it."""
+    `held`, inside those IO caps on the device under it; with `declared`, each job on the device alone
+    and then through the delay layer holding that latency (its name ending "+latency")."""
     target = Path(target)
     check_target(target)
+    check_latency(target, declared, held)
     limits = cap_limits(target, held)
     free = shutil.disk_usage(target).free
     if size > free:
@@ -336,9 +388,9 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
     memory = psutil.virtual_memory().total
     # A slow device lays out the file at a few MB/s at worst; beyond that something is stuck.
     layout_timeout = 60 + size / 2**20
-    with _scratch(target, limits) as (scratch, group):
-        file = scratch / "storlab-io.dat"
-        bar = (Progress(TextColumn("{task.description:<14}"), BarColumn(), TimeRemainingColumn(), console=console)
+    with _scratch(target, limits, declared) as scratch:
+        file = scratch.directory / "storlab-io.dat"
+        bar = (Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeRemainingColumn(), console=console)
                if console else nullcontext())
         with bar as progress:
             task = progress.add_task(f"lay out {size / 2**20:.0f} MiB", total=None) if progress else None
@@ -346,19 +398,36 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
             if progress:
                 progress.update(task, total=1, completed=1)
             results = []
-            for job in jobs:
-                task = progress.add_task(job.name, total=seconds) if progress else None
+
+            def one(job: Job, where: Path, name: str) -> Measured:
+                task = progress.add_task(name, total=seconds) if progress else None
                 tick = (lambda dt, t=task: progress.advance(t, dt)) if progress else None
-                text = run_fio(fio_command(job, file, size, seconds, engine), seconds + layout_timeout, tick, group)
+                text = run_fio(fio_command(job, where, size, seconds, engine), seconds + layout_timeout, tick,
+                               scratch.group)
                 if progress:
                     progress.update(task, completed=seconds)
-                m = measured(parse_json(text), job.iodepth)
+                return measured(parse_json(text), job.iodepth)
+
+            for job in jobs:
+                m = one(job, file, job.name)
                 capped = cap_flag(job, m, held, limits.devices[0].device) if held else None
                 results.append(IoResult(str(target), job.name, job.rw, job.block_size, job.iodepth, m.iops, m.mb_s,
                                         m.lat_ms["50"], m.lat_ms["99"], m.lat_ms["99.9"],
                                         flags(job, m, filesystem, size, memory) + ([capped[0]] if capped else []),
                                         None if capped is None else capped[1]))
+                if scratch.delayed is not None:
+                    results.append(_through_layer(job, m, one(job, scratch.delayed / file.name, job.name + "+latency"),
+                                                  declared, str(target)))
         return results
+
+
+def _through_layer(job: Job, own: Measured, seen: Measured, declared: latency.DeviceLatency, target: str) -> IoResult:
+    direction = "read" if job.rw in ("read", "randread") else "write"
+    verdict = held_latency.judge(direction, getattr(declared, direction), job.iodepth,
+                                 (own.lat_ms["50"], own.lat_ms["99"], own.iops),
+                                 (seen.lat_ms["50"], seen.lat_ms["99"], seen.iops))
+    return IoResult(target, job.name + "+latency", job.rw, job.block_size, job.iodepth, seen.iops, seen.mb_s,
+                    seen.lat_ms["50"], seen.lat_ms["99"], seen.lat_ms["99.9"], [verdict.flag])
 
 
 

@@ -19,7 +19,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import UserError
-from storlab.lab import caps, cgroups
+from storlab.lab import caps, cgroups, latency
 from storlab.lab.mounts import block_device_of, mount_of
 from storlab.sizes import format_bytes
 
@@ -448,6 +448,21 @@ def lab_items() -> list[Item]:
                           "an experiment that asks for them is refused here; run it on a host with cgroup v2, or v1's "
                           f"{'blkio' if io else 'memory'} hierarchy"))
     return items
+
+
+def latency_items() -> list[Item]:
+    """Which way a device placement's declared latency is held here, and the layer's measured floor
+    (a declared latency under twice it is refused). Not a fitness question."""
+    dm = ("device-mapper's delay target is here too (storlab does not use it yet)" if latency.device_mapper_delay()
+          else "no device-mapper delay target here")
+    why = latency.unavailable()
+    if why is not None:
+        return [Item("Lab", "device latency", "cannot be held", UNKNOWN, f"{why}; {dm}",
+                     "an experiment that declares a latency is refused here")]
+    found = latency.floor()
+    return [Item("Lab", "device latency", f"held by storlab's FUSE delay layer ({dm}); its floor: "
+                 f"+{found.added_ms:.3f} ms a 4 KiB direct read at 0 ms declared, {found.cpu_us:.0f} µs of CPU an IO; "
+                 f"a declared latency under {2 * found.added_ms:.3f} ms is refused")]
 
 
 def trace_items(groups: list[tuple[str, str | None]]) -> list[Item]:

@@ -20,7 +20,7 @@ from storlab import engines
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, instances, quiesce
+from storlab.lab import devices, instances, latency, quiesce
 from storlab.lab.layout import spec_for
 from storlab.probes import lifecycle as run_probes
 from storlab.probes.bpftrace import Tracing
@@ -119,7 +119,7 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
     for name, spec in cell.devices.items():
         if pool is None:
             raise RunFailed(f"placements.{name}: a device placement needs a device pool")
-        found[name] = pool.device(name, spec).mount_point
+        found[name] = pool.device(name, spec).path
     return found
 
 
@@ -150,6 +150,10 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
     # and after the load a wait for the sessions to report them.
     counts_temporary = any(f in kind.figures for f in TEMPORARY)
     spilled = instance.temporary_files() if counts_temporary else {}
+    # The delay layers' CPU over the load: the lab's, counted apart from the servers' and shown.
+    layers = {name: layer for name in cell.devices if name in instance.roots
+              and (layer := latency.serving(instance.roots[name])) is not None}
+    layer_cpu = {name: layer.cpu_s() for name, layer in layers.items()}
     with closing(kind.load(instance, params, experiment.sql)) as load:
         sessions = load.open()
         recorders = run_probes.around_run(instance, tracing is not Tracing.OFF and traces_io(experiment), tracing)
@@ -157,6 +161,8 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)
     run_probes.sessions_ended(recorders, recorded)  # once the load's sessions are closed
+    if layers:
+        conditions["delay_layer_cpu_s"] = {name: layer.cpu_s() - layer_cpu[name] for name, layer in layers.items()}
     if counts_temporary:  # once the load's sessions are closed: they report their temporary files as they end
         measured.figures.update({name: count - spilled.get(name, 0.0)
                                  for name, count in instance.temporary_files().items()})

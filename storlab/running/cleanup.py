@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storlab import engines, processes
-from storlab.lab import cgroups, devices
+from storlab.lab import cgroups, devices, latency
 from storlab.lab.owned import Manifest, marked_by, remove_owned_dir, running
 
 
@@ -129,6 +129,16 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
             found, left = devices.remove_recorded(manifest)
             removed += found
             refused += left
+        for layer in list(manifest.layers):
+            # Only a mount inside a folder of its own: a manifest names nothing else to unmount.
+            if not any(Path(layer["point"]).parent == Path(d) for d in manifest.dirs):
+                manifest.layers.remove(layer)
+                continue
+            found, left = latency.remove_recorded(Path(layer["point"]), layer.get("pid"), layer.get("start"))
+            removed += found
+            refused += left
+            if not left:
+                manifest.layers.remove(layer)
         for d in list(manifest.dirs):
             if remove_owned_dir(Path(d), manifest.instance_id):
                 removed.append(d)
@@ -140,7 +150,7 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
                 manifest.dirs.remove(d)
             else:
                 refused.append(f"{d} (could not be removed: something still uses it; the next clean tries again)")
-        if manifest.devices or manifest.dirs or manifest.cgroup or manifest.client_cgroup:
+        if manifest.devices or manifest.dirs or manifest.cgroup or manifest.client_cgroup or manifest.layers:
             manifest.save()
         else:
             manifest.forget()
