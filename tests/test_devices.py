@@ -38,7 +38,8 @@ from tests.devicetools import (attached, child, device_spec, leftovers, manifest
     ({"loop": "1GB", "image_dir": "img"}, 'placements.fast.image_dir: expected an absolute directory, got "img"'),
     ({"loop": "1GB", "sectors": 512}, "placements.fast.sectors: unknown key; a device placement takes "
                                       "loop, image_dir, sector, fs, mount_options, read_ahead_kb, max_sectors_kb, allow_tmpfs, "
-                                      "read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s"),
+                                      "read_latency_ms, write_latency_ms, flush_latency_ms, read_iops, write_iops, iops, read_mb_s, write_mb_s, "
+                                      "mb_s"),
     ({"loop": "16387KB", "sector": 4096}, 'placements.fast.loop: "16387KB" is not a whole number of 4096-byte sectors'),
 ])
 def test_a_bad_spec_is_one_line_naming_the_key(table, message):

@@ -107,7 +107,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     for args, message in ((["io", "/no/such/place"], "storlab: /no/such/place: no such file or directory\n"),
                           (["io", str(tmp_path), "--size", "12Q"],
                            "storlab: --size: '12Q' is not a size (a number with K, M, G or T, as 256M)\n"),
-                          (["io", str(tmp_path), "--preset", "tpc"], "storlab: --preset: unknown preset 'tpc' (known: sqlio)\n")):
+                          (["io", str(tmp_path), "--preset", "tpc"], "storlab: --preset: unknown preset 'tpc' (known: sqlio, latency)\n")):
         result = invoke(*args)
         assert (result.exit_code, result.output) == (2, message)
     assert list(tmp_path.iterdir()) == []
