@@ -18,7 +18,7 @@ demo: system-packages venv
 # the CPU, and the tests already run beside another session's (each has its own state dir and cleans
 # only what it made), as two storlab runs on one host do.
 test: system-packages venv
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --durations=25
 
 system-packages:
 	@scripts/install-system-packages $(DEB_PACKAGES)

@@ -197,6 +197,7 @@ def _value(text: str):
 
 @pytest.mark.engine
 @pytest.mark.device
+@pytest.mark.alone  # a 1 ms sleep beside another worker's load on 2 cores wakes ~2 ms late (299 commits/s, not 536)
 @can_delay
 @pytest.mark.parametrize("engine", ["postgres", "mariadb"])
 def test_one_session_commits_at_most_once_per_declared_flush(lab_root, images, tmp_path, engine):
