@@ -180,7 +180,8 @@ def test_a_program_the_server_started_ends_with_its_instance(lab_dir):
         group = inst.workspace.group
         assert group is not None and inst.workspace.server.pid in group.pids()
         with inst.admin() as conn:
-            conn.execute(f"COPY (SELECT 1) TO PROGRAM 'setsid {marker} >/dev/null 2>&1 </dev/null &'")
+            # The shell reads the row first: a shell gone before the server wrote it broke the pipe (EPIPE).
+            conn.execute(f"COPY (SELECT 1) TO PROGRAM 'cat >/dev/null; setsid {marker} >/dev/null 2>&1 </dev/null &'")
         deadline = time.monotonic() + 10
         while not running(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
