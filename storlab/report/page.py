@@ -329,6 +329,9 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         held = timelines.cap_chart(store, results, folder / f"{timeline.CAP_USE.name}.png")
         if held:
             sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
+        held = timelines.credits_chart(store, results, folder / "credits.png")
+        if held:
+            sections.append("<h2>Credit buckets over time, per placement</h2>" + _figure(held[1], held[0]))
         svg = timelines.chart(store, results, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
         if svg:
             sections.append("<h2>The server's memory over time</h2>"
