@@ -7,15 +7,17 @@ timeline, the kernel lets through no more than the bucket allows, and show and t
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
 import pytest
 
 from storlab import timeline
-from storlab.lab import caps, cgroups, credits
+from storlab.lab import caps, cgroups, credits, devices
 from storlab.lab.caps import Bucket, DeviceCap, IoCaps, IoCount
 from tests.commands import invoke, storlab
+from tests.devicetools import attached, needs_root
 from tests.test_caps import images, write  # noqa: F401  (a fixture)
 
 BUCKET = Bucket("iops", baseline=20, burst=200, size=900, start=900)
@@ -48,7 +50,7 @@ def keeper_with(bucket: Bucket) -> tuple[credits.CreditKeeper, Group, Clock]:
     start_caps = credits.held(IoCaps(buckets=(bucket,)), bucket, bucket.start_cap)
     group = Group(caps.Limits((DeviceCap(("vol",), "loop3", "7:3", start_caps),)))
     clock = Clock()
-    return credits.CreditKeeper(group, clock=clock), group, clock
+    return credits.CreditKeeper(group, clock=clock, wait=lambda _s: True), group, clock  # settled by hand
 
 
 def spend(keeper, group, clock, rate: float, seconds: float) -> None:
@@ -191,3 +193,28 @@ def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_say
     assert storlab("report", tmp_path / "r").returncode == 0
     page = (tmp_path / "r" / "report.html").read_text()
     assert "Credit buckets over time" in page and "credit bucket" in page
+
+
+@pytest.mark.device
+@needs_root
+@pytest.mark.skipif(cgroups.limits_unavailable(True, False) is not None, reason="IO caps cannot be set here")
+def test_fio_through_a_bucket_runs_dry_when_its_credits_are_spent_and_no_more_passes(image_dir, tmp_path):
+    """`storlab io --iops-bucket` runs each job from a full bucket on a real loop device: 1,000 credits
+    spent at 400 IOPS while earning 40 last about 2.8 s, then the baseline holds."""
+    with devices.DevicePool() as pool:
+        device = pool.device("fast", devices.DeviceSpec(devices.DeviceFormat(256 * 2**20, 512, "ext4", "", image_dir), 128))
+        out = tmp_path / "io"
+        done = storlab("io", device.mount_point, "--preset", "latency", "--iops-bucket", "40/400/1000", "--size", "32M",
+                       "--duration", "5s", "--out", out)
+        assert done.returncode == 0, done.stderr
+        with sqlite3.connect(out / "storlab.sqlite") as db:
+            jobs = db.execute("SELECT job, iops, flags FROM io_jobs").fetchall()
+    assert len(jobs) == 4
+    for job, iops, flags in jobs:
+        said = re.search(r"ran dry at ([0-9.]+) s.*; ([0-9,]+) IO charged of the ([0-9,]+) it allowed, held", flags)
+        assert said, (job, flags)
+        dry_at, charged, allowed = float(said[1]), int(said[2].replace(",", "")), int(said[3].replace(",", ""))
+        assert 2.0 <= dry_at <= 3.8, (job, flags)
+        assert charged <= allowed and iops * 5 <= allowed * 1.05, (job, iops, flags)
+    assert "bucket on " in done.stdout
+    assert not attached(image_dir)

@@ -20,6 +20,7 @@ from typing import Callable
 
 from storlab.lab import caps
 from storlab.lab.caps import Bucket
+from storlab.sampler import Sampler
 
 PERIOD_S = 0.1
 
@@ -90,15 +91,17 @@ class _Device:
 
 
 class CreditKeeper:
-    """Settles each bucket of a group's capped devices over one run, changing the device's cap when a
-    bucket runs dry or bursts again. Its caller calls `settle` every PERIOD_S (the probes' sampler
-    thread) between `start` and `stop`; `stop` sets the start's caps back for the next run."""
+    """Settles each bucket of a group's capped devices every PERIOD_S between `start` and `stop`, on a
+    thread of its own, changing the device's cap when a bucket runs dry or bursts again; `stop` sets
+    the start's caps back for the next run. (`wait`: the sampler's, for a test that settles by hand.)"""
 
-    def __init__(self, group, record_every_s: float = 0.5, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, group, record_every_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], bool] | None = None):
         self.group = group
         self.clock = clock
         self.record_every_s = record_every_s
         self.devices = [_Device(cap, [], []) for cap in group.limits.devices if cap.caps.buckets]
+        self.wait = wait
 
     def __bool__(self) -> bool:
         return bool(self.devices)
@@ -112,6 +115,8 @@ class CreditKeeper:
         self.t, self.io = self.clock(), self.group.reading().io
         self.last_point = self.t
         self._record(self.t, force=True)
+        self.sampler = Sampler(PERIOD_S, lambda _weight_s: self.settle(), clock=self.clock, wait=self.wait)
+        self.sampler.start()
 
     def settle(self) -> None:
         """Pay for the IO since the last settling, earn its time, and hold the cap each bucket allows."""
@@ -157,7 +162,10 @@ class CreditKeeper:
     def stop(self) -> list[BucketUse]:
         """The run's last stretch settled, what each bucket did; the start's caps set back whatever
         happens."""
+        self.sampler.stop()
         try:
+            if self.sampler.error is not None:
+                raise self.sampler.error
             self.settle()
             self._record(self.t, force=True)
             for d in self.devices:

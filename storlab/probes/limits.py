@@ -26,7 +26,8 @@ from storlab import timeline
 from storlab.lab import caps, credits
 from storlab.lab.cgroups import ControlGroup
 from storlab.probes.kept import Db, Probe, RunScope, Section
-from storlab.probes.recorders import DEVICE_PERIOD_S, Sampler, TimelinePoint
+from storlab.probes.recorders import DEVICE_PERIOD_S, TimelinePoint
+from storlab.sampler import Sampler
 from storlab.sizes import format_bytes
 
 
@@ -89,9 +90,8 @@ class LimitsRecorder:
         self.devices = devices
         self.clock = clock
         self.sampler = Sampler(period_s, self._sample, clock=clock)
-        # The credit buckets are the lab's, not a measurement: held from their own, finer loop.
+        # The credit buckets are the lab's, not a measurement: held on their own, finer loop.
         self.keeper = credits.CreditKeeper(group, clock=clock)
-        self.settling = Sampler(credits.PERIOD_S, lambda _weight_s: self.keeper.settle(), clock=clock)
         self.points: list[TimelinePoint] = []
         self.at_cap: dict[str, float] = {}
         self.peak = 0
@@ -109,7 +109,6 @@ class LimitsRecorder:
         self.first = self.last = self._read(devices=True)
         if self.keeper:
             self.keeper.start(t0)
-            self.settling.start()
         self.sampler.start()
 
     def _sample(self, _weight_s: float) -> None:
@@ -138,7 +137,7 @@ class LimitsRecorder:
 
     def stop(self) -> LimitsUse:
         self.sampler.stop()
-        held = self._held()
+        held = self.keeper.stop() if self.keeper else []  # the start's caps set back for the next run
         if self.sampler.error is not None:
             raise self.sampler.error
         end = self._read(devices=True)
@@ -171,16 +170,6 @@ class LimitsRecorder:
                                      moved(group_a.oom_kills, group_b.oom_kills), peak)
         return found
 
-
-    def _held(self) -> list[credits.BucketUse]:
-        """The buckets' settling ended (the start's caps set back for the next run), what they did."""
-        if not self.keeper:
-            return []
-        self.settling.stop()
-        held = self.keeper.stop()
-        if self.settling.error is not None:
-            raise self.settling.error
-        return held
 
 
 def watched(group: ControlGroup, placements: dict[str, Path]) -> list[_Watched]:
