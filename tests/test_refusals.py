@@ -317,12 +317,18 @@ def test_two_runs_into_one_folder_at_once(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
     path = tiny(reps=2, rows=4000, files="[1, 2]")
     first = start("run", str(path), "--no-trace", "--out", str(out))
-    # However long the first takes to lock its folder on a loaded machine (once over a minute, and the
-    # second then ran first): the second starts once it has.
-    while not (out / folder_lock.FILENAME).exists():
+    # The first holds its folder's lock once it has written who it is in the lock file; stopped there, it
+    # keeps holding it while the second starts, however long the second's start takes on a loaded machine
+    # (once the first had already finished when the second looked, and the second found nothing to do).
+    lock = out / folder_lock.FILENAME
+    while not (lock.exists() and lock.read_bytes()):
         assert first.poll() is None, f"the first run ended before it locked its folder: {first.communicate()[1]}"
-        time.sleep(0.05)
-    second = storlab("run", str(path), "--out", str(out))
+        time.sleep(0.01)
+    first.send_signal(signal.SIGSTOP)
+    try:
+        second = storlab("run", str(path), "--out", str(out))
+    finally:
+        first.send_signal(signal.SIGCONT)
     _, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     assert second.returncode == 2
