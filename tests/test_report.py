@@ -19,7 +19,8 @@ from PIL import Image
 from storlab.answer import analysis
 from storlab.probes import iosizes
 from storlab.answer import model
-from storlab.report import io_report, page, wait_report
+from storlab.answer.compose import compose
+from storlab.report import page, wait_report
 from storlab.report.charts import plt
 from storlab.results.store import Store
 from tests.browser import Chromium
@@ -125,16 +126,22 @@ def test_the_headline_chart_draws_the_models_intervals_which_stay_above_zero(rec
 
 
 def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(traced):
-    with Store.open(traced, create=False) as store:
-        found = {c.label: c for c in io_report.sizes_by_cell(store, analysis.load(store))}
+    answer = model.Answer.model_validate_json(invoke("show", traced, "--json").output)
+    found = {c.label: {(s.placement, s.direction): s for s in c.sizes} for c in answer.io_sizes}
     disk, ram = found["data_files=1 log_on=disk"], found["data_files=1 log_on=ram"]
-    assert disk.traced == {("disk", "read"): TRACED_READS, ("disk", "write"): TRACED_WRITES} and disk.averages == {}
+    assert {key: s.traced for key, s in disk.items()} == {("disk", "read"): TRACED_READS, ("disk", "write"): TRACED_WRITES}
+    assert all(s.average_bytes is None for s in disk.values())
     # Each run's average weighted by its requests, and the requests per run.
-    (read, reads), (write, writes) = ram.averages[("disk", "read")], ram.averages[("disk", "write")]
-    assert ram.traced == {} and reads == pytest.approx((27 + 23) / 2) and writes == pytest.approx(2.5)
-    assert read == pytest.approx((11985 * 27 + 12822 * 23) / 50) and write == pytest.approx((21845 * 3 + 18432 * 2) / 5)
+    read, write = ram[("disk", "read")], ram[("disk", "write")]
+    assert read.traced == write.traced == {}
+    assert read.average_requests == pytest.approx((27 + 23) / 2) and write.average_requests == pytest.approx(2.5)
+    assert read.average_bytes == pytest.approx((11985 * 27 + 12822 * 23) / 50)
+    assert write.average_bytes == pytest.approx((21845 * 3 + 18432 * 2) / 5)
     page = (traced / "report.html").read_text()
-    # The legend (in the SVG, each text's string in a comment): requests per run, or the averages as averages.
+    # The legend (in the SVG, each text's string in a comment): requests per run, or the averages as
+    # averages; the answer's numbers, as `show --json` gives them.
+    reads, writes = (sum(disk[("disk", d)].traced.values()) for d in ("read", "write"))
+    assert f"<!-- data_files=1 log_on=disk: {reads:,.0f} reads, {writes:,.0f} writes per run -->" in page
     assert "<!-- data_files=1 log_on=disk: 496 reads, 17,174 writes per run -->" in page
     assert "<!-- data_files=1 log_on=ram: average only, 12 KiB per read, 20 KiB per write (25 reads, 2 writes per run)" in page
     assert "a dashed line is a cell whose runs could keep only the average size per request" in page
@@ -146,7 +153,8 @@ def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(tr
 def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_best(recorded):
     with Store.open(recorded, create=False) as store:
         results = analysis.load(store)
-    order = [c.cell.label for c in wait_report.in_factor_order(results)]
+    answer = compose(results)
+    order = [answer.labels[cell] for cell in answer.chart_order]
     assert order == ["data_files=1 log_on=disk", "data_files=4 log_on=disk", "data_files=1 log_on=ram",
                      "data_files=4 log_on=ram"]
     cell, run = wait_report.chosen_run(results, None)

@@ -24,7 +24,7 @@ from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, sho
 from storlab.experiment.matrix import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
-from storlab.probes import file_io, limits, traced_waits, waiting_tasks
+from storlab.probes import file_io, iosizes, limits, traced_waits, waiting_tasks
 from storlab.probes.registry import PROBES
 from storlab.probes.limits import LimitsUse
 from storlab.probes.waits import FileIO, TracedWait, Wait, WaitingTask, WaitRow, mean_per_run, top_share
@@ -51,6 +51,7 @@ class CellResult:
     kept: dict[str, list[Any]] = field(default_factory=dict)  # what each probe with a section kept, per run
     traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
     files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
+    io_sizes: list[list[tuple]] = field(default_factory=list)  # the io_sizes probe's rows, per run
     series: list[steadiness.RunSeries] = field(default_factory=list)  # each run's per-second series and checkpoints
 
     @property
@@ -280,6 +281,7 @@ def load(store: Store) -> Results:
                 kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.section},
                 traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
                 files=[store.kept(file_io.PROBE, r.id) for r in runs],
+                io_sizes=[store.kept(iosizes.PROBE, r.id) for r in runs],
                 series=[steadiness.read(store, r) for r in runs],
             )
         )

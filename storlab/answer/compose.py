@@ -7,7 +7,8 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, noise_split, rate_curve, screening, steadiness, steady
+from storlab.answer import (chart_order, client_cpu, effects, explain, io_sizes, model, noise_split, rate_curve, screening,
+                            steadiness, steady)
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
@@ -488,6 +489,7 @@ def compose(results: Results) -> model.Answer:
     kind = KINDS.get(exp.kind or "") if exp else None
     curves = rate_curve.typed(curve) if curve else None
     notes += [line for line in (traces_line(results), probe_costs_line(results)) if line]
+    swept, ordered = chart_order.swept_factor(results), chart_order.in_factor_order(results)
     return model.Answer(
         experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
                                     factors={short_name(k): v for k, v in results.factors.items()},
@@ -514,6 +516,9 @@ def compose(results: Results) -> model.Answer:
         failures=[model.Failure(cell=cell, repetition=rep, message=message) for cell, rep, message in results.failures],
         warnings=list(results.facts_notes), notes=notes,
         cells=[cell_waits(c) for c in results.measured],
+        swept=None if swept is None else short_name(swept),
+        chart_order=[c.cell.id for c in ordered],
+        io_sizes=[sizes for c in ordered if (sizes := io_sizes.cell_sizes(c))],
         explanations=explanations(results),
         probe_sections=probe_sections(results),
         limits=limits_answer(results),

@@ -252,6 +252,26 @@ class CellWaits(_Typed):
     traced: Traced
 
 
+class IoSizes(_Typed):
+    """The size of the IOs one placement's device served in one direction, per run of a cell."""
+
+    placement: str
+    direction: Literal["read", "write"]
+    traced: dict[int, float]  # a power-of-two bucket's lower bound in bytes -> requests, over its traced runs
+    average_bytes: float | None  # the average size per request over its runs that kept only /proc/diskstats'
+    average_requests: float | None  # their requests; both None: every run of the cell was traced
+
+
+class CellIoSizes(_Typed):
+    """What the io_sizes probe kept of a cell's runs: traced histograms and diskstats' averages apart."""
+
+    cell: str
+    label: str
+    traced_runs: int
+    averaged_runs: int
+    sizes: list[IoSizes]  # by placement, then direction
+
+
 class ExplanationLine(_Typed):
     wait_type: str
     baseline: float
@@ -474,6 +494,9 @@ class Answer(_Typed):
     warnings: list[str]  # runs set aside (other machine facts)
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
+    swept: str | None = None  # the factor the headline chart draws along (short name): data_files, else the first numeric
+    chart_order: list[str] = []  # the measured cells grouped by the other factors, the swept one rising: charts' order
+    io_sizes: list[CellIoSizes] = []  # in chart order; a cell whose runs kept no IO sizes is left out
     explanations: list[Explanation]
     probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit

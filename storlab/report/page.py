@@ -13,7 +13,6 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from storlab import timeline
 from storlab.answer import analysis, effects, model
 from storlab.answer.compose import compose
-from storlab.experiment.swept import short_name
 from storlab.experiment.matrix import format_value
 from storlab.machine import system
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
@@ -287,10 +286,9 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                            if answer.design and answer.design.kind == "screening" and answer.design.points else "")
                         + factors_html(answer))
     if results.measured:
-        swept = wait_report.swept_factor(results)
         if any(r.geometric_mean is not None for r in answer.ranking):  # no chart of figures at 0 or below
             sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
-                            + _figure(headline_chart(answer, swept and short_name(swept), folder / "elapsed.png")))
+                            + _figure(headline_chart(answer, answer.swept, folder / "elapsed.png")))
         rate = rate_chart.section(answer, folder)
         if rate:
             sections.append(rate)
@@ -305,11 +303,11 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
                             + _figure(composition, "seconds waited per run, summed over the sessions; "
-                                      + wait_report.factor_caption(results)))
+                                      + wait_report.factor_caption(answer)))
         explained = _explain_html(answer)
         if explained:
             sections.append("<h2>What explains the difference</h2>" + explained)
-        resources = _resources_html(answer, [c.cell.id for c in wait_report.in_factor_order(results)])
+        resources = _resources_html(answer, answer.chart_order)
         if resources:
             sections.append("<h2>Who waits on what</h2>" + resources)
         over_time = wait_report.waits_over_time_chart(store, results, cell, folder / "waits_over_time.png")
@@ -337,10 +335,10 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         svg = timelines.chart(store, results, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
         if svg:
             sections.append("<h2>CPU over time</h2>" + _figure(svg, timelines.caption(timeline.CPU_PERCENT)))
-        sizes = io_report.sizes_chart(store, results, folder / "io_sizes.png")
+        sizes = io_report.sizes_chart(answer, folder / "io_sizes.png")
         if sizes:
             sections.append("<h2>The size of the IOs</h2>" + _figure(sizes[1], sizes[0]))
-        dop = io_report.dop_chart(results, folder / "dop.png")
+        dop = io_report.dop_chart(answer, folder / "dop.png")
         if dop:
             sections.append("<h2>Scan time and CPU time against parallel workers</h2>" + _figure(dop))
     if capabilities:

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from storlab import timeline
 from storlab.answer.analysis import Results
-from storlab.report import wait_report
+from storlab.answer.chart_order import in_factor_order
 from storlab.report.charts import PALETTE, plt, svg
 from storlab.results.store import Store
 from storlab.timeline import Metric
@@ -34,7 +34,7 @@ def chart(store: Store, results: Results, metric: Metric, png: Path) -> str | No
     """A metric (or each member of a family) over the run's time axis, one line per cell."""
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
-    for c in wait_report.in_factor_order(results):
+    for c in in_factor_order(results):
         run = c.runs[0]
         points = defaultdict(list)
         for t, name, value in store.timeline(run.id):
@@ -75,7 +75,7 @@ def _per_cell(store: Store, results: Results, metrics: tuple[Metric, ...], ylabe
     over their duration) and WAL switches (dotted). `colours`: a colour per line's label, in the
     legend's order (default: the palette, by label). Returns (the events drawn, svg)."""
     panels = []
-    for c in wait_report.in_factor_order(results):
+    for c in in_factor_order(results):
         run = c.runs[0]
         lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
         events: dict[Metric, list[tuple[float, float]]] = defaultdict(list)

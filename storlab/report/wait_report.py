@@ -11,39 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from storlab import timeline
+from storlab.answer import model
 from storlab.answer.analysis import CellResult, Results
+from storlab.answer.chart_order import in_factor_order
 from storlab.errors import UserError
-from storlab.experiment.swept import nested_in, short_name
 from storlab.report.charts import OTHER, colours, plt, svg
 from storlab.results.store import Store
-
-
-def swept_factor(results: Results) -> str | None:
-    """The x axis: data_files when it is a factor (the seeds' graph), else the first numeric factor."""
-    factors = results.factors
-    if "layout.data_files" in factors and len(factors["layout.data_files"]) > 1:
-        return "layout.data_files"
-    for name, values in factors.items():
-        if len(values) > 1 and nested_in(name) is None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return name
-    return None
-
-
-def in_factor_order(results: Results) -> list[CellResult]:
-    """The measured cells grouped by the other factors (in the file's order of their values), the swept
-    factor rising within each group: "as files are added" reads from top to bottom."""
-    factors = results.factors
-    swept = swept_factor(results)
-
-    def position(name: str, value) -> int:
-        values = factors.get(name, [])
-        return values.index(value) if value in values else len(values)
-
-    def key(c: CellResult):
-        others = tuple(position(n, v) for n, v in c.cell.factors.items() if n != swept)
-        return others, position(swept, c.cell.factors.get(swept)) if swept else 0
-
-    return sorted(results.measured, key=key)
 
 
 def wait_ranks(cells: list[CellResult]) -> list[str]:
@@ -163,6 +136,5 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
     return caption, svg(fig, png)
 
 
-def factor_caption(results: Results) -> str:
-    swept = swept_factor(results)
-    return "" if swept is None else f"cells grouped by the other factors, {html.escape(short_name(swept))} rising"
+def factor_caption(answer: model.Answer) -> str:
+    return "" if answer.swept is None else f"cells grouped by the other factors, {html.escape(answer.swept)} rising"
