@@ -312,7 +312,7 @@ def _results(folder: str | None, dsn: str | None = None, experiment: str | None 
     from storlab.answer import analysis
 
     with _opened(folder, dsn, experiment) as store:
-        return analysis.load(store)
+        return analysis.load(store, io=[])
 
 
 def _answer(folder: str | None, dsn: str | None = None, experiment: str | None = None):

@@ -105,6 +105,11 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
     # The io folder beside the results is found by itself, its jobs beside what the database drove.
     assert "disk (/var/tmp/storlab-testdata/disk)" in page and "8k-randwrite" in page
     assert "database, busiest cell (data_files=" in page
+    # The table is the answer's capability, as `show --json` gives it.
+    (disk,) = [c for c in json.loads(invoke("show", recorded, "--json").output)["capability"] if c["placement"] == "disk"]
+    for job in disk["jobs"]:
+        assert f"<td class='l'>{job['job']}</td><td class=''>{job['iops']:,.0f}</td><td class=''>{job['mb_s']:,.1f}</td>" in page
+    assert f"database, busiest cell ({disk['database']['label']})</td><td class=''>{disk['database']['iops_mean']:,.0f} mean" in page
     # The machine facts judged as storlab check judges them: a table, the VM's warning, no JSON dump.
     assert "as storlab check judges these facts" in page and "warning: CPU virtualization: virtual machine" in page
     assert "<pre>" not in page

@@ -5,11 +5,12 @@ facts (kept apart, never averaged in silently)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storlab.answer import effects, racing, screening, steadiness
+from storlab.answer import capability, effects, racing, screening, steadiness
 from storlab.answer.effects import FactorAnswer, Observation
 from storlab.answer.stats import (
     CellVerdict,
@@ -103,6 +104,7 @@ class Results:
     answer: FactorAnswer | None = None  # what each factor does (storlab.effects); None without a factor or a run
     stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
     design: screening.Designed | None = None  # a screening or a follow-up (None: the full factorial)
+    io_measured: capability.Measured = field(default_factory=capability.Measured)  # `storlab io` beside the runs
 
     @property
     def name(self) -> str | None:
@@ -243,7 +245,9 @@ def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tup
     return kept_facts, notes
 
 
-def load(store: Store) -> Results:
+def load(store: Store, io: list[Path] | None = None) -> Results:
+    """`io`: `storlab io` results folders to read besides the store's own and those beside its folder;
+    None: none of them (the run's own plan needs no device capability, and reads the store every round)."""
     experiment = store.experiment()
     figures, note = _figures_of(experiment, store.units())
     all_runs = store.runs()
@@ -299,6 +303,9 @@ def load(store: Store) -> Results:
     )
     results.design = _design(results)
     results.answer = factor_answer(results)
+    if io is not None:
+        results.io_measured = capability.read(store, experiment, results.facts,
+                                              {c.cell.id: [r.id for r in c.runs] for c in results.measured}, io)
     return results
 
 

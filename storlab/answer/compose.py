@@ -7,7 +7,7 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import (chart_order, client_cpu, effects, explain, io_sizes, model, noise_split, rate_curve, screening,
+from storlab.answer import (capability, chart_order, client_cpu, effects, explain, io_sizes, model, noise_split, rate_curve, screening,
                             steadiness, steady)
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
@@ -519,6 +519,8 @@ def compose(results: Results) -> model.Answer:
         swept=None if swept is None else short_name(swept),
         chart_order=[c.cell.id for c in ordered],
         io_sizes=[sizes for c in ordered if (sizes := io_sizes.cell_sizes(c))],
+        capability=capability.answer(results.io_measured, results.experiment, results.facts,
+                                     {c.cell.id: c.cell.label for c in results.cells}),
         explanations=explanations(results),
         probe_sections=probe_sections(results),
         limits=limits_answer(results),

@@ -272,6 +272,44 @@ class CellIoSizes(_Typed):
     sizes: list[IoSizes]  # by placement, then direction
 
 
+class FioJob(_Typed):
+    """One fio job's latest measurement on a device (`storlab io`)."""
+
+    job: str  # 8k-randwrite
+    rw: str
+    block_size: int  # bytes
+    iodepth: int
+    iops: float
+    mb_s: float
+    lat_p50_ms: float | None
+    lat_p99_ms: float | None
+    lat_p999_ms: float | None
+    flags: list[str]  # what makes the numbers suspect (a RAM disk's speed, a cache in the way)
+    run_at: float  # when it was measured, seconds since the epoch
+
+
+class DatabaseIo(_Typed):
+    """What the busiest cell (the highest mean MiB/s) drove on a placement's whole device."""
+
+    cell: str
+    label: str
+    iops_mean: float  # over its runs' device readings
+    iops_peak: float
+    mb_s_mean: float
+    mb_s_peak: float
+    period_s: float  # the device sampler's interval: a peak is one interval's
+
+
+class Capability(_Typed):
+    """A device's capability as fio measured it, beside what the database drove on it."""
+
+    target: str  # the path fio measured
+    device: str | None  # its kernel device; None where `storlab io` did not record it
+    placement: str | None  # the experiment's placement there; None: not one of them
+    jobs: list[FioJob]
+    database: DatabaseIo | None  # None: not a placement, or its runs recorded no device readings there
+
+
 class ExplanationLine(_Typed):
     wait_type: str
     baseline: float
@@ -497,6 +535,7 @@ class Answer(_Typed):
     swept: str | None = None  # the factor the headline chart draws along (short name): data_files, else the first numeric
     chart_order: list[str] = []  # the measured cells grouped by the other factors, the swept one rising: charts' order
     io_sizes: list[CellIoSizes] = []  # in chart order; a cell whose runs kept no IO sizes is left out
+    capability: list[Capability] = []  # each device `storlab io` measured, the experiment's placements first
     explanations: list[Explanation]
     probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit

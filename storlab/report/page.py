@@ -257,11 +257,10 @@ def _flatten(value, prefix: str = "") -> dict:
 def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -> Path:
     """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
     run the waits-over-time chart draws (default the best)."""
-    results = analysis.load(store)
+    results = analysis.load(store, list(io or []))
     answer = compose(results)
     folder = store.folder
     outputs.claim(folder, FILES)
-    capabilities = capability.gather(store, results, list(io or []))
     name = results.name or folder.name
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
     if results.experiment is not None:
@@ -341,11 +340,11 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         dop = io_report.dop_chart(answer, folder / "dop.png")
         if dop:
             sections.append("<h2>Scan time and CPU time against parallel workers</h2>" + _figure(dop))
-    if capabilities:
+    if answer.capability:
         sections.append("<h2>Device capability beside the database</h2>"
-                        + _figure(capability.chart(capabilities, folder / "io.png")))
+                        + _figure(capability.chart(answer.capability, folder / "io.png")))
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
-                               capability.table_rows(capabilities), left=3))
+                               capability.table_rows(answer.capability), left=3))
     if results.measured:
         sections += _probe_sections(answer)
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
