@@ -20,7 +20,7 @@ from storlab.answer import analysis
 from storlab.probes import iosizes
 from storlab.answer import model
 from storlab.answer.compose import compose
-from storlab.report import page, wait_report
+from storlab.report import page
 from storlab.report.charts import plt
 from storlab.results.store import Store
 from tests.browser import Chromium
@@ -162,11 +162,15 @@ def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_be
     order = [answer.labels[cell] for cell in answer.chart_order]
     assert order == ["data_files=1 log_on=disk", "data_files=4 log_on=disk", "data_files=1 log_on=ram",
                      "data_files=4 log_on=ram"]
-    cell, run = wait_report.chosen_run(results, None)
-    assert cell is results.ranking()[0].result
+    chosen = answer.waits_over_time
+    cell = results.ranking()[0].result
+    assert chosen.cell == cell.cell.id == answer.ranking[0].cell
+    run = next(r for r in cell.runs if r.id == chosen.run)
     assert run.figures["elapsed_s"] == min(r.figures["elapsed_s"] for r in cell.runs)  # of two: the lower median
     other = results.cells[-1]
-    assert wait_report.chosen_run(results, other.cell.id)[0] is other
+    assert compose(results, other.cell.id[:5]).waits_over_time.cell == other.cell.id
+    # The timelines draw each cell's first run, in the charts' order.
+    assert [(r.cell, r.run) for r in answer.first_runs] == [(c, results.cell(c).runs[0].id) for c in answer.chart_order]
 
 
 def test_io_results_named_with_io_are_shown_and_a_wrong_folder_is_one_line(recorded, tmp_path):

@@ -7,8 +7,8 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import (capability, chart_order, client_cpu, effects, explain, io_sizes, model, noise_split, rate_curve, screening,
-                            steadiness, steady)
+from storlab.answer import (capability, chart_order, client_cpu, drawn_runs, effects, explain, io_sizes, machines, model,
+                            noise_split, rate_curve, screening, steadiness, steady)
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
@@ -479,7 +479,9 @@ def probe_sections(results: Results) -> list[model.ProbeSection]:
     return found
 
 
-def compose(results: Results) -> model.Answer:
+def compose(results: Results, over_time: str | None = None) -> model.Answer:
+    """`over_time`: the cell (an id or a unique prefix) whose median run the waits over time draw;
+    default the best cell."""
     exp, answer = results.experiment, results.answer
     settling = results.settling
     ranking, correction = _ranked(results)
@@ -521,6 +523,10 @@ def compose(results: Results) -> model.Answer:
         io_sizes=[sizes for c in ordered if (sizes := io_sizes.cell_sizes(c))],
         capability=capability.answer(results.io_measured, results.experiment, results.facts,
                                      {c.cell.id: c.cell.label for c in results.cells}),
+        machines=[machines.judged(host, facts)
+                  for host, facts in (results.machines or [(None, results.facts)] if results.facts else [])],
+        waits_over_time=drawn_runs.waits_over_time(results, over_time),
+        first_runs=drawn_runs.first_runs(ordered),
         explanations=explanations(results),
         probe_sections=probe_sections(results),
         limits=limits_answer(results),

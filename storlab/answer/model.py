@@ -310,6 +310,36 @@ class Capability(_Typed):
     database: DatabaseIo | None  # None: not a placement, or its runs recorded no device readings there
 
 
+class FactJudged(_Typed):
+    """One fact of a machine as `storlab check` judges it."""
+
+    group: str  # CPU, Memory, Kernel, a placement's path
+    name: str
+    value: str
+    state: Literal["ok", "warning", "unknown"]
+    reason: str
+    distorts: bool  # a warning that distorts results makes the machine unfit; the others add noise or context
+
+
+class Machine(_Typed):
+    """A machine the kept runs were measured on."""
+
+    host: str | None  # or the hosts that share its facts; None when the runs name no host
+    fit: bool | None  # fit to benchmark as the check judges it; None: facts too old to judge
+    judged: list[FactJudged]  # [] when the facts are too old to judge
+    facts: dict[str, Any]  # facts too old to judge, as they were recorded (dotted key -> value); {} once judged
+
+
+class DrawnRun(_Typed):
+    """A run a chart draws over its own time axis (the store's timeline of that run)."""
+
+    cell: str
+    label: str
+    run: int  # the run's id: its timeline's key in the store
+    repetition: int
+    elapsed_s: float | None  # where its time axis ends; None: the run recorded no elapsed time
+
+
 class ExplanationLine(_Typed):
     wait_type: str
     baseline: float
@@ -536,6 +566,11 @@ class Answer(_Typed):
     chart_order: list[str] = []  # the measured cells grouped by the other factors, the swept one rising: charts' order
     io_sizes: list[CellIoSizes] = []  # in chart order; a cell whose runs kept no IO sizes is left out
     capability: list[Capability] = []  # each device `storlab io` measured, the experiment's placements first
+    machines: list[Machine] = []  # the machines the kept runs were measured on, one per host when the host is a factor
+    # The run whose waits the report draws over time: the median (of two, the lower) of the best cell's runs
+    # by the headline, or of the cell `storlab report --cell` names; None without a measured cell.
+    waits_over_time: DrawnRun | None = None
+    first_runs: list[DrawnRun] = []  # each measured cell's first run, in chart order: the runs the timelines draw
     explanations: list[Explanation]
     probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit

@@ -14,7 +14,6 @@ from storlab import timeline
 from storlab.answer import analysis, effects, model
 from storlab.answer.compose import compose
 from storlab.experiment.matrix import format_value
-from storlab.machine import system
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import plt
 from storlab.report.charts import svg as _svg
@@ -223,42 +222,30 @@ def _figure(svg: str, caption: str = "") -> str:
     return f"<figure>{svg}" + (f"<figcaption>{html.escape(caption)}</figcaption>" if caption else "") + "</figure>"
 
 
-def facts_html(facts: dict) -> str:
+def facts_html(machine: model.Machine) -> str:
     """The machine the runs were measured on, judged as `storlab check` judges it (without its sample of
     the core's speed under load, which is not recorded with runs)."""
-    try:
-        report = system.assess(facts)
-    except (KeyError, TypeError, AttributeError):  # facts from before storlab collected them all
-        rows = [[key, json.dumps(value)] for key, value in sorted(_flatten(facts).items())]
+    if machine.fit is None:  # facts from before storlab collected them all
+        rows = [[key, json.dumps(value)] for key, value in machine.facts.items()]
         return _table(["fact", "value"], rows, left=2)
-    marks = {system.OK: "OK", system.WARNING: "WARNING", system.UNKNOWN: "UNKNOWN"}
     parts = []
-    for item in report.items:
-        if item.state == system.WARNING:
+    for item in machine.judged:
+        if item.state == "warning":
             parts.append(f"<p class='warn'>warning: {html.escape(item.group)} {html.escape(item.name)}: "
                          f"{html.escape(item.value)}: {html.escape(item.reason)}"
                          f"{'' if item.distorts else ' (does not make the machine unfit)'}</p>")
-    rows = [[item.group, item.name, item.value, marks[item.state],
-             item.reason if item.state != system.OK else ""] for item in report.items]
-    verdict = "fit to benchmark" if report.fit else "not fit to benchmark: a warning would distort results"
+    rows = [[item.group, item.name, item.value, item.state.upper(), item.reason if item.state != "ok" else ""]
+            for item in machine.judged]
+    verdict = "fit to benchmark" if machine.fit else "not fit to benchmark: a warning would distort results"
     return (f"<p>as storlab check judges these facts: {verdict}</p>" + "".join(parts)
             + _table(["group", "fact", "value", "state", "why"], rows, left=5))
-
-
-def _flatten(value, prefix: str = "") -> dict:
-    if isinstance(value, dict) and value:
-        out = {}
-        for key, inner in value.items():
-            out.update(_flatten(inner, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): value}
 
 
 def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -> Path:
     """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
     run the waits-over-time chart draws (default the best)."""
     results = analysis.load(store, list(io or []))
-    answer = compose(results)
+    answer = compose(results, cell)
     folder = store.folder
     outputs.claim(folder, FILES)
     name = results.name or folder.name
@@ -309,29 +296,29 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         resources = _resources_html(answer, answer.chart_order)
         if resources:
             sections.append("<h2>Who waits on what</h2>" + resources)
-        over_time = wait_report.waits_over_time_chart(store, results, cell, folder / "waits_over_time.png")
+        over_time = wait_report.waits_over_time_chart(store, answer, folder / "waits_over_time.png")
         if over_time:
             caption, svg = over_time
             sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
         throughput = next((m for m in timeline.METRICS if m.name == answer.experiment.throughput), None)
-        svg = throughput and timelines.chart(store, results, throughput, folder / f"{throughput.name}.png")
+        svg = throughput and timelines.chart(store, answer, throughput, folder / f"{throughput.name}.png")
         if svg:
             sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput)))
-        latency = timelines.latency_chart(store, results, folder / "latency.png")
+        latency = timelines.latency_chart(store, answer, folder / "latency.png")
         if latency:
             sections.append("<h2>Transaction latency over time (p50, p95, p99)</h2>" + _figure(latency[1], latency[0]))
-        device = timelines.device_chart(store, results, folder / f"{timeline.MIB_S.name}.png")
+        device = timelines.device_chart(store, answer, folder / f"{timeline.MIB_S.name}.png")
         if device:
             sections.append("<h2>Device MiB/s over time, per placement</h2>" + _figure(device[1], device[0]))
-        held = timelines.cap_chart(store, results, folder / f"{timeline.CAP_USE.name}.png")
+        held = timelines.cap_chart(store, answer, folder / f"{timeline.CAP_USE.name}.png")
         if held:
             sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
-        svg = timelines.chart(store, results, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
+        svg = timelines.chart(store, answer, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
         if svg:
             sections.append("<h2>The server's memory over time</h2>"
                             + _figure(svg, timelines.caption(timeline.SERVER_MEMORY) + "; what its control group "
                                       "held, the page cache included, against its limit"))
-        svg = timelines.chart(store, results, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
+        svg = timelines.chart(store, answer, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
         if svg:
             sections.append("<h2>CPU over time</h2>" + _figure(svg, timelines.caption(timeline.CPU_PERCENT)))
         sizes = io_report.sizes_chart(answer, folder / "io_sizes.png")
@@ -348,9 +335,9 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
     if results.measured:
         sections += _probe_sections(answer)
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
-    for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
-        title = f"Machine facts: {host}" if host else "Machine facts"
-        sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(facts))
+    for machine in answer.machines:
+        title = f"Machine facts: {machine.host}" if machine.host else "Machine facts"
+        sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(machine))
     return outputs.write(folder, "report.html", f"{outputs.REPORT_MARK}{html.escape(name)}</title>"
                          "<meta name='viewport' content='width=device-width, initial-scale=1'>"
                          f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")

@@ -12,18 +12,17 @@ import numpy as np
 
 from storlab import timeline
 from storlab.answer import model
-from storlab.answer.analysis import CellResult, Results
+from storlab.answer.analysis import Results
 from storlab.answer.chart_order import in_factor_order
-from storlab.errors import UserError
 from storlab.report.charts import OTHER, colours, plt, svg
 from storlab.results.store import Store
 
 
-def wait_ranks(cells: list[CellResult]) -> list[str]:
-    """Every wait in some cell's top 95 %, largest total first (ties by name)."""
+def wait_ranks(tops: list[list]) -> list[str]:
+    """Every wait in some cell's top 95 % (`tops`: each cell's rows), largest total first (ties by name)."""
     totals: dict[str, float] = defaultdict(float)
-    for c in cells:
-        for row in c.top:
+    for top in tops:
+        for row in top:
             totals[row.wait_type] += row.wait_s
     return sorted(totals, key=lambda name: (-totals[name], name))
 
@@ -33,7 +32,7 @@ def composition_chart(results: Results, png: Path) -> str | None:
     cells = in_factor_order(results)
     if not any(c.waits for c in cells):
         return None
-    ranked = wait_ranks(cells)
+    ranked = wait_ranks([c.top for c in cells])
     palette = colours(ranked)
     shown = [name for name in ranked if name in palette]
     fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(cells)))
@@ -57,45 +56,27 @@ def composition_chart(results: Results, png: Path) -> str | None:
     return svg(fig, png)
 
 
-def chosen_run(results: Results, cell: str | None):
-    """(cell, run) whose waits the report draws over time: the run with the median headline of the
-    best cell, or of `cell`."""
-    if cell is not None:
-        chosen = results.cell(cell)
-        if chosen is None or chosen.headline is None:
-            known = ", ".join(c.cell.id for c in results.measured)
-            raise UserError(f"--cell {cell}: no such cell with finished runs (cells: {known})")
-    else:
-        ranking = results.ranking()
-        chosen = ranking[0].result if ranking else None
-    if chosen is None:
-        return None
-    runs = sorted(chosen.runs, key=lambda r: (r.figures.get(chosen.headline_name, 0.0), r.repetition))
-    return chosen, runs[(len(runs) - 1) // 2]
-
-
 def _edges(starts: list[float], end: float) -> list[float]:
     """Interval edges: each interval runs to the next one's start, the last to the end of the run."""
     last = max(end, starts[-1] + (starts[-1] - starts[-2] if len(starts) > 1 else 1.0) * 0.5)
     return list(starts) + [last]
 
 
-def waits_over_time_chart(store: Store, results: Results, cell: str | None, png: Path) -> tuple[str, str] | None:
-    """The chosen run's throughput over its own time axis, and under it its waits stacked, in
+def waits_over_time_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+    """The answer's chosen run's throughput over its own time axis, and under it its waits stacked, in
     sessions waiting on average (seconds waited per second). Returns (caption, svg)."""
-    chosen = chosen_run(results, cell)
-    if chosen is None:
+    run = answer.waits_over_time
+    if run is None:
         return None
-    result, run = chosen
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for t, metric, value in store.timeline(run.id):
+    for t, metric, value in store.timeline(run.run):
         series[metric].append((t, value))
     waits = {timeline.WAIT.member_of(m): pts for m, pts in series.items() if timeline.WAIT.holds(m)}
     if not waits:
         return None
-    end = run.figures.get("elapsed_s", 0.0)
+    end = 0.0 if run.elapsed_s is None else run.elapsed_s
     throughput = next((m for m in timeline.THROUGHPUT if series.get(m.name)), None)
-    title = f"{result.cell.label}, repetition {run.repetition}: "
+    title = f"{run.label}, repetition {run.repetition}: "
     if throughput:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
         points = sorted(series[throughput.name])
@@ -109,7 +90,7 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
         top, title = bottom, title + "the waits over time"
     # From the axes' left edge, clear of the y tick labels, however long the cell's label.
     top.set_title(title, loc="left", fontsize=10)
-    ranked = wait_ranks(results.measured)
+    ranked = wait_ranks([c.waits for c in answer.cells])
     palette = colours(ranked)
     starts = sorted({t for pts in waits.values() for t, _ in pts})
     edges = _edges(starts, end)
@@ -131,7 +112,7 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     bottom.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
-    caption = (f"the run of {result.cell.label} ({result.cell.id}) with the median {results.headline.label}, "
+    caption = (f"the run of {run.label} ({run.cell}) with the median {answer.headline.label}, "
                f"repetition {run.repetition}; waits per second of the run, each interval divided by the time it covers")
     return caption, svg(fig, png)
 
