@@ -507,11 +507,14 @@ def compare(folder: str | None, dsn: str | None, experiment: str | None, baselin
 def report(folder: str | None, dsn: str | None, experiment: str | None, out: Path | None, io_dirs: tuple[str, ...],
            cell: str | None) -> None:
     """Write FOLDER/report.html: one self-contained file with every chart, and a PNG of each."""
+    from storlab.answer import analysis
+    from storlab.answer.compose import compose
     from storlab.report import page as html_report
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
-        path = html_report.write(store, [Path(d) for d in io_dirs], cell)
+        answer = compose(analysis.load(store, [Path(d) for d in io_dirs]), cell)
+        path = html_report.write(answer, store, store.folder)
     click.echo(f"wrote {path}")
 
 

@@ -265,8 +265,13 @@ def cell_waits(c: CellResult) -> model.CellWaits:
                            seconds=r.seconds, share=r.share)
             for r in w.resources])
         for w in waiting_tasks.resources_of(c.top, c.tasks) if w.wait_type != "CPU"]  # on CPU, no one waits on anything
+    top = {w.wait_type for w in c.top}
+    rest: dict[str, float] = {}
+    for w in c.waits:
+        if w.wait_type not in top:
+            rest[w.wait_type] = rest.get(w.wait_type, 0.0) + w.wait_s
     return model.CellWaits(
-        cell=c.cell.id, label=c.cell.label, factors={short_name(k): v for k, v in c.cell.factors.items()},
+        cell=c.cell.id, label=c.cell.label, factors={short_name(k): v for k, v in c.cell.factors.items()}, rest=rest,
         source=c.wait_source, extras=dict(c.extras), resources=resources, traced=traced(c),
         waits=[model.WaitRow(wait_type=w.wait_type, wait_s=w.wait_s, signal_s=w.signal_s, wait_count=w.wait_count,
                              percentage=w.percentage, avg_wait_s=w.avg_wait_s) for w in c.top])
@@ -497,7 +502,8 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
                                     factors={short_name(k): v for k, v in results.factors.items()},
                                     order_seed=exp.order_seed if exp else None,
                                     kind=None if kind is None else kind.name,
-                                    throughput=None if kind is None or kind.throughput is None else kind.throughput.name),
+                                    throughput=None if kind is None or kind.throughput is None else kind.throughput.name,
+                                    declared=exp is not None),
         headline=_headline(results),
         figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in shown_figures(results)],
         rounds=results.rounds, settled=results.settled,

@@ -29,6 +29,7 @@ class Experiment(_Typed):
     order_seed: int | None  # None: a folder from before the seed, whose runs went in the matrix order
     kind: str | None  # its workload's kind; None: none declared, or a folder of a kind this storlab does not know
     throughput: str | None  # the kind's per-second series (storlab.timeline) drawn as its throughput over time
+    declared: bool = True  # False: the store holds no experiment (a `storlab io` folder); name and engine are "?"
 
 
 class Figure(_Typed):
@@ -247,6 +248,7 @@ class CellWaits(_Typed):
     factors: dict[str, Any]
     source: str
     waits: list[WaitRow]  # top 95 %
+    rest: dict[str, float] = {}  # every wait below the top 95 %: seconds per run (the report's "other waits")
     extras: dict[str, float]  # counters beside the table (MariaDB's redo log, the sessions' CPU), per run
     resources: list[WaitResources]  # None recorded: the waiting-task sampler saw no session (or did not run)
     traced: Traced

@@ -11,15 +11,13 @@ from pathlib import Path
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
-from storlab.answer import analysis, effects, model
-from storlab.answer.compose import compose
+from storlab.answer import model
 from storlab.experiment.matrix import format_value
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
-from storlab.report.charts import plt
+from storlab.report.charts import RawSeries, plt
 from storlab.report.charts import svg as _svg
 from storlab.show.terminal import explanation_rows
 from storlab.results import outputs
-from storlab.results.store import Store
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; padding: 0 12px 2em; max-width: 1100px; color: #222;
@@ -79,6 +77,7 @@ def headline_chart(answer: model.Answer, x_name: str | None, png: Path) -> str:
     return _svg(fig, png)
 
 
+VERDICT_COLOURS = {"different": "#c0392b", "equivalent": "#2e7d32", "undecided": "#4e79a7"}
 RATIO_TICKS = [0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 5, 10]
 
 
@@ -94,9 +93,8 @@ def forest_chart(answer: model.Answer, png: Path) -> str:
     ax.axvspan(1 / (1 + factors.margin), 1 + factors.margin, color="#dddddd",
                label=f"equivalent within ±{100 * factors.margin:g} %")
     ax.axvline(1.0, color="#555555", linewidth=1)
-    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
     for y, (e, _) in enumerate(rows):
-        colour = colours.get(e.verdict, "#4e79a7")
+        colour = VERDICT_COLOURS[e.verdict]
         if e.ci_low is not None:
             ax.plot([e.ci_low, e.ci_high], [y, y], color=colour, linewidth=2)
         ax.plot([e.ratio], [y], "o", color=colour)
@@ -123,12 +121,11 @@ def half_normal_chart(answer: model.Answer, png: Path) -> str:
     the factors that matter stand off it to the right, coloured by their verdict and named."""
     points = answer.design.points
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
     for p in points:
-        ax.plot([p.size], [p.quantile], "o", color=colours.get(p.verdict, "#4e79a7"))
+        ax.plot([p.size], [p.quantile], "o", color=VERDICT_COLOURS[p.verdict])
         ax.annotate(f"{p.factor}={format_value(p.level)} ({p.verdict})", (p.size, p.quantile), textcoords="offset points",
-                    xytext=(6, -3), fontsize=8, color=colours.get(p.verdict, "#4e79a7"))
-    quiet = [p for p in points if p.verdict != effects.DIFFERENT]
+                    xytext=(6, -3), fontsize=8, color=VERDICT_COLOURS[p.verdict])
+    quiet = [p for p in points if p.verdict != "different"]
     if quiet:  # the line the effects of nothing follow, through the origin and the largest of them
         top = max(quiet, key=lambda p: p.quantile)
         if top.size > 0:
@@ -241,18 +238,15 @@ def facts_html(machine: model.Machine) -> str:
             + _table(["group", "fact", "value", "state", "why"], rows, left=5))
 
 
-def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -> Path:
-    """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
-    run the waits-over-time chart draws (default the best)."""
-    results = analysis.load(store, list(io or []))
-    answer = compose(results, cell)
-    folder = store.folder
+def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
+    """The report of `answer` into `folder`, the charts over time drawn from the raw timelines of the runs
+    the answer names (`raw`: the store)."""
     outputs.claim(folder, FILES)
-    name = results.name or folder.name
+    name = answer.experiment.name if answer.experiment.declared else folder.name
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
-    if results.experiment is not None:
+    if answer.experiment.declared:
         sections.append(f"<p>engine {html.escape(answer.experiment.engine)}, "
-                        f"{len(answer.labels)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
+                        f"{len(answer.labels)} cells, {sum(r.runs for r in answer.ranking)} runs</p>")
     for note in answer.warnings:
         sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
     for failed in answer.failures:
@@ -271,7 +265,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                                    "effects of nothing follow the dashed line, those that matter stand off to the right")
                            if answer.design and answer.design.kind == "screening" and answer.design.points else "")
                         + factors_html(answer))
-    if results.measured:
+    if answer.ranking:
         if any(r.geometric_mean is not None for r in answer.ranking):  # no chart of figures at 0 or below
             sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
                             + _figure(headline_chart(answer, answer.swept, folder / "elapsed.png")))
@@ -285,7 +279,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                                   + (answer.limits.lines if answer.limits else [])
                                   + [f"steady state: {line}" for line in (answer.steadiness.lines if answer.steadiness else [])]
                                   + answer.notes))
-        composition = wait_report.composition_chart(results, folder / "wait_composition.png")
+        composition = wait_report.composition_chart(answer, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
                             + _figure(composition, "seconds waited per run, summed over the sessions; "
@@ -296,29 +290,29 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
         resources = _resources_html(answer, answer.chart_order)
         if resources:
             sections.append("<h2>Who waits on what</h2>" + resources)
-        over_time = wait_report.waits_over_time_chart(store, answer, folder / "waits_over_time.png")
+        over_time = wait_report.waits_over_time_chart(raw, answer, folder / "waits_over_time.png")
         if over_time:
             caption, svg = over_time
             sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
         throughput = next((m for m in timeline.METRICS if m.name == answer.experiment.throughput), None)
-        svg = throughput and timelines.chart(store, answer, throughput, folder / f"{throughput.name}.png")
+        svg = throughput and timelines.chart(raw, answer, throughput, folder / f"{throughput.name}.png")
         if svg:
             sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput)))
-        latency = timelines.latency_chart(store, answer, folder / "latency.png")
+        latency = timelines.latency_chart(raw, answer, folder / "latency.png")
         if latency:
             sections.append("<h2>Transaction latency over time (p50, p95, p99)</h2>" + _figure(latency[1], latency[0]))
-        device = timelines.device_chart(store, answer, folder / f"{timeline.MIB_S.name}.png")
+        device = timelines.device_chart(raw, answer, folder / f"{timeline.MIB_S.name}.png")
         if device:
             sections.append("<h2>Device MiB/s over time, per placement</h2>" + _figure(device[1], device[0]))
-        held = timelines.cap_chart(store, answer, folder / f"{timeline.CAP_USE.name}.png")
+        held = timelines.cap_chart(raw, answer, folder / f"{timeline.CAP_USE.name}.png")
         if held:
             sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
-        svg = timelines.chart(store, answer, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
+        svg = timelines.chart(raw, answer, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
         if svg:
             sections.append("<h2>The server's memory over time</h2>"
                             + _figure(svg, timelines.caption(timeline.SERVER_MEMORY) + "; what its control group "
                                       "held, the page cache included, against its limit"))
-        svg = timelines.chart(store, answer, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
+        svg = timelines.chart(raw, answer, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
         if svg:
             sections.append("<h2>CPU over time</h2>" + _figure(svg, timelines.caption(timeline.CPU_PERCENT)))
         sizes = io_report.sizes_chart(answer, folder / "io_sizes.png")
@@ -332,7 +326,7 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                         + _figure(capability.chart(answer.capability, folder / "io.png")))
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
                                capability.table_rows(answer.capability), left=3))
-    if results.measured:
+    if answer.ranking:
         sections += _probe_sections(answer)
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
     for machine in answer.machines:

@@ -14,8 +14,7 @@ from matplotlib.patches import Patch
 
 from storlab import timeline
 from storlab.answer import model
-from storlab.report.charts import PALETTE, plt, svg
-from storlab.results.store import Store
+from storlab.report.charts import PALETTE, RawSeries, plt, svg
 from storlab.timeline import Metric
 
 X_LABEL = "seconds since the first transaction"
@@ -29,13 +28,13 @@ def _end(run: model.DrawnRun, xs: list[float]) -> float:
     return max(xs[-1] if run.elapsed_s is None else run.elapsed_s, xs[-1] + 1e-3)
 
 
-def chart(store: Store, answer: model.Answer, metric: Metric, png: Path) -> str | None:
+def chart(raw: RawSeries, answer: model.Answer, metric: Metric, png: Path) -> str | None:
     """A metric (or each member of a family) over the run's time axis, one line per cell."""
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
     for run in answer.first_runs:
         points = defaultdict(list)
-        for t, name, value in store.timeline(run.run):
+        for t, name, value in raw.timeline(run.run):
             if metric.holds(name):
                 points[name].append((t, value))
         for name, series in points.items():
@@ -66,7 +65,7 @@ def caption(metric: Metric) -> str:
     return found
 
 
-def _per_cell(store: Store, answer: model.Answer, metrics: tuple[Metric, ...], ylabel: str, png: Path,
+def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...], ylabel: str, png: Path,
               colours: dict[str, str] | None = None) -> tuple[set[Metric], str] | None:
     """Small multiples: one panel per cell (its first run), one line per metric (or member of a
     family), on one scale for every cell, with the run's traced checkpoints (shaded from their start
@@ -76,7 +75,7 @@ def _per_cell(store: Store, answer: model.Answer, metrics: tuple[Metric, ...], y
     for run in answer.first_runs:
         lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
         events: dict[Metric, list[tuple[float, float]]] = defaultdict(list)
-        for t, name, value in store.timeline(run.run):
+        for t, name, value in raw.timeline(run.run):
             metric = timeline.find(name)
             if metric in timeline.EVENTS:
                 events[metric].append((t, value))
@@ -128,11 +127,11 @@ def _events_note(drawn: set[Metric]) -> str:
     return f"as traced: {', '.join(marks)}" if marks else "checkpoints and WAL switches are marked where traced (none here)"
 
 
-def latency_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+def latency_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: the p50, p95 and p99 latency of the transactions committed in each bucket,
     with the run's traced events. Returns (caption, svg)."""
     colours = {metric.label: colour for metric, colour in PERCENTILE_COLOURS.items()}
-    found = _per_cell(store, answer, tuple(PERCENTILE_COLOURS), "ms", png, colours)
+    found = _per_cell(raw, answer, tuple(PERCENTILE_COLOURS), "ms", png, colours)
     if found is None:
         return None
     drawn, drawing = found
@@ -140,10 +139,10 @@ def latency_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, s
             f"each drawn over the time its bucket covers; {_events_note(drawn)}"), drawing
 
 
-def device_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+def device_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: each placement's device MiB/s, with the run's traced events. Returns
     (caption, svg)."""
-    found = _per_cell(store, answer, (timeline.MIB_S,), timeline.MIB_S.label, png)
+    found = _per_cell(raw, answer, (timeline.MIB_S,), timeline.MIB_S.label, png)
     if found is None:
         return None
     drawn, drawing = found
@@ -153,10 +152,10 @@ def device_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, st
             "each is one high interval"), drawing
 
 
-def cap_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+def cap_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: each capped placement's IO as a share of its tightest cap. Returns
     (caption, svg)."""
-    found = _per_cell(store, answer, (timeline.CAP_USE,), timeline.CAP_USE.label, png)
+    found = _per_cell(raw, answer, (timeline.CAP_USE,), timeline.CAP_USE.label, png)
     if found is None:
         return None
     drawn, drawing = found

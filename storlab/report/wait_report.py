@@ -12,10 +12,7 @@ import numpy as np
 
 from storlab import timeline
 from storlab.answer import model
-from storlab.answer.analysis import Results
-from storlab.answer.chart_order import in_factor_order
-from storlab.report.charts import OTHER, colours, plt, svg
-from storlab.results.store import Store
+from storlab.report.charts import OTHER, RawSeries, colours, plt, svg
 
 
 def wait_ranks(tops: list[list]) -> list[str]:
@@ -27,22 +24,24 @@ def wait_ranks(tops: list[list]) -> list[str]:
     return sorted(totals, key=lambda name: (-totals[name], name))
 
 
-def composition_chart(results: Results, png: Path) -> str | None:
+def composition_chart(answer: model.Answer, png: Path) -> str | None:
     """One stacked bar per cell: seconds per run in each top wait, the rest as "other waits"."""
-    cells = in_factor_order(results)
-    if not any(c.waits for c in cells):
+    by_id = {c.cell: c for c in answer.cells}
+    cells = [by_id[cell] for cell in answer.chart_order if cell in by_id]
+    if not any(c.waits or c.rest for c in cells):
         return None
-    ranked = wait_ranks([c.top for c in cells])
+    ranked = wait_ranks([c.waits for c in cells])
     palette = colours(ranked)
     shown = [name for name in ranked if name in palette]
+    seconds = [{**c.rest, **{w.wait_type: w.wait_s for w in c.waits}} for c in cells]
     fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(cells)))
-    labels = [c.cell.label or c.cell.id for c in cells]
+    labels = [c.label or c.cell for c in cells]
     left = np.zeros(len(cells))
     for name in shown + [OTHER]:
         if name == OTHER:
-            widths = np.array([sum(w.wait_s for w in c.waits if w.wait_type not in shown) for c in cells])
+            widths = np.array([sum(s for wait, s in waits.items() if wait not in shown) for waits in seconds])
         else:
-            widths = np.array([sum(w.wait_s for w in c.waits if w.wait_type == name) for c in cells])
+            widths = np.array([waits.get(name, 0.0) for waits in seconds])
         if not widths.any():
             continue
         ax.barh(range(len(cells)), widths, left=left, color=palette[name], label=name, height=0.7)
@@ -62,14 +61,14 @@ def _edges(starts: list[float], end: float) -> list[float]:
     return list(starts) + [last]
 
 
-def waits_over_time_chart(store: Store, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+def waits_over_time_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """The answer's chosen run's throughput over its own time axis, and under it its waits stacked, in
     sessions waiting on average (seconds waited per second). Returns (caption, svg)."""
     run = answer.waits_over_time
     if run is None:
         return None
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for t, metric, value in store.timeline(run.run):
+    for t, metric, value in raw.timeline(run.run):
         series[metric].append((t, value))
     waits = {timeline.WAIT.member_of(m): pts for m, pts in series.items() if timeline.WAIT.holds(m)}
     if not waits:
