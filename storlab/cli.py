@@ -596,7 +596,7 @@ def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str
     table (runs.csv, waits.csv, timeline.csv, <table>.csv), each row with its run_id; json and parquet:
     runs.json or runs.parquet, each run with its tables' rows. Parquet's columns are typed from the
     store's schema; it needs pyarrow (pip install 'storlab[parquet]')."""
-    from storlab.answer import export as exporter
+    from storlab.results import export as exporter
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
