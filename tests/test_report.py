@@ -5,6 +5,7 @@ no sideways scroll, no two texts of a chart overlapping)."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -110,8 +111,12 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
     for job in disk["jobs"]:
         assert f"<td class='l'>{job['job']}</td><td class=''>{job['iops']:,.0f}</td><td class=''>{job['mb_s']:,.1f}</td>" in page
     assert f"database, busiest cell ({disk['database']['label']})</td><td class=''>{disk['database']['iops_mean']:,.0f} mean" in page
-    # The machine facts judged as storlab check judges them: a table, the VM's warning, no JSON dump.
+    # The machine facts judged as storlab check judges them: a table, the VM's warning, no JSON dump; the
+    # answer's judgement, as `show --json` gives it.
     assert "as storlab check judges these facts" in page and "warning: CPU virtualization: virtual machine" in page
+    (machine,) = json.loads(invoke("show", recorded, "--json").output)["machines"]
+    warned = [f for f in machine["judged"] if f["state"] == "warning"]
+    assert warned and all(html.escape(f"warning: {f['group']} {f['name']}: {f['value']}: {f['reason']}") in page for f in warned)
     assert "<pre>" not in page
 
 

@@ -1,5 +1,6 @@
 """The answer, as one typed value: what each factor does, the ranking, the noise, the settling, each
-cell's waits and what explains the differences. The statistics build it once (storlab.answer.compose);
+cell's waits and IO sizes, what explains the differences, the devices' capability, the machines, and
+which run each chart over time draws. The statistics build it once (storlab.answer.compose);
 the terminal, `show --json` (its schema generated from these types), the HTML report and the exports
 only read it. A new per-cell statistic is a field of `Ranked`, its computation, and a `Column` below:
 every table of the ranking shows the columns listed here, in this order.
@@ -564,6 +565,11 @@ class Answer(_Typed):
     warnings: list[str]  # runs set aside (other machine facts)
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
+    explanations: list[Explanation]
+    probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
+    limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
+    design: Design | None = None  # None: the full factorial
+    steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
     swept: str | None = None  # the factor the headline chart draws along (short name): data_files, else the first numeric
     chart_order: list[str] = []  # the measured cells grouped by the other factors, the swept one rising: charts' order
     io_sizes: list[CellIoSizes] = []  # in chart order; a cell whose runs kept no IO sizes is left out
@@ -573,11 +579,6 @@ class Answer(_Typed):
     # by the headline, or of the cell `storlab report --cell` names; None without a measured cell.
     waits_over_time: DrawnRun | None = None
     first_runs: list[DrawnRun] = []  # each measured cell's first run, in chart order: the runs the timelines draw
-    explanations: list[Explanation]
-    probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
-    limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
-    design: Design | None = None  # None: the full factorial
-    steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

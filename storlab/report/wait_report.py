@@ -15,7 +15,7 @@ from storlab.answer import model
 from storlab.report.charts import OTHER, RawSeries, colours, plt, svg
 
 
-def wait_ranks(tops: list[list]) -> list[str]:
+def wait_ranks(tops: list[list[model.WaitRow]]) -> list[str]:
     """Every wait in some cell's top 95 % (`tops`: each cell's rows), largest total first (ties by name)."""
     totals: dict[str, float] = defaultdict(float)
     for top in tops:
