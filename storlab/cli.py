@@ -148,6 +148,11 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--read-mb-s", type=float, help="Cap reads at this many MiB a second (a placement's read_mb_s).")
 @click.option("--write-mb-s", type=float, help="Cap writes at this many MiB a second (a placement's write_mb_s).")
 @click.option("--mb-s", type=float, help="Cap reads and writes alike (a placement's mb_s).")
+@click.option("--iops-bucket", metavar="BASELINE/BURST/SIZE[/START]", help="A credit bucket on the IOPS of both "
+              "directions (a placement's iops_bucket): earned at BASELINE a second, spent up to BURST, SIZE IOs, "
+              "START of them when each job starts (full if left out).")
+@click.option("--mb-s-bucket", metavar="BASELINE/BURST/SIZE[/START]", help="A credit bucket on the MiB/s of both "
+              "directions, in MiB (a placement's mb_s_bucket).")
 @click.option("--read-latency", metavar="MS", help='Add this latency to each read: milliseconds, fixed ("2") or a '
               'p50/p99 pair ("1/4") (a placement\'s read_latency_ms).')
 @click.option("--write-latency", metavar="MS", help="Add this latency to each write (a placement's write_latency_ms).")
@@ -155,12 +160,14 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
               "flush_latency_ms).")
 def io_command(target: str, preset: str | None, size: str, duration: str, buffered: bool, out: Path | None,
                read_iops: int | None, write_iops: int | None, iops: int | None, read_mb_s: float | None,
-               write_mb_s: float | None, mb_s: float | None, read_latency: str | None, write_latency: str | None,
-               flush_latency: str | None) -> None:
+               write_mb_s: float | None, mb_s: float | None, iops_bucket: str | None, mb_s_bucket: str | None,
+               read_latency: str | None, write_latency: str | None, flush_latency: str | None) -> None:
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio).
     With caps (--write-iops 3000…), fio runs inside them, as an experiment's server would, and each
-    job says whether its cap held. With a latency (--read-latency 2…), each job runs on the device
-    alone and then through the delay layer holding it, and says whether the latency held."""
+    job says whether its cap held; with a credit bucket (--iops-bucket 300/3000/30000), each job starts
+    with the bucket's credits and says when it ran dry and whether the kernel let through no more than
+    the bucket allowed. With a latency (--read-latency 2…), each job runs on the device alone and then
+    through the delay layer holding it, and says whether the latency held."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
     from storlab.results.store import Store
@@ -168,7 +175,7 @@ def io_command(target: str, preset: str | None, size: str, duration: str, buffer
     declared = _io_latency(read_latency, write_latency, flush_latency)
     jobs = iobench.preset(preset or ("latency" if declared is not None else "sqlio"), buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
-    held = _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s)
+    held = _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s, iops_bucket, mb_s_bucket)
     path = _placement_path(target)
     iobench.check_target(path)  # before its results folder is made
     iobench.check_latency(path, declared, held)
@@ -211,13 +218,15 @@ def _io_latency(read: str | None, write: str | None, flush: str | None):
     return latency.DeviceLatency(**given) if given else None
 
 
-def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s):
+def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s, iops_bucket=None, mb_s_bucket=None):
     """The caps `storlab io` was given, checked as a placement's are (storlab.experiment.places)."""
     from storlab.experiment import places
     from storlab.factors import KeyProblem
 
     given = {key: value for key, value in (("read_iops", read_iops), ("write_iops", write_iops), ("iops", iops),
-                                           ("read_mb_s", read_mb_s), ("write_mb_s", write_mb_s), ("mb_s", mb_s))
+                                           ("read_mb_s", read_mb_s), ("write_mb_s", write_mb_s), ("mb_s", mb_s),
+                                           ("iops_bucket", _bucket_option("iops-bucket", iops_bucket)),
+                                           ("mb_s_bucket", _bucket_option("mb-s-bucket", mb_s_bucket)))
              if value is not None}
     if not given:
         return None
@@ -229,6 +238,19 @@ def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s):
         key = error.loc[0] if isinstance(error, KeyProblem) else cause["loc"][0]
         said = str(error if error is not None else cause["msg"]).replace(" or a list of them", "")
         raise UserError(f"--{key.replace('_', '-')}: {said}") from None
+
+
+def _bucket_option(option: str, text: str | None) -> dict[str, float] | None:
+    """"300/3000/54000[/START]" as a placement's bucket table (checked with the caps)."""
+    if text is None:
+        return None
+    try:
+        numbers = [float(n) for n in text.split("/")]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (3, 4):
+        raise UserError(f"--{option} {text[:40]!r}: expected BASELINE/BURST/SIZE or BASELINE/BURST/SIZE/START")
+    return dict(zip(("baseline", "burst", "size", "start"), (int(n) if n.is_integer() else n for n in numbers)))
 
 
 # -- experiment commands ---------------------------------------------------------------------

@@ -72,6 +72,12 @@ CPU_PERCENT = Metric("cpu_percent", "%", "CPU %", VALUE, END)
 # as a share of its tightest cap, and the memory charged to the group, the page cache included.
 CAP_USE = Metric("cap_use", "%", "% of the IO cap", VALUE, END, member="placement")
 SERVER_MEMORY = Metric("server_memory_mb", "MiB", "server memory MiB (cache included)", VALUE, END)
+# A credit bucket (storlab.lab.credits), by its unit: the cap in force at t and the credits left, as a
+# share of the bucket.
+BUCKET_CAP = {"iops": Metric("iops_cap", "IO/s", "IOPS cap in force", VALUE, END, member="placement"),
+              "mb_s": Metric("mb_s_cap", "MiB/s", "MiB/s cap in force", VALUE, END, member="placement")}
+CREDITS_LEFT = {"iops": Metric("iops_credits", "%", "% of the IOPS bucket left", VALUE, END, member="placement"),
+                "mb_s": Metric("mb_s_credits", "%", "% of the MiB/s bucket left", VALUE, END, member="placement")}
 
 # The wait timeline: seconds waited per second of the interval (the sessions waiting, on average).
 WAIT = Metric("wait", "s/s", "sessions waiting (average)", RATE, START, member="wait type")
@@ -85,7 +91,7 @@ EVENTS = (CHECKPOINT, WAL_SWITCH)
 CHECKPOINT_SEEN = Metric("event:checkpoint_seen", "", "checkpoint (seen)", EVENT, AT)
 
 METRICS = (ROWS_PER_S, TRANSACTIONS_PER_S, *LATENCY.values(), IOPS, MIB_S, IO_KB, CPU_PERCENT, CAP_USE, SERVER_MEMORY,
-           WAIT, *EVENTS, CHECKPOINT_SEEN)
+           *BUCKET_CAP.values(), *CREDITS_LEFT.values(), WAIT, *EVENTS, CHECKPOINT_SEEN)
 
 
 def find(stored: str) -> Metric | None:

@@ -55,7 +55,7 @@ def test_export_is_exactly_as_expected(store):
     assert done.exit_code == 0, done.output
     names = ["runs.csv", *(f"{t.name}.csv" for t in export.run_tables())]
     assert names == ["runs.csv", "waits.csv", "timeline.csv", "waiting_tasks.csv", "io_sizes.csv", "traced_waits.csv",
-                     "file_io.csv", "pressure.csv", "pressure_unavailable.csv", "io_caps.csv", "memory_limit.csv",
+                     "file_io.csv", "pressure.csv", "pressure_unavailable.csv", "io_caps.csv", "memory_limit.csv", "io_buckets.csv",
                      "checkpoints.csv"]
     assert done.stdout == "".join(f"wrote {store / name}\n" for name in names)
     for name in names:

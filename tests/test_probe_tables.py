@@ -139,6 +139,7 @@ def test_a_store_from_before_the_probes_made_their_tables_keeps_its_rows(tmp_pat
         db.execute("DROP TABLE pressure_unavailable")
         db.execute("DROP TABLE io_caps")
         db.execute("DROP TABLE memory_limit")
+        db.execute("DROP TABLE io_buckets")
         db.execute("DROP TABLE checkpoints")
         db.execute("PRAGMA user_version = 9")
     with Store.open(tmp_path, create=False) as store:

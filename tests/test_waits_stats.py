@@ -1,7 +1,8 @@
 import pytest
 from rich.console import Console
 
-from storlab.probes.recorders import Sampler, SessionsSched, sched_delta, sched_time
+from storlab.probes.recorders import SessionsSched, sched_delta, sched_time
+from storlab.sampler import Sampler
 from storlab.probes.waits import Wait, delta, is_benign, mean_per_run, top_share
 
 

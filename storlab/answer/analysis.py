@@ -281,7 +281,7 @@ def load(store: Store, io: list[Path] | None = None) -> Results:
                 extras=_mean_extras(runs),
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
-                limits=[used for r in runs if (used := store.kept(limits.PROBE, r.id)).devices or used.memory],
+                limits=[store.kept(limits.PROBE, r.id) for r in runs],
                 kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.section},
                 traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
                 files=[store.kept(file_io.PROBE, r.id) for r in runs],

@@ -328,6 +328,7 @@ def limits_answer(results: Results) -> model.Limits | None:
                 cell=c.cell.id, label=c.cell.label, limit_bytes=held.limit_bytes, runs=held.runs,
                 runs_hit=held.runs_hit, hits_per_run=held.hits, oom_kills=held.oom_kills, peak_bytes=held.peak_bytes,
                 device_read_bytes=held.read_bytes))
+    buckets = {c.cell.id: limits.buckets_per_cell(c.limits) for c in results.measured}
     if not rows and not memory:
         return None
     covers = [caps.covers(v) for v in sorted(versions)]
@@ -336,12 +337,23 @@ def limits_answer(results: Results) -> model.Limits | None:
         lines.append(f"IO caps, per run ({'; '.join(covers)}):")
         for c in results.measured:
             lines += [f"  {c.cell.label} ({c.cell.id}): {limits.cap_line(d)}" for d in limits.per_cell(c.limits)[0]]
+    bucket_rows = []
+    if any(buckets.values()):
+        lines.append("credit buckets, per run (each run starts with its declared credits):")
+        for c in results.measured:
+            rounds = [r.repetition for r in c.runs]
+            for b in buckets[c.cell.id]:
+                lines.append(f"  {c.cell.label} ({c.cell.id}): {limits.bucket_line(b, rounds)}")
+                bucket_rows.append(model.BucketRow(
+                    cell=c.cell.id, label=c.cell.label, device=b.device, placements=b.placements, unit=b.bucket.unit,
+                    **b.bucket.as_dict(), runs=b.runs, dry_share=b.dry_share, spent_per_run=b.spent,
+                    dry=[model.DryRun(round=rounds[i], at_s=at) for i, at in enumerate(b.dry_at_s) if at is not None]))
     if memory:
         lines.append("server memory, per run (the control group's limit, the page cache included):")
         for c in results.measured:
             held = limits.per_cell(c.limits)[1]
             lines += [f"  {c.cell.label} ({c.cell.id}): {limits.memory_line(held)}"] if held else []
-    return model.Limits(covers=covers, caps=rows, memory=memory, lines=lines)
+    return model.Limits(covers=covers, caps=rows, memory=memory, lines=lines, buckets=bucket_rows)
 
 
 def half_normal(answer: FactorAnswer) -> list[model.EffectPoint]:

@@ -415,14 +415,41 @@ class MemoryRow(_Typed):
     device_read_bytes: float  # what the placements' devices read, a run
 
 
+class DryRun(_Typed):
+    """A run whose credit bucket ran dry."""
+
+    round: int
+    at_s: float  # from the run's start
+
+
+class BucketRow(_Typed):
+    """What a cell's credit bucket on one device did: a cap at its burst rate while the bucket held
+    credits, at its baseline once it was empty."""
+
+    cell: str
+    label: str
+    device: str
+    placements: list[str]
+    unit: str  # "iops" or "mb_s": what it earns and pays
+    baseline: float  # a second
+    burst: float
+    size: float  # credits: IOs, or MiB
+    start: float  # credits at each run's start
+    runs: int
+    dry: list[DryRun]  # the runs it ran dry in, and when
+    dry_share: float  # of the runs' time, the baseline in force
+    spent_per_run: float  # credits
+
+
 class Limits(_Typed):
-    """What the cells' IO caps and server memory limits did, and what a cap holds back on the host
-    that ran them (cgroup v1 or v2)."""
+    """What the cells' IO caps, credit buckets and server memory limits did, and what a cap holds back on
+    the host that ran them (cgroup v1 or v2)."""
 
     covers: list[str]
     caps: list[CapRow]
     memory: list[MemoryRow]
     lines: list[str]  # all of it in words
+    buckets: list[BucketRow] = []
 
 
 class RatePoint(_Typed):

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from storlab import factors
 from storlab.factors import KeyProblem, show
-from storlab.lab import caps, devices, latency, placements
+from storlab.lab import caps, credits, devices, latency, placements
 from storlab.sizes import digits_note, parse_size
 
 _MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_.:=/+-]+(,[A-Za-z0-9_.:=/+-]+)*$")
@@ -38,8 +38,9 @@ def _options(v: Any, what: str) -> str:
 
 
 # The caps a placement's table may set: IOs a second and MiB (2^20 bytes) a second, each direction or
-# both (storlab.lab.caps); generous bounds that no device reaches, so a typo is caught.
-CAP_KEYS = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s")
+# both (storlab.lab.caps), or a credit bucket on either (BUCKET_KEYS); generous bounds that no device
+# reaches, so a typo is caught.
+CAP_KEYS = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s", "iops_bucket", "mb_s_bucket")
 MAX_IOPS = 10_000_000
 MAX_MB_S = 1_000_000
 MIN_MB_S = 4096 / 2**20  # a page a second: a page-sized IO waits a second for its share
@@ -61,6 +62,26 @@ def _mb_s(v: Any, what: str) -> int | float | str:
         raise ValueError(f"{show(v)} MiB a second is less than a 4 KiB page a second ({MIN_MB_S:g}), the least a "
                          "cap can hold (the kernel counts whole bytes, and reads 0 as no cap at all)")
     return v
+
+
+# A credit bucket on a unit's caps (storlab.lab.credits): earned at `baseline` a second, spent up to
+# `burst`, `size` credits (IOs, or MiB), `start` of them at each run's start (full when left out).
+BUCKET_KEYS = {"iops_bucket": "iops", "mb_s_bucket": "mb_s"}
+_BUCKET_WHAT = "{ baseline = …, burst = …, size = …, start = … } (start optional: full)"
+
+
+def _bucket(v: Any, what: str) -> dict[str, float]:
+    if not isinstance(v, dict) or not {"baseline", "burst", "size"} <= set(v) <= {"baseline", "burst", "size", "start"} \
+            or not all(not isinstance(x, bool) and isinstance(x, (int, float)) and 0 <= x for x in v.values()):
+        raise ValueError(f"expected {what} or a list of them, got {show(v)}")
+    given = {key: float(x) for key, x in v.items()}
+    if not 0 < given["baseline"] < given["burst"]:
+        raise ValueError(f"a bucket's baseline ({show(v['baseline'])}) must be above 0 and below its burst "
+                         f"({show(v['burst'])})")
+    if given["size"] <= 0 or given.setdefault("start", given["size"]) > given["size"]:
+        raise ValueError(f"a bucket's size ({show(v['size'])}) must be above 0 and hold its start "
+                         f"({show(v.get('start'))})")
+    return given
 
 
 LATENCY_KEYS = latency.KEYS
@@ -102,6 +123,19 @@ class CapKeys(BaseModel):
     read_mb_s: int | float | str | list[int | float | str] | None = None
     write_mb_s: int | float | str | list[int | float | str] | None = None
     mb_s: int | float | str | list[int | float | str] | None = None
+    iops_bucket: dict | list[dict] | None = None
+    mb_s_bucket: dict | list[dict] | None = None
+
+    @field_validator("iops_bucket", "mb_s_bucket", mode="before")
+    @classmethod
+    def _bucket(cls, v, info):
+        if v is None:
+            return None
+        checked = factors.factor(v, _bucket, _BUCKET_WHAT)
+        limit = MAX_IOPS if info.field_name == "iops_bucket" else MAX_MB_S
+        if any(b["burst"] > limit for b in factors.values(checked)):
+            raise ValueError(f"a bucket's burst above {limit:,} is no device's")
+        return checked
 
     @field_validator("read_iops", "write_iops", "iops", mode="before")
     @classmethod
@@ -122,18 +156,25 @@ class CapKeys(BaseModel):
             if getattr(self, both) is not None and given:
                 raise KeyProblem((both,), f"{both} caps reads and writes alike, and {given[0]} is given too; "
                                  f"give {both}, or {read} and {write}")
+        for key, unit in BUCKET_KEYS.items():
+            given = [k for k in (unit, *caps.SHORTHANDS[unit]) if getattr(self, k) is not None]
+            if getattr(self, key) is not None and given:
+                raise KeyProblem((key,), f"{key} sets the {unit} caps of both directions as its credits allow, and "
+                                 f"{given[0]} caps them too; give one of them")
         return self
 
     @property
     def capped(self) -> bool:
         """Some cell's device is capped (a key given a number, in some level of its factor)."""
-        return any(v != UNCAPPED for key in CAP_KEYS for v in factors.values(getattr(self, key)) if v is not None)
+        return any(v != UNCAPPED for key in CAP_KEYS for v in factors.values(getattr(self, key))
+                   if v is not None)
 
     def cap_factors(self) -> dict[str, list[Any]]:
         return {key: getattr(self, key) for key in CAP_KEYS if isinstance(getattr(self, key), list)}
 
     def caps(self, chosen: dict[str, Any] | None = None) -> caps.IoCaps:
-        """One cell's caps: `chosen` holds a value for each factor key (the matrix's choice)."""
+        """One cell's caps: `chosen` holds a value for each factor key (the matrix's choice); a bucket's
+        unit capped at the rate it starts a run with."""
         value = {key: factors.values(getattr(self, key))[0] for key in CAP_KEYS} | \
             {k: v for k, v in (chosen or {}).items() if k in CAP_KEYS}
 
@@ -141,8 +182,12 @@ class CapKeys(BaseModel):
             found = value[own] if value[own] is not None else value[both]
             return None if found == UNCAPPED else found
 
-        return caps.IoCaps(either("read_iops", "iops"), either("write_iops", "iops"),
-                           either("read_mb_s", "mb_s"), either("write_mb_s", "mb_s"))
+        buckets = tuple(caps.Bucket(unit, **value[key]) for key, unit in BUCKET_KEYS.items() if value[key] is not None)
+        held = caps.IoCaps(either("read_iops", "iops"), either("write_iops", "iops"),
+                           either("read_mb_s", "mb_s"), either("write_mb_s", "mb_s"), buckets)
+        for bucket in buckets:
+            held = credits.held(held, bucket, bucket.start_cap)
+        return held
 
 
 class DirectoryPlacement(CapKeys):

@@ -37,6 +37,48 @@ def covers(version: int) -> str:
     return f"cgroup v{version}: a cap holds {COVERS[version]}"
 
 
+# A cap's units (a credit bucket's too: what it earns and pays, and its credit; storlab.lab.credits
+# holds a bucket).
+UNITS = {"iops": "IOPS", "mb_s": "MiB/s"}
+CREDIT = {"iops": "IO", "mb_s": "MiB"}
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket as declared: rates a second (IOs, or MiB for a MiB/s bucket), credits in the same
+    unit (IOs, MiB); `start` the credits a run begins with."""
+
+    unit: str  # "iops" or "mb_s": what it earns and pays
+    baseline: float
+    burst: float
+    size: float
+    start: float
+
+    @property
+    def start_cap(self) -> float:
+        return self.burst if self.start > 0 else self.baseline
+
+    @property
+    def refill(self) -> float:
+        """The credits it must hold before it bursts again, once empty."""
+        return min(self.size, self.burst - self.baseline)
+
+    @property
+    def burst_s(self) -> float:
+        """How long a full bucket lasts at the burst rate."""
+        return self.size / (self.burst - self.baseline)
+
+    def text(self) -> str:
+        """'100 IOPS, bursts to 1,000 from a bucket of 4,500 IO (full at the start)'."""
+        unit, credit = UNITS[self.unit], CREDIT[self.unit]
+        start = "full" if self.start == self.size else "empty" if self.start == 0 else f"{self.start:,g} {credit}"
+        return (f"{self.baseline:,g} {unit}, bursts to {self.burst:,g} from a bucket of {self.size:,g} {credit} "
+                f"({start} at the start)")
+
+    def as_dict(self) -> dict[str, float]:
+        return {"baseline": self.baseline, "burst": self.burst, "size": self.size, "start": self.start}
+
+
 @dataclass(frozen=True)
 class IoCaps:
     """One placement's caps, None where uncapped: IOs a second, MiB (2^20 bytes) a second."""
@@ -45,6 +87,9 @@ class IoCaps:
     write_iops: int | None = None
     read_mb_s: float | None = None
     write_mb_s: float | None = None
+    # Credit buckets: each holds its unit's caps of both directions (at its burst or its baseline
+    # rate), the caps above being those in force at a run's start.
+    buckets: tuple[Bucket, ...] = ()
 
     def __bool__(self) -> bool:
         return any(getattr(self, key) is not None for key in KEYS)
@@ -58,14 +103,20 @@ class IoCaps:
         return None if self.write_mb_s is None else round(self.write_mb_s * MIB)
 
     def text(self) -> str:
-        """'3,000 IOPS, write 125 MiB/s': each cap set, one for both directions where they are alike."""
+        """'3,000 IOPS, write 125 MiB/s': each cap set, one for both directions where they are alike; a
+        bucket's unit said by its bucket."""
         parts = []
-        for unit, read, write, shown in (("IOPS", self.read_iops, self.write_iops, "{:,}"),
-                                         ("MiB/s", self.read_mb_s, self.write_mb_s, "{:,g}")):
+        bucketed = {b.unit for b in self.buckets}
+        for key, read, write, shown in (("iops", self.read_iops, self.write_iops, "{:,}"),
+                                        ("mb_s", self.read_mb_s, self.write_mb_s, "{:,g}")):
+            unit = UNITS[key]
+            if key in bucketed:
+                continue
             if read is not None and read == write:
                 parts.append(f"{shown.format(read)} {unit}")
                 continue
             parts += [f"{d} {shown.format(v)} {unit}" for d, v in (("read", read), ("write", write)) if v is not None]
+        parts += [b.text() for b in self.buckets]
         return ", ".join(parts) or "uncapped"
 
     def as_dict(self) -> dict[str, float]:

@@ -315,11 +315,7 @@ class ControlGroup:
         """Set the limits: each device's IO caps, then the memory limit (the page cache included; the
         servers' own memory not swapped out in its place where the host has swap)."""
         for cap in self.limits.devices:
-            if self.version == 2:
-                _write(self.path / "io.max", caps.io_max_line(cap) + "\n", f"the IO caps on {cap.device}")
-            else:
-                for file, line in caps.v1_lines(cap):
-                    _write(self._dir("io") / file, line + "\n", f"the IO caps on {cap.device}")
+            self.hold(cap)
         memory = self.limits.memory_bytes
         if memory is not None:
             where = self._dir("memory")
@@ -332,6 +328,14 @@ class ControlGroup:
                 # Reclaim takes the page cache, not the servers' own memory (a memsw limit would do it
                 # too, but then the kernel no longer counts the times the limit was reached).
                 _write(where / "memory.swappiness", "0\n", "the server memory limit (no swapping)")
+
+    def hold(self, cap: caps.DeviceCap) -> None:
+        """Set one device's caps (at the start, and where a credit bucket changes them during a run)."""
+        if self.version == 2:
+            _write(self.path / "io.max", caps.io_max_line(cap) + "\n", f"the IO caps on {cap.device}")
+        else:
+            for file, line in caps.v1_lines(cap):
+                _write(self._dir("io") / file, line + "\n", f"the IO caps on {cap.device}")
 
     def reading(self) -> caps.Reading:
         """The group's counters now (RunFailed if a file does not read as the kernel writes it)."""

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from rich.table import Table
 
 from storlab import processes, sizes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import caps, cgroups, latency, mounts, os_users, owned, placements
+from storlab.lab import caps, cgroups, credits, latency, mounts, os_users, owned, placements
 from storlab.machine import held_latency
 
 FIO = "fio"
@@ -399,26 +400,50 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
                 progress.update(task, total=1, completed=1)
             results = []
 
-            def one(job: Job, where: Path, name: str) -> Measured:
+            def one(job: Job, where: Path, name: str) -> tuple[Measured, list[credits.BucketUse]]:
                 task = progress.add_task(name, total=seconds) if progress else None
                 tick = (lambda dt, t=task: progress.advance(t, dt)) if progress else None
-                text = run_fio(fio_command(job, where, size, seconds, engine), seconds + layout_timeout, tick,
-                               scratch.group)
+                keeper = credits.CreditKeeper(scratch.group) if scratch.group is not None else None
+                if keeper:
+                    keeper.start(time.monotonic())  # each job starts with the bucket's declared credits
+                try:
+                    text = run_fio(fio_command(job, where, size, seconds, engine), seconds + layout_timeout, tick,
+                                   scratch.group)
+                finally:
+                    spent = keeper.stop() if keeper else []
                 if progress:
                     progress.update(task, completed=seconds)
-                return measured(parse_json(text), job.iodepth)
+                return measured(parse_json(text), job.iodepth), spent
 
             for job in jobs:
-                m = one(job, file, job.name)
-                capped = cap_flag(job, m, held, limits.devices[0].device) if held else None
+                m, spent = one(job, file, job.name)
+                # A bucket's cap changes during the job: it is judged by what the bucket allowed.
+                capped = (bucket_flags(spent, limits.devices[0].device), None) if spent else \
+                    cap_flag(job, m, held, limits.devices[0].device) if held else None
                 results.append(IoResult(str(target), job.name, job.rw, job.block_size, job.iodepth, m.iops, m.mb_s,
                                         m.lat_ms["50"], m.lat_ms["99"], m.lat_ms["99.9"],
                                         flags(job, m, filesystem, size, memory) + ([capped[0]] if capped else []),
                                         None if capped is None else capped[1]))
                 if scratch.delayed is not None:
-                    results.append(_through_layer(job, m, one(job, scratch.delayed / file.name, job.name + "+latency"),
+                    results.append(_through_layer(job, m, one(job, scratch.delayed / file.name, job.name + "+latency")[0],
                                                   declared, str(target)))
         return results
+
+
+def bucket_flags(spent: list[credits.BucketUse], device: str) -> str:
+    """A job's flag through its credit buckets: when each ran dry, and whether the kernel let through no
+    more than the bucket allowed (its start, the baseline over the job, and one settling period's
+    overdraft at the burst rate, with the kernel's slack of its slices)."""
+    said = []
+    for use in spent:
+        b = use.bucket
+        allowed = b.start + b.baseline * use.run_s + b.burst * credits.PERIOD_S
+        verdict = "held" if use.spent <= allowed * CAP_PASSED else "beyond the bucket: the kernel did not hold it"
+        dry = f"ran dry at {use.dry_at_s:.1f} s, the baseline held {use.dry_s:.1f} s" if use.dry_at_s is not None \
+            else "never ran dry"
+        said.append(f"bucket on {device} ({b.text()}): {dry}; {use.spent:,.0f} {caps.CREDIT[b.unit]} charged of the "
+                    f"{allowed:,.0f} it allowed, {verdict}")
+    return "; ".join(said)
 
 
 def _through_layer(job: Job, own: Measured, seen: Measured, declared: latency.DeviceLatency, target: str) -> IoResult:

@@ -20,7 +20,8 @@ from typing import Any
 from storlab import timeline
 from storlab.errors import RunFailed
 from storlab.probes.kept import Db, Probe, RunScope
-from storlab.probes.recorders import Sampler, TimelinePoint
+from storlab.probes.recorders import TimelinePoint
+from storlab.sampler import Sampler
 from storlab.session import Session
 
 PERIOD_S = 1.0

@@ -8,22 +8,26 @@ end:
   timeline each interval's IO as a share of that cap;
 - the group's memory: its limit, how often it was reached (v1 memory.failcnt, v2 memory.events max),
   the kernel's OOM kills and its peak, on the timeline what it holds (what it held once the
-  instance's files were evicted before the run is among the run's conditions: storlab.lab.quiesce).
+  instance's files were evicted before the run is among the run's conditions: storlab.lab.quiesce);
+- per credit bucket (storlab.lab.credits, held by this recorder over the run): when it ran dry, how
+  long the baseline was in force, the credits spent and left, on the timeline the cap in force and
+  the credits left.
 
 Recorded only for an instance whose cell asks for a cap or a memory limit."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from storlab import timeline
-from storlab.lab import caps
+from storlab.lab import caps, credits
 from storlab.lab.cgroups import ControlGroup
 from storlab.probes.kept import Db, Probe, RunScope, Section
-from storlab.probes.recorders import DEVICE_PERIOD_S, Sampler, TimelinePoint
+from storlab.probes.recorders import DEVICE_PERIOD_S, TimelinePoint
+from storlab.sampler import Sampler
 from storlab.sizes import format_bytes
 
 
@@ -56,6 +60,7 @@ class MemoryUse:
 class LimitsUse:
     devices: list[DeviceUse] = field(default_factory=list)
     memory: MemoryUse | None = None
+    buckets: list[credits.BucketUse] = field(default_factory=list)
     points: list[TimelinePoint] = field(default_factory=list)  # for the run's timeline, not kept here
 
 
@@ -85,6 +90,8 @@ class LimitsRecorder:
         self.devices = devices
         self.clock = clock
         self.sampler = Sampler(period_s, self._sample, clock=clock)
+        # The credit buckets are the lab's, not a measurement: held on their own, finer loop.
+        self.keeper = credits.CreditKeeper(group, clock=clock)
         self.points: list[TimelinePoint] = []
         self.at_cap: dict[str, float] = {}
         self.peak = 0
@@ -100,6 +107,8 @@ class LimitsRecorder:
         self.t0 = t0
         self.group.reset_peak()
         self.first = self.last = self._read(devices=True)
+        if self.keeper:
+            self.keeper.start(t0)
         self.sampler.start()
 
     def _sample(self, _weight_s: float) -> None:
@@ -116,7 +125,7 @@ class LimitsRecorder:
             if not w.caps:
                 continue
             moved = group_b.io.get(w.dev, caps.IoCount()) - group_a.io.get(w.dev, caps.IoCount())
-            share = cap_use(w.caps, moved, width)
+            share = cap_use(self.keeper.in_force(w.dev) or w.caps, moved, width)
             if share is None:
                 continue
             if share >= caps.AT_CAP:
@@ -128,12 +137,17 @@ class LimitsRecorder:
 
     def stop(self) -> LimitsUse:
         self.sampler.stop()
+        held = self.keeper.stop() if self.keeper else []  # the start's caps set back for the next run
         if self.sampler.error is not None:
             raise self.sampler.error
         end = self._read(devices=True)
         self._interval(self.last, end)
         (t_a, group_a, served_a), (t_b, group_b, served_b) = self.first, end
-        found = LimitsUse(points=self.points)
+        found = LimitsUse(points=self.points + [
+            TimelinePoint(t, metric.of(p), value) for use in held for p in use.placements
+            for t, cap, left in use.points
+            for metric, value in ((timeline.BUCKET_CAP[use.bucket.unit], cap), (timeline.CREDITS_LEFT[use.bucket.unit], left))],
+            buckets=held)
         pressure = None if group_a.io_pressure_us is None or group_b.io_pressure_us is None else \
             (group_b.io_pressure_us - group_a.io_pressure_us) / 1e6
         for w in self.watched:
@@ -155,6 +169,7 @@ class LimitsRecorder:
             found.memory = MemoryUse(limit, self.group.version, moved(group_a.memory_hits, group_b.memory_hits),
                                      moved(group_a.oom_kills, group_b.oom_kills), peak)
         return found
+
 
 
 def watched(group: ControlGroup, placements: dict[str, Path]) -> list[_Watched]:
@@ -196,6 +211,11 @@ def _write(db: Db, run_id: int, found: LimitsUse) -> None:
           *(getattr(d.caps, c) for c in _CAPS), *(getattr(d.served, c) for c in _COUNTS),
           *((getattr(d.charged, c) for c in _COUNTS) if d.charged is not None else (None,) * 4),
           d.at_cap_s, d.run_s, d.io_pressure_s) for d in found.devices])
+    db.executemany(
+        "INSERT INTO io_buckets (run_id, device, placements, unit, baseline, burst, size, start, dry_at_s, dry_s, "
+        "spent, left_end, run_s) VALUES (" + ", ".join("?" * 13) + ")",
+        [(run_id, b.device, ",".join(b.placements), b.bucket.unit, b.bucket.baseline, b.bucket.burst, b.bucket.size,
+          b.bucket.start, b.dry_at_s, b.dry_s, b.spent, b.left, b.run_s) for b in found.buckets])
     m = found.memory
     if m is not None:
         db.execute("INSERT INTO memory_limit (run_id, limit_bytes, cgroup_version, hits, oom_kills, peak_bytes) "
@@ -218,6 +238,14 @@ def _read(db: Db, run_id: int) -> LimitsUse:
                      (run_id,)).fetchone()
     if row is not None:
         found.memory = MemoryUse(*row)
+    for device, placements, unit, baseline, burst, size, start, *done in db.execute(
+            "SELECT device, placements, unit, baseline, burst, size, start, dry_at_s, dry_s, spent, left_end, run_s "
+            "FROM io_buckets WHERE run_id = ? ORDER BY device, unit", (run_id,)).fetchall():
+        found.buckets.append(credits.BucketUse(device, placements.split(","),
+                                               caps.Bucket(unit, baseline, burst, size, start), *done))
+    # A device's caps as declared: its buckets with the caps they started each run with.
+    found.devices = [replace(d, caps=replace(d.caps, buckets=tuple(b.bucket for b in found.buckets if b.device == d.device)))
+                     for d in found.devices]
     return found
 
 
@@ -287,6 +315,48 @@ def per_cell(runs: list[LimitsUse]) -> tuple[list[CellCaps], CellMemory | None]:
                              _mean([sum(d.served.read_bytes for d in r.devices) for r in memory]))
 
 
+@dataclass
+class CellBucket:
+    """One credit bucket over a cell's runs."""
+
+    device: str
+    placements: list[str]
+    bucket: caps.Bucket
+    runs: int
+    dry_at_s: list[float | None]  # each run's: when it first ran dry (None: it never did)
+    dry_share: float  # of the runs' time, the baseline in force
+    spent: float  # credits a run
+
+
+def buckets_per_cell(runs: list[LimitsUse]) -> list[CellBucket]:
+    """A cell's runs, each bucket summed up (`dry_at_s` in the runs' order)."""
+    by_bucket: dict[tuple[str, str], list[credits.BucketUse]] = {}
+    for run in runs:
+        for b in run.buckets:
+            by_bucket.setdefault((b.device, b.bucket.unit), []).append(b)
+    found = []
+    for uses in by_bucket.values():
+        last = uses[-1]
+        run_s = sum(u.run_s for u in uses)
+        found.append(CellBucket(last.device, last.placements, last.bucket, len(uses), [u.dry_at_s for u in uses],
+                                sum(u.dry_s for u in uses) / run_s if run_s else 0.0, _mean([u.spent for u in uses])))
+    return found
+
+
+def bucket_line(b: CellBucket, rounds: list[int] | None = None) -> str:
+    """'disk on loop3 (20 IOPS, bursts to 200 from a bucket of 900 IO (full at the start)): ran dry in 3 of
+    3 runs (round 1 at 5.1 s, …); the baseline in force 78 % of the time; 1,234 IO spent a run'."""
+    dry = [(i, at) for i, at in enumerate(b.dry_at_s) if at is not None]
+    line = f"{', '.join(b.placements)} on {b.device} ({b.bucket.text()}): "
+    if not dry:
+        line += f"never ran dry in {b.runs} run{'s' if b.runs > 1 else ''}"
+    else:
+        when = ", ".join(f"{'round ' + str(rounds[i]) if rounds else 'run ' + str(i + 1)} at {at:.1f} s" for i, at in dry)
+        line += f"ran dry in {len(dry)} of {b.runs} run{'s' if b.runs > 1 else ''} ({when}); the baseline in force " \
+                f"{100 * b.dry_share:.0f} % of the time"
+    return line + f"; {b.spent:,.0f} {caps.CREDIT[b.bucket.unit]} spent a run"
+
+
 def cap_line(c: CellCaps) -> str:
     """'wal on loop3 (write 300 IOPS): at its cap 82 % of the time; the device wrote 310 MiB a run, the
     group was charged 180 MiB (58 %)'."""
@@ -324,6 +394,7 @@ def section(cells: list[tuple[str, list[LimitsUse]]]) -> Section | None:
     for label, runs in cells:
         devices, memory = per_cell(runs)
         rows += [[label, "IO cap", cap_line(c)] for c in devices]
+        rows += [[label, "credit bucket", bucket_line(b)] for b in buckets_per_cell(runs)]
         rows += [[label, "server memory", memory_line(memory)]] if memory else []
     if not rows:
         return None
@@ -368,7 +439,26 @@ PROBE = Probe(
         oom_kills INTEGER,
         peak_bytes INTEGER
     );
-    """,),
+    """,
+     # 2: credit buckets, per run and device.
+     """
+    CREATE TABLE io_buckets (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        device TEXT NOT NULL,
+        placements TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        baseline REAL NOT NULL,
+        burst REAL NOT NULL,
+        size REAL NOT NULL,
+        start REAL NOT NULL,
+        dry_at_s REAL,
+        dry_s REAL NOT NULL,
+        spent REAL NOT NULL,
+        left_end REAL NOT NULL,
+        run_s REAL NOT NULL,
+        PRIMARY KEY (run_id, device, unit)
+    );
+    """),
     _write, _read,
     recorder=_recording,
     section=section,

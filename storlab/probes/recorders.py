@@ -1,9 +1,8 @@
-"""Recorders that run beside the workload: a sampler loop (testable with a fake clock), the
+"""Recorders that run beside the workload (each on a storlab.sampler loop): the
 sessions' CPU and run-queue time from /proc, and device IO per placement over time."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,47 +12,10 @@ import psutil
 
 from storlab import timeline
 from storlab.errors import RunFailed
+from storlab.sampler import Sampler
 
 # The device sampler's period: short enough that a scan of under a second still has a point or two.
 DEVICE_PERIOD_S = 0.5
-
-
-class Sampler:
-    """Calls `record(weight_s)` every `period_s` on its own thread. The weight is the time since the
-    previous sample, so a late sample (a busy machine) counts for the time it really covers."""
-
-    def __init__(self, period_s: float, record: Callable[[float], None],
-                 clock: Callable[[], float] = time.monotonic,
-                 wait: Callable[[float], bool] | None = None):
-        self.period_s = period_s
-        self.record = record
-        self.clock = clock
-        self._stop = threading.Event()
-        self._wait = wait or self._stop.wait
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-
-    def loop(self) -> None:
-        last = self.clock()
-        while not self._wait(self.period_s):
-            now = self.clock()
-            self.record(now - last)
-            last = now
-
-    def _guarded(self) -> None:
-        try:
-            self.loop()
-        except BaseException as exc:  # a probe failing must not kill the run silently
-            self.error = exc
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._guarded, name="storlab-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
 
 @dataclass

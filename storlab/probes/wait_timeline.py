@@ -10,7 +10,8 @@ from typing import Callable
 
 from storlab import timeline
 from storlab.errors import RunFailed
-from storlab.probes.recorders import Sampler, TimelinePoint
+from storlab.probes.recorders import TimelinePoint
+from storlab.sampler import Sampler
 
 PERIOD_S = 1.0
 # A last interval shorter than this is folded into the one before (as the throughput buckets are):

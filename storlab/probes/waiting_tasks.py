@@ -13,7 +13,7 @@ from typing import Callable
 
 from storlab.errors import RunFailed
 from storlab.probes.kept import Adapted, Db, Probe
-from storlab.probes.recorders import Sampler
+from storlab.sampler import Sampler
 from storlab.probes.target import WaitingSessions
 from storlab.probes.waits import WaitingTask, WaitRow
 

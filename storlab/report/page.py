@@ -307,6 +307,9 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         held = timelines.cap_chart(raw, answer, folder / f"{timeline.CAP_USE.name}.png")
         if held:
             sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
+        held = timelines.credits_chart(raw, answer, folder / "credits.png")
+        if held:
+            sections.append("<h2>Credit buckets over time, per placement</h2>" + _figure(held[1], held[0]))
         svg = timelines.chart(raw, answer, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
         if svg:
             sections.append("<h2>The server's memory over time</h2>"

@@ -162,3 +162,15 @@ def cap_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str
     return ("first run of each cell: each point the IO the instance's control group was charged on the placement's "
             "device since the point before, as a share of its tightest cap (100 %: held at the cap); "
             f"{_events_note(drawn)}"), drawing
+
+
+def credits_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+    """One panel per cell: each credit bucket's credits left over the run. Returns (caption, svg)."""
+    found = _per_cell(raw, answer, tuple(timeline.CREDITS_LEFT.values()), "% of the bucket left", png)
+    if found is None:
+        return None
+    drawn, drawing = found
+    return ("first run of each cell: the credits left in each placement's bucket as storlab settled it (every 0.1 s, "
+            "drawn every 0.5 s and at each change): while it holds credits the cap is its burst rate, once it is "
+            "empty its baseline, until it holds a second of bursting again; the throughput over time is above; "
+            f"{_events_note(drawn)}"), drawing

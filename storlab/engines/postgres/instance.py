@@ -40,7 +40,8 @@ from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, os_users, owned, safe_files, templates
 from storlab.lab.layout import InstanceSpec, Placement
 from storlab.probes.bpftrace import Tracing
-from storlab.probes.recorders import Sampler, SessionsSched
+from storlab.probes.recorders import SessionsSched
+from storlab.sampler import Sampler
 from storlab.probes.waits import Wait, WaitCapture, delta, is_benign
 
 PORT = 55432  # the socket file's name only: the instance listens on no TCP address at all
