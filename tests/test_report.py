@@ -191,6 +191,15 @@ def test_io_results_named_with_io_are_shown_and_a_wrong_folder_is_one_line(recor
     assert "--io" in wrong.output and "no storlab io results here" in wrong.output
 
 
+def test_a_store_without_a_folder_reads_no_io_folder(recorded):
+    """A shared store has no folder until a report or an export names one: `show` then finds no `storlab io`
+    results beside it, and says nothing of the devices rather than fail."""
+    with Store.open(recorded, create=False) as store:
+        assert [c.placement for c in compose(analysis.load(store, [])).capability] == ["disk"]
+        store.folder = None
+        assert compose(analysis.load(store, [])).capability == []
+
+
 def test_an_unknown_cell_for_the_waits_over_time_is_refused(recorded):
     done = invoke("report", recorded, "--cell", "nosuch")
     assert done.exit_code == 2 and "--cell nosuch: no such cell" in done.output
