@@ -52,7 +52,7 @@ class CellResult:
     kept: dict[str, list[Any]] = field(default_factory=dict)  # what each probe with a section kept, per run
     traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
     files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
-    io_sizes: list[list[tuple]] = field(default_factory=list)  # the io_sizes probe's rows, per run
+    io_sizes: list[list[tuple[str, str, int, int, str]]] = field(default_factory=list)  # the io_sizes probe's rows, per run
     series: list[steadiness.RunSeries] = field(default_factory=list)  # each run's per-second series and checkpoints
 
     @property

@@ -541,8 +541,7 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
         io_sizes=[sizes for c in ordered if (sizes := io_sizes.cell_sizes(c))],
         capability=capability.answer(results.io_measured, results.experiment, results.facts,
                                      {c.cell.id: c.cell.label for c in results.cells}),
-        machines=[machines.judged(host, facts)
-                  for host, facts in (results.machines or [(None, results.facts)] if results.facts else [])],
+        machines=[machines.judged(host, facts) for host, facts in results.machines if facts],
         waits_over_time=drawn_runs.waits_over_time(results, over_time),
         first_runs=drawn_runs.first_runs(ordered),
         explanations=explanations(results),
