@@ -330,17 +330,19 @@ def _beside(store, out: Path | None) -> None:
             raise UserError(f"{store.folder}: cannot make the folder: {exc.strerror}") from None
 
 
-def _results(folder: str | None, dsn: str | None = None, experiment: str | None = None):
+def _results(folder: str | None, dsn: str | None = None, experiment: str | None = None, io: list[Path] | None = None):
+    """`io`: as analysis.load takes it (None: no `storlab io` results read)."""
     from storlab.answer import analysis
 
     with _opened(folder, dsn, experiment) as store:
-        return analysis.load(store, io=[])
+        return analysis.load(store, io)
 
 
 def _answer(folder: str | None, dsn: str | None = None, experiment: str | None = None):
+    """The whole answer, the devices `storlab io` measured in the folder or beside it included."""
     from storlab.answer.compose import compose
 
-    return compose(_results(folder, dsn, experiment))
+    return compose(_results(folder, dsn, experiment, io=[]))
 
 
 _NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or traced IO per "
