@@ -317,8 +317,10 @@ def test_two_runs_into_one_folder_at_once(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
     path = tiny(reps=2, rows=4000, files="[1, 2]")
     first = start("run", str(path), "--no-trace", "--out", str(out))
-    deadline = time.monotonic() + 60
-    while not (out / folder_lock.FILENAME).exists() and time.monotonic() < deadline:
+    # However long the first takes to lock its folder on a loaded machine (once over a minute, and the
+    # second then ran first): the second starts once it has.
+    while not (out / folder_lock.FILENAME).exists():
+        assert first.poll() is None, f"the first run ended before it locked its folder: {first.communicate()[1]}"
         time.sleep(0.05)
     second = storlab("run", str(path), "--out", str(out))
     _, err = first.communicate(timeout=600)
