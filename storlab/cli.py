@@ -330,17 +330,19 @@ def _beside(store, out: Path | None) -> None:
             raise UserError(f"{store.folder}: cannot make the folder: {exc.strerror}") from None
 
 
-def _results(folder: str | None, dsn: str | None = None, experiment: str | None = None):
+def _results(folder: str | None, dsn: str | None = None, experiment: str | None = None, io: list[Path] | None = None):
+    """`io`: as analysis.load takes it (None: no `storlab io` results read)."""
     from storlab.answer import analysis
 
     with _opened(folder, dsn, experiment) as store:
-        return analysis.load(store)
+        return analysis.load(store, io)
 
 
 def _answer(folder: str | None, dsn: str | None = None, experiment: str | None = None):
+    """The whole answer, the devices `storlab io` measured in the folder or beside it included."""
     from storlab.answer.compose import compose
 
-    return compose(_results(folder, dsn, experiment))
+    return compose(_results(folder, dsn, experiment, io=[]))
 
 
 _NO_TRACE = ("Run without bpftrace: the sampled waits only (no wait counts, traced lock waits or traced IO per "
@@ -529,11 +531,14 @@ def compare(folder: str | None, dsn: str | None, experiment: str | None, baselin
 def report(folder: str | None, dsn: str | None, experiment: str | None, out: Path | None, io_dirs: tuple[str, ...],
            cell: str | None) -> None:
     """Write FOLDER/report.html: one self-contained file with every chart, and a PNG of each."""
+    from storlab.answer import analysis
+    from storlab.answer.compose import compose
     from storlab.report import page as html_report
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
-        path = html_report.write(store, [Path(d) for d in io_dirs], cell)
+        answer = compose(analysis.load(store, [Path(d) for d in io_dirs]), cell)
+        path = html_report.write(answer, store, store.folder)
     click.echo(f"wrote {path}")
 
 
@@ -615,7 +620,7 @@ def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str
     table (runs.csv, waits.csv, timeline.csv, <table>.csv), each row with its run_id; json and parquet:
     runs.json or runs.parquet, each run with its tables' rows. Parquet's columns are typed from the
     store's schema; it needs pyarrow (pip install 'storlab[parquet]')."""
-    from storlab.answer import export as exporter
+    from storlab.results import export as exporter
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)

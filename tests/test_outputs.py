@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storlab.answer import export
+from storlab.results import export
 from storlab.experiment.schema import experiment_schema
 from storlab.workloads import KINDS
 from tests.commands import invoke

@@ -77,7 +77,7 @@ def test_a_new_probe_gets_its_table_its_rows_and_its_report_section(tmp_path, wi
         assert store.kept(probe, run_id) == [1, 2, 3]
         assert store.db.execute("SELECT version FROM probe_versions WHERE probe = 'queue_depth'").fetchone() == (1,)
     with Store.open(tmp_path, create=False) as store:
-        written = page.write(store).read_text()
+        written = page.write(compose.compose(analysis.load(store, [])), store, store.folder).read_text()
     assert "<h2>Queue depth</h2>" in written and "<td class=''>7</td>" in written
 
 
@@ -207,7 +207,7 @@ def test_a_malformed_pressure_file_makes_its_counters_unavailable_not_the_run_fa
         run_id = store.record_run("a", 1, run_result(pressure=moved), facts)
         assert store.kept(pressure.PROBE, run_id) == moved
     with Store.open(tmp_path, create=False) as store:
-        written = page.write(store).read_text()
+        written = page.write(compose.compose(analysis.load(store, [])), store, store.folder).read_text()
     assert f"Unavailable in some runs: {io}: {why}." in written.replace("&#x27;", "'")
 
 

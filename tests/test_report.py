@@ -5,6 +5,7 @@ no sideways scroll, no two texts of a chart overlapping)."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -19,7 +20,8 @@ from PIL import Image
 from storlab.answer import analysis
 from storlab.probes import iosizes
 from storlab.answer import model
-from storlab.report import io_report, page, wait_report
+from storlab.answer.compose import compose
+from storlab.report import page
 from storlab.report.charts import plt
 from storlab.results.store import Store
 from tests.browser import Chromium
@@ -104,8 +106,17 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
     # The io folder beside the results is found by itself, its jobs beside what the database drove.
     assert "disk (/var/tmp/storlab-testdata/disk)" in page and "8k-randwrite" in page
     assert "database, busiest cell (data_files=" in page
-    # The machine facts judged as storlab check judges them: a table, the VM's warning, no JSON dump.
+    # The table is the answer's capability, as `show --json` gives it.
+    (disk,) = [c for c in json.loads(invoke("show", recorded, "--json").output)["capability"] if c["placement"] == "disk"]
+    for job in disk["jobs"]:
+        assert f"<td class='l'>{job['job']}</td><td class=''>{job['iops']:,.0f}</td><td class=''>{job['mb_s']:,.1f}</td>" in page
+    assert f"database, busiest cell ({disk['database']['label']})</td><td class=''>{disk['database']['iops_mean']:,.0f} mean" in page
+    # The machine facts judged as storlab check judges them: a table, the VM's warning, no JSON dump; the
+    # answer's judgement, as `show --json` gives it.
     assert "as storlab check judges these facts" in page and "warning: CPU virtualization: virtual machine" in page
+    (machine,) = json.loads(invoke("show", recorded, "--json").output)["machines"]
+    warned = [f for f in machine["judged"] if f["state"] == "warning"]
+    assert warned and all(html.escape(f"warning: {f['group']} {f['name']}: {f['value']}: {f['reason']}") in page for f in warned)
     assert "<pre>" not in page
 
 
@@ -125,16 +136,22 @@ def test_the_headline_chart_draws_the_models_intervals_which_stay_above_zero(rec
 
 
 def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(traced):
-    with Store.open(traced, create=False) as store:
-        found = {c.label: c for c in io_report.sizes_by_cell(store, analysis.load(store))}
+    answer = model.Answer.model_validate_json(invoke("show", traced, "--json").output)
+    found = {c.label: {(s.placement, s.direction): s for s in c.sizes} for c in answer.io_sizes}
     disk, ram = found["data_files=1 log_on=disk"], found["data_files=1 log_on=ram"]
-    assert disk.traced == {("disk", "read"): TRACED_READS, ("disk", "write"): TRACED_WRITES} and disk.averages == {}
+    assert {key: s.traced for key, s in disk.items()} == {("disk", "read"): TRACED_READS, ("disk", "write"): TRACED_WRITES}
+    assert all(s.average_bytes is None for s in disk.values())
     # Each run's average weighted by its requests, and the requests per run.
-    (read, reads), (write, writes) = ram.averages[("disk", "read")], ram.averages[("disk", "write")]
-    assert ram.traced == {} and reads == pytest.approx((27 + 23) / 2) and writes == pytest.approx(2.5)
-    assert read == pytest.approx((11985 * 27 + 12822 * 23) / 50) and write == pytest.approx((21845 * 3 + 18432 * 2) / 5)
+    read, write = ram[("disk", "read")], ram[("disk", "write")]
+    assert read.traced == write.traced == {}
+    assert read.average_requests == pytest.approx((27 + 23) / 2) and write.average_requests == pytest.approx(2.5)
+    assert read.average_bytes == pytest.approx((11985 * 27 + 12822 * 23) / 50)
+    assert write.average_bytes == pytest.approx((21845 * 3 + 18432 * 2) / 5)
     page = (traced / "report.html").read_text()
-    # The legend (in the SVG, each text's string in a comment): requests per run, or the averages as averages.
+    # The legend (in the SVG, each text's string in a comment): requests per run, or the averages as
+    # averages; the answer's numbers, as `show --json` gives them.
+    reads, writes = (sum(disk[("disk", d)].traced.values()) for d in ("read", "write"))
+    assert f"<!-- data_files=1 log_on=disk: {reads:,.0f} reads, {writes:,.0f} writes per run -->" in page
     assert "<!-- data_files=1 log_on=disk: 496 reads, 17,174 writes per run -->" in page
     assert "<!-- data_files=1 log_on=ram: average only, 12 KiB per read, 20 KiB per write (25 reads, 2 writes per run)" in page
     assert "a dashed line is a cell whose runs could keep only the average size per request" in page
@@ -146,14 +163,19 @@ def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(tr
 def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_best(recorded):
     with Store.open(recorded, create=False) as store:
         results = analysis.load(store)
-    order = [c.cell.label for c in wait_report.in_factor_order(results)]
+    answer = compose(results)
+    order = [answer.labels[cell] for cell in answer.chart_order]
     assert order == ["data_files=1 log_on=disk", "data_files=4 log_on=disk", "data_files=1 log_on=ram",
                      "data_files=4 log_on=ram"]
-    cell, run = wait_report.chosen_run(results, None)
-    assert cell is results.ranking()[0].result
+    chosen = answer.waits_over_time
+    cell = results.ranking()[0].result
+    assert chosen.cell == cell.cell.id == answer.ranking[0].cell
+    run = next(r for r in cell.runs if r.id == chosen.run)
     assert run.figures["elapsed_s"] == min(r.figures["elapsed_s"] for r in cell.runs)  # of two: the lower median
     other = results.cells[-1]
-    assert wait_report.chosen_run(results, other.cell.id)[0] is other
+    assert compose(results, other.cell.id[:5]).waits_over_time.cell == other.cell.id
+    # The timelines draw each cell's first run, in the charts' order.
+    assert [(r.cell, r.run) for r in answer.first_runs] == [(c, results.cell(c).runs[0].id) for c in answer.chart_order]
 
 
 def test_io_results_named_with_io_are_shown_and_a_wrong_folder_is_one_line(recorded, tmp_path):
@@ -167,6 +189,15 @@ def test_io_results_named_with_io_are_shown_and_a_wrong_folder_is_one_line(recor
     wrong = invoke("report", recorded, "--io", tmp_path / "nothing")
     assert wrong.exit_code == 2 and wrong.output.strip().count("\n") == 0
     assert "--io" in wrong.output and "no storlab io results here" in wrong.output
+
+
+def test_a_store_without_a_folder_reads_no_io_folder(recorded):
+    """A shared store has no folder until a report or an export names one: `show` then finds no `storlab io`
+    results beside it, and says nothing of the devices rather than fail."""
+    with Store.open(recorded, create=False) as store:
+        assert [c.placement for c in compose(analysis.load(store, [])).capability] == ["disk"]
+        store.folder = None
+        assert compose(analysis.load(store, [])).capability == []
 
 
 def test_an_unknown_cell_for_the_waits_over_time_is_refused(recorded):

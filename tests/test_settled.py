@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -119,6 +120,15 @@ def test_the_schema_refuses_what_is_not_an_answer(tmp_path):
     answer["factor_effects"]["effects"][0]["verdict"] = "maybe"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(answer, SCHEMA)
+
+
+def test_every_key_of_the_answer_is_documented():
+    """docs/answer-json.md has a row for every key `show --json` gives: a field added to the answer is
+    documented with it."""
+    doc = (Path(__file__).parent.parent / "docs" / "answer-json.md").read_text()
+    heads = [row.split(" | ")[0] for row in doc.splitlines() if row.startswith("| `")]
+    documented = {key for head in heads for key in re.findall(r"`([a-z_]+)(?:\[\])?`", head)}
+    assert [key for key in SCHEMA["properties"] if key not in documented] == []
 
 
 def test_the_terminal_the_json_and_the_report_show_the_same_answer(tmp_path):

@@ -5,11 +5,12 @@ facts (kept apart, never averaged in silently)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storlab.answer import effects, racing, screening, steadiness
+from storlab.answer import capability, effects, racing, screening, steadiness
 from storlab.answer.effects import FactorAnswer, Observation
 from storlab.answer.stats import (
     CellVerdict,
@@ -24,7 +25,7 @@ from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, sho
 from storlab.experiment.matrix import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
-from storlab.probes import file_io, limits, traced_waits, waiting_tasks
+from storlab.probes import file_io, iosizes, limits, traced_waits, waiting_tasks
 from storlab.probes.registry import PROBES
 from storlab.probes.limits import LimitsUse
 from storlab.probes.waits import FileIO, TracedWait, Wait, WaitingTask, WaitRow, mean_per_run, top_share
@@ -51,6 +52,7 @@ class CellResult:
     kept: dict[str, list[Any]] = field(default_factory=dict)  # what each probe with a section kept, per run
     traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
     files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
+    io_sizes: list[list[tuple[str, str, int, int, str]]] = field(default_factory=list)  # the io_sizes probe's rows, per run
     series: list[steadiness.RunSeries] = field(default_factory=list)  # each run's per-second series and checkpoints
 
     @property
@@ -102,6 +104,7 @@ class Results:
     answer: FactorAnswer | None = None  # what each factor does (storlab.effects); None without a factor or a run
     stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
     design: screening.Designed | None = None  # a screening or a follow-up (None: the full factorial)
+    io_measured: capability.Measured = field(default_factory=capability.Measured)  # `storlab io` beside the runs
 
     @property
     def name(self) -> str | None:
@@ -242,7 +245,9 @@ def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tup
     return kept_facts, notes
 
 
-def load(store: Store) -> Results:
+def load(store: Store, io: list[Path] | None = None) -> Results:
+    """`io`: `storlab io` results folders to read besides the store's own and those beside its folder;
+    None: none of them (the run's own plan needs no device capability, and reads the store every round)."""
     experiment = store.experiment()
     figures, note = _figures_of(experiment, store.units())
     all_runs = store.runs()
@@ -280,6 +285,7 @@ def load(store: Store) -> Results:
                 kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.section},
                 traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
                 files=[store.kept(file_io.PROBE, r.id) for r in runs],
+                io_sizes=[store.kept(iosizes.PROBE, r.id) for r in runs],
                 series=[steadiness.read(store, r) for r in runs],
             )
         )
@@ -297,6 +303,9 @@ def load(store: Store) -> Results:
     )
     results.design = _design(results)
     results.answer = factor_answer(results)
+    if io is not None:
+        results.io_measured = capability.read(store, experiment, results.facts,
+                                              {c.cell.id: [r.id for r in c.runs] for c in results.measured}, io)
     return results
 
 

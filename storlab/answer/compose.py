@@ -7,7 +7,8 @@ import json
 import math
 
 from storlab import engines
-from storlab.answer import client_cpu, effects, explain, model, noise_split, rate_curve, screening, steadiness, steady
+from storlab.answer import (capability, chart_order, client_cpu, drawn_runs, effects, explain, io_sizes, machines, model,
+                            noise_split, rate_curve, screening, steadiness, steady)
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
@@ -264,8 +265,13 @@ def cell_waits(c: CellResult) -> model.CellWaits:
                            seconds=r.seconds, share=r.share)
             for r in w.resources])
         for w in waiting_tasks.resources_of(c.top, c.tasks) if w.wait_type != "CPU"]  # on CPU, no one waits on anything
+    top = {w.wait_type for w in c.top}
+    rest: dict[str, float] = {}
+    for w in c.waits:
+        if w.wait_type not in top:
+            rest[w.wait_type] = rest.get(w.wait_type, 0.0) + w.wait_s
     return model.CellWaits(
-        cell=c.cell.id, label=c.cell.label, factors={short_name(k): v for k, v in c.cell.factors.items()},
+        cell=c.cell.id, label=c.cell.label, factors={short_name(k): v for k, v in c.cell.factors.items()}, rest=rest,
         source=c.wait_source, extras=dict(c.extras), resources=resources, traced=traced(c),
         waits=[model.WaitRow(wait_type=w.wait_type, wait_s=w.wait_s, signal_s=w.signal_s, wait_count=w.wait_count,
                              percentage=w.percentage, avg_wait_s=w.avg_wait_s) for w in c.top])
@@ -490,7 +496,9 @@ def probe_sections(results: Results) -> list[model.ProbeSection]:
     return found
 
 
-def compose(results: Results) -> model.Answer:
+def compose(results: Results, over_time: str | None = None) -> model.Answer:
+    """`over_time`: the cell (an id or a unique prefix) whose median run the waits over time draw;
+    default the best cell."""
     exp, answer = results.experiment, results.answer
     settling = results.settling
     ranking, correction = _ranked(results)
@@ -500,12 +508,14 @@ def compose(results: Results) -> model.Answer:
     kind = KINDS.get(exp.kind or "") if exp else None
     curves = rate_curve.typed(curve) if curve else None
     notes += [line for line in (traces_line(results), probe_costs_line(results)) if line]
+    swept, ordered = chart_order.swept_factor(results), chart_order.in_factor_order(results)
     return model.Answer(
         experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
                                     factors={short_name(k): v for k, v in results.factors.items()},
                                     order_seed=exp.order_seed if exp else None,
                                     kind=None if kind is None else kind.name,
-                                    throughput=None if kind is None or kind.throughput is None else kind.throughput.name),
+                                    throughput=None if kind is None or kind.throughput is None else kind.throughput.name,
+                                    declared=exp is not None),
         headline=_headline(results),
         figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in shown_figures(results)],
         rounds=results.rounds, settled=results.settled,
@@ -526,6 +536,14 @@ def compose(results: Results) -> model.Answer:
         failures=[model.Failure(cell=cell, repetition=rep, message=message) for cell, rep, message in results.failures],
         warnings=list(results.facts_notes), notes=notes,
         cells=[cell_waits(c) for c in results.measured],
+        swept=None if swept is None else short_name(swept),
+        chart_order=[c.cell.id for c in ordered],
+        io_sizes=[sizes for c in ordered if (sizes := io_sizes.cell_sizes(c))],
+        capability=capability.answer(results.io_measured, results.experiment, results.facts,
+                                     {c.cell.id: c.cell.label for c in results.cells}),
+        machines=[machines.judged(host, facts) for host, facts in results.machines if facts],
+        waits_over_time=drawn_runs.waits_over_time(results, over_time),
+        first_runs=drawn_runs.first_runs(ordered),
         explanations=explanations(results),
         probe_sections=probe_sections(results),
         limits=limits_answer(results),

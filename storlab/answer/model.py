@@ -1,5 +1,6 @@
 """The answer, as one typed value: what each factor does, the ranking, the noise, the settling, each
-cell's waits and what explains the differences. The statistics build it once (storlab.answer.compose);
+cell's waits and IO sizes, what explains the differences, the devices' capability, the machines, and
+which run each chart over time draws. The statistics build it once (storlab.answer.compose);
 the terminal, `show --json` (its schema generated from these types), the HTML report and the exports
 only read it. A new per-cell statistic is a field of `Ranked`, its computation, and a `Column` below:
 every table of the ranking shows the columns listed here, in this order.
@@ -29,6 +30,7 @@ class Experiment(_Typed):
     order_seed: int | None  # None: a folder from before the seed, whose runs went in the matrix order
     kind: str | None  # its workload's kind; None: none declared, or a folder of a kind this storlab does not know
     throughput: str | None  # the kind's per-second series (storlab.timeline) drawn as its throughput over time
+    declared: bool = True  # False: the store holds no experiment (a `storlab io` folder); name and engine are "?"
 
 
 class Figure(_Typed):
@@ -247,9 +249,98 @@ class CellWaits(_Typed):
     factors: dict[str, Any]
     source: str
     waits: list[WaitRow]  # top 95 %
+    rest: dict[str, float] = {}  # every wait below the top 95 %: seconds per run (the report's "other waits")
     extras: dict[str, float]  # counters beside the table (MariaDB's redo log, the sessions' CPU), per run
     resources: list[WaitResources]  # None recorded: the waiting-task sampler saw no session (or did not run)
     traced: Traced
+
+
+class IoSizes(_Typed):
+    """The size of the IOs one placement's device served in one direction, per run of a cell."""
+
+    placement: str
+    direction: Literal["read", "write"]
+    traced: dict[int, float]  # a power-of-two bucket's lower bound in bytes -> requests, over its traced runs
+    average_bytes: float | None  # the average size per request over its runs that kept only /proc/diskstats'
+    average_requests: float | None  # their requests; both None: every run of the cell was traced
+
+
+class CellIoSizes(_Typed):
+    """What the io_sizes probe kept of a cell's runs: traced histograms and diskstats' averages apart."""
+
+    cell: str
+    label: str
+    traced_runs: int
+    averaged_runs: int
+    sizes: list[IoSizes]  # by placement, then direction
+
+
+class FioJob(_Typed):
+    """One fio job's latest measurement on a device (`storlab io`)."""
+
+    job: str  # 8k-randwrite
+    rw: str
+    block_size: int  # bytes
+    iodepth: int
+    iops: float
+    mb_s: float
+    lat_p50_ms: float | None
+    lat_p99_ms: float | None
+    lat_p999_ms: float | None
+    flags: list[str]  # what makes the numbers suspect (a RAM disk's speed, a cache in the way)
+    run_at: float  # when it was measured, seconds since the epoch
+
+
+class DatabaseIo(_Typed):
+    """What the busiest cell (the highest mean MiB/s) drove on a placement's whole device."""
+
+    cell: str
+    label: str
+    iops_mean: float  # over its runs' device readings
+    iops_peak: float
+    mb_s_mean: float
+    mb_s_peak: float
+    period_s: float  # the device sampler's interval: a peak is one interval's
+
+
+class Capability(_Typed):
+    """A device's capability as fio measured it, beside what the database drove on it."""
+
+    target: str  # the path fio measured
+    device: str | None  # its kernel device; None where `storlab io` did not record it
+    placement: str | None  # the experiment's placement there; None: not one of them
+    jobs: list[FioJob]
+    database: DatabaseIo | None  # None: not a placement, or its runs recorded no device readings there
+
+
+class FactJudged(_Typed):
+    """One fact of a machine as `storlab check` judges it."""
+
+    group: str  # CPU, Memory, Kernel, a placement's path
+    name: str
+    value: str
+    state: Literal["ok", "warning", "unknown"]
+    reason: str
+    distorts: bool  # a warning that distorts results makes the machine unfit; the others add noise or context
+
+
+class Machine(_Typed):
+    """A machine the kept runs were measured on."""
+
+    host: str | None  # or the hosts that share its facts; None when the runs name no host
+    fit: bool | None  # fit to benchmark as the check judges it; None: facts too old to judge
+    judged: list[FactJudged]  # [] when the facts are too old to judge
+    facts: dict[str, Any]  # facts too old to judge, as they were recorded (dotted key -> value); {} once judged
+
+
+class DrawnRun(_Typed):
+    """A run a chart draws over its own time axis (the store's timeline of that run)."""
+
+    cell: str
+    label: str
+    run: int  # the run's id: its timeline's key in the store
+    repetition: int
+    elapsed_s: float | None  # where its time axis ends; None: the run recorded no elapsed time
 
 
 class ExplanationLine(_Typed):
@@ -506,6 +597,15 @@ class Answer(_Typed):
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
     design: Design | None = None  # None: the full factorial
     steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
+    swept: str | None = None  # the factor the headline chart draws along (short name): data_files, else the first numeric
+    chart_order: list[str] = []  # the measured cells grouped by the other factors, the swept one rising: charts' order
+    io_sizes: list[CellIoSizes] = []  # in chart order; a cell whose runs kept no IO sizes is left out
+    capability: list[Capability] = []  # each device `storlab io` measured, the experiment's placements first
+    machines: list[Machine] = []  # the machines the kept runs were measured on, one per host when the host is a factor
+    # The run whose waits the report draws over time: the median (of two, the lower) of the best cell's runs
+    # by the headline, or of the cell `storlab report --cell` names; None without a measured cell.
+    waits_over_time: DrawnRun | None = None
+    first_runs: list[DrawnRun] = []  # each measured cell's first run, in chart order: the runs the timelines draw
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Protocol
 
 import matplotlib
 
@@ -22,6 +23,13 @@ from storlab.results import outputs
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
 OTHER_COLOUR = "#bab0ac"
 OTHER = "other waits"
+
+
+class RawSeries(Protocol):
+    """Where the charts over time read the raw timelines of the runs the answer names: the store
+    (storlab.results.store.Store), whose other tables the report never reads."""
+
+    def timeline(self, run_id: int) -> list[tuple[float, str, float]]: ...
 
 
 def _labels_overlap(fig, renderer) -> bool:

@@ -6,55 +6,33 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from storlab.answer.analysis import Results
-from storlab.experiment.swept import short_name
+from storlab.answer import model
 from storlab.experiment.matrix import format_value
-from storlab.probes import iosizes
-from storlab.report import wait_report
 from storlab.report.charts import PALETTE, plt, svg
-from storlab.results.store import Store
 from storlab.sizes import format_bytes
 
-DOP = "workload.dop"
+DOP = "dop"
 
 
 @dataclass
-class CellSizes:
-    """One cell's IO sizes per (placement, direction): traced requests per run by power-of-two bucket
-    (its lower bound), or where only /proc/diskstats could be read, the average size and requests per run."""
+class _Drawn:
+    """A cell's IO sizes keyed by (placement, direction), as the chart's panels are."""
 
     label: str
-    traced: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
-    averages: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    traced: dict[tuple[str, str], dict[int, float]]
+    averages: dict[tuple[str, str], tuple[float, float]]  # (bytes per request, requests per run)
 
-
-def sizes_by_cell(store: Store, results: Results) -> list[CellSizes]:
-    """Each cell with IO sizes, in factor order; its traced runs and its averaged runs apart."""
-    found = []
-    for c in wait_report.in_factor_order(results):
-        kept = [rows for rows in (store.kept(iosizes.PROBE, run.id) for run in c.runs) if rows]
-        traced = [rows for rows in kept if rows[0][4] == iosizes.TRACED]
-        averaged = [rows for rows in kept if rows[0][4] != iosizes.TRACED]
-        cell = CellSizes(c.cell.label)
-        for rows in traced:
-            for placement, direction, size, requests, _ in rows:
-                by_size = cell.traced.setdefault((placement, direction), {})
-                by_size[size] = by_size.get(size, 0.0) + requests / len(traced)
-        sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for rows in averaged:
-            for placement, direction, size, requests, _ in rows:
-                sums[(placement, direction)][0] += size * requests
-                sums[(placement, direction)][1] += requests
-        cell.averages = {key: (nbytes / n, n / len(averaged)) for key, (nbytes, n) in sums.items() if n}
-        if cell.traced or cell.averages:
-            found.append(cell)
-    return found
+    @classmethod
+    def of(cls, c: model.CellIoSizes) -> _Drawn:
+        return cls(c.label, {(s.placement, s.direction): s.traced for s in c.sizes if s.traced},
+                   {(s.placement, s.direction): (s.average_bytes, s.average_requests)
+                    for s in c.sizes if s.average_bytes is not None and s.average_requests is not None})
 
 
 def _per_run(counts: dict[tuple[str, str], float], placements: int) -> str:
@@ -62,12 +40,12 @@ def _per_run(counts: dict[tuple[str, str], float], placements: int) -> str:
                      for (placement, direction), n in sorted(counts.items()))
 
 
-def sizes_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+def sizes_chart(answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """A histogram per placement and direction (one panel each): the share of each cell's requests
     in each power-of-two size bucket, the cells' bars side by side in every bucket. A cell whose
     runs kept only diskstats' average size is a dashed line at that size, never drawn as a bar.
     Returns (caption, svg)."""
-    found = sizes_by_cell(store, results)
+    found = [_Drawn.of(c) for c in answer.io_sizes]
     if not found:
         return None
     panels = sorted({key for c in found for key in (*c.traced, *c.averages)})
@@ -125,22 +103,23 @@ def sizes_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | 
     return caption, svg(fig, png)
 
 
-def dop_chart(results: Results, png: Path) -> str | None:
+def dop_chart(answer: model.Answer, png: Path) -> str | None:
     """Elapsed and CPU time against the degree of parallelism, one line per value of the other factors."""
-    if DOP not in results.factors:
+    if DOP not in answer.experiment.factors:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    lines: dict[str, list] = defaultdict(list)
-    for c in results.measured:
-        rest = {k: v for k, v in c.cell.factors.items() if k != DOP}
-        lines[", ".join(f"{short_name(k)}={format_value(v)}" for k, v in rest.items()) or "all"].append(c)
-    for label, cells in lines.items():
-        cells.sort(key=lambda c: c.cell.factors[DOP])
-        xs = [c.cell.factors[DOP] for c in cells]
-        left.plot(xs, [c.headline.mean for c in cells], marker="o", label=label)
-        right.plot(xs, [c.figures["cpu_s"].mean if "cpu_s" in c.figures else float("nan") for c in cells],
+    lines: dict[str, list[model.Ranked]] = defaultdict(list)
+    ranked = {r.cell: r for r in answer.ranking}
+    for r in (ranked[cell] for cell in answer.chart_order if cell in ranked):
+        rest = {k: v for k, v in r.factors.items() if k != DOP}
+        lines[", ".join(f"{k}={format_value(v)}" for k, v in rest.items()) or "all"].append(r)
+    for label, rows in lines.items():
+        rows.sort(key=lambda r: r.factors[DOP])
+        xs = [r.factors[DOP] for r in rows]
+        left.plot(xs, [r.mean for r in rows], marker="o", label=label)
+        right.plot(xs, [float("nan") if r.figures.get("cpu_s") is None else r.figures["cpu_s"] for r in rows],
                    marker="o", label=label)
-    values = sorted({c.cell.factors[DOP] for c in results.measured})
+    values = sorted({r.factors[DOP] for r in ranked.values()})
     for ax, what in ((left, "elapsed s"), (right, "server CPU s")):
         ax.set_xticks(values, [str(v) for v in values])
         ax.set_xlabel("parallel workers (dop)")

@@ -11,17 +11,13 @@ from pathlib import Path
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
-from storlab.answer import analysis, effects, model
-from storlab.answer.compose import compose
-from storlab.experiment.swept import short_name
+from storlab.answer import model
 from storlab.experiment.matrix import format_value
-from storlab.machine import system
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
-from storlab.report.charts import plt
+from storlab.report.charts import RawSeries, plt
 from storlab.report.charts import svg as _svg
 from storlab.show.terminal import explanation_rows
 from storlab.results import outputs
-from storlab.results.store import Store
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; padding: 0 12px 2em; max-width: 1100px; color: #222;
@@ -81,6 +77,7 @@ def headline_chart(answer: model.Answer, x_name: str | None, png: Path) -> str:
     return _svg(fig, png)
 
 
+VERDICT_COLOURS = {"different": "#c0392b", "equivalent": "#2e7d32", "undecided": "#4e79a7"}
 RATIO_TICKS = [0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 5, 10]
 
 
@@ -96,9 +93,8 @@ def forest_chart(answer: model.Answer, png: Path) -> str:
     ax.axvspan(1 / (1 + factors.margin), 1 + factors.margin, color="#dddddd",
                label=f"equivalent within ±{100 * factors.margin:g} %")
     ax.axvline(1.0, color="#555555", linewidth=1)
-    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
     for y, (e, _) in enumerate(rows):
-        colour = colours.get(e.verdict, "#4e79a7")
+        colour = VERDICT_COLOURS[e.verdict]
         if e.ci_low is not None:
             ax.plot([e.ci_low, e.ci_high], [y, y], color=colour, linewidth=2)
         ax.plot([e.ratio], [y], "o", color=colour)
@@ -125,12 +121,11 @@ def half_normal_chart(answer: model.Answer, png: Path) -> str:
     the factors that matter stand off it to the right, coloured by their verdict and named."""
     points = answer.design.points
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    colours = {effects.DIFFERENT: "#c0392b", effects.EQUIVALENT: "#2e7d32", effects.UNDECIDED: "#4e79a7"}
     for p in points:
-        ax.plot([p.size], [p.quantile], "o", color=colours.get(p.verdict, "#4e79a7"))
+        ax.plot([p.size], [p.quantile], "o", color=VERDICT_COLOURS[p.verdict])
         ax.annotate(f"{p.factor}={format_value(p.level)} ({p.verdict})", (p.size, p.quantile), textcoords="offset points",
-                    xytext=(6, -3), fontsize=8, color=colours.get(p.verdict, "#4e79a7"))
-    quiet = [p for p in points if p.verdict != effects.DIFFERENT]
+                    xytext=(6, -3), fontsize=8, color=VERDICT_COLOURS[p.verdict])
+    quiet = [p for p in points if p.verdict != "different"]
     if quiet:  # the line the effects of nothing follow, through the origin and the largest of them
         top = max(quiet, key=lambda p: p.quantile)
         if top.size > 0:
@@ -224,50 +219,34 @@ def _figure(svg: str, caption: str = "") -> str:
     return f"<figure>{svg}" + (f"<figcaption>{html.escape(caption)}</figcaption>" if caption else "") + "</figure>"
 
 
-def facts_html(facts: dict) -> str:
+def facts_html(machine: model.Machine) -> str:
     """The machine the runs were measured on, judged as `storlab check` judges it (without its sample of
     the core's speed under load, which is not recorded with runs)."""
-    try:
-        report = system.assess(facts)
-    except (KeyError, TypeError, AttributeError):  # facts from before storlab collected them all
-        rows = [[key, json.dumps(value)] for key, value in sorted(_flatten(facts).items())]
+    if machine.fit is None:  # facts from before storlab collected them all
+        rows = [[key, json.dumps(value)] for key, value in machine.facts.items()]
         return _table(["fact", "value"], rows, left=2)
-    marks = {system.OK: "OK", system.WARNING: "WARNING", system.UNKNOWN: "UNKNOWN"}
     parts = []
-    for item in report.items:
-        if item.state == system.WARNING:
+    for item in machine.judged:
+        if item.state == "warning":
             parts.append(f"<p class='warn'>warning: {html.escape(item.group)} {html.escape(item.name)}: "
                          f"{html.escape(item.value)}: {html.escape(item.reason)}"
                          f"{'' if item.distorts else ' (does not make the machine unfit)'}</p>")
-    rows = [[item.group, item.name, item.value, marks[item.state],
-             item.reason if item.state != system.OK else ""] for item in report.items]
-    verdict = "fit to benchmark" if report.fit else "not fit to benchmark: a warning would distort results"
+    rows = [[item.group, item.name, item.value, item.state.upper(), item.reason if item.state != "ok" else ""]
+            for item in machine.judged]
+    verdict = "fit to benchmark" if machine.fit else "not fit to benchmark: a warning would distort results"
     return (f"<p>as storlab check judges these facts: {verdict}</p>" + "".join(parts)
             + _table(["group", "fact", "value", "state", "why"], rows, left=5))
 
 
-def _flatten(value, prefix: str = "") -> dict:
-    if isinstance(value, dict) and value:
-        out = {}
-        for key, inner in value.items():
-            out.update(_flatten(inner, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): value}
-
-
-def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -> Path:
-    """`io`: folders of `storlab io` results to show beside the database's; `cell`: the cell whose median
-    run the waits-over-time chart draws (default the best)."""
-    results = analysis.load(store)
-    answer = compose(results)
-    folder = store.folder
+def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
+    """The report of `answer` into `folder`, the charts over time drawn from the raw timelines of the runs
+    the answer names (`raw`: the store)."""
     outputs.claim(folder, FILES)
-    capabilities = capability.gather(store, results, list(io or []))
-    name = results.name or folder.name
+    name = answer.experiment.name if answer.experiment.declared else folder.name
     sections = [f"<h1>storlab: {html.escape(name)}</h1>"]
-    if results.experiment is not None:
+    if answer.experiment.declared:
         sections.append(f"<p>engine {html.escape(answer.experiment.engine)}, "
-                        f"{len(answer.labels)} cells, {sum(len(c.runs) for c in results.cells)} runs</p>")
+                        f"{len(answer.labels)} cells, {sum(r.runs for r in answer.ranking)} runs</p>")
     for note in answer.warnings:
         sections.append(f"<p class='warn'>warning: {html.escape(note)}</p>")
     for failed in answer.failures:
@@ -286,11 +265,10 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                                    "effects of nothing follow the dashed line, those that matter stand off to the right")
                            if answer.design and answer.design.kind == "screening" and answer.design.points else "")
                         + factors_html(answer))
-    if results.measured:
-        swept = wait_report.swept_factor(results)
+    if answer.ranking:
         if any(r.geometric_mean is not None for r in answer.ranking):  # no chart of figures at 0 or below
             sections.append(f"<h2>{html.escape(answer.headline.label)}</h2>"
-                            + _figure(headline_chart(answer, swept and short_name(swept), folder / "elapsed.png")))
+                            + _figure(headline_chart(answer, answer.swept, folder / "elapsed.png")))
         rate = rate_chart.section(answer, folder)
         if rate:
             sections.append(rate)
@@ -301,62 +279,62 @@ def write(store: Store, io: list[Path] | None = None, cell: str | None = None) -
                                   + (answer.limits.lines if answer.limits else [])
                                   + [f"steady state: {line}" for line in (answer.steadiness.lines if answer.steadiness else [])]
                                   + answer.notes))
-        composition = wait_report.composition_chart(results, folder / "wait_composition.png")
+        composition = wait_report.composition_chart(answer, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
                             + _figure(composition, "seconds waited per run, summed over the sessions; "
-                                      + wait_report.factor_caption(results)))
+                                      + wait_report.factor_caption(answer)))
         explained = _explain_html(answer)
         if explained:
             sections.append("<h2>What explains the difference</h2>" + explained)
-        resources = _resources_html(answer, [c.cell.id for c in wait_report.in_factor_order(results)])
+        resources = _resources_html(answer, answer.chart_order)
         if resources:
             sections.append("<h2>Who waits on what</h2>" + resources)
-        over_time = wait_report.waits_over_time_chart(store, results, cell, folder / "waits_over_time.png")
+        over_time = wait_report.waits_over_time_chart(raw, answer, folder / "waits_over_time.png")
         if over_time:
             caption, svg = over_time
             sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
         throughput = next((m for m in timeline.METRICS if m.name == answer.experiment.throughput), None)
-        svg = throughput and timelines.chart(store, results, throughput, folder / f"{throughput.name}.png")
+        svg = throughput and timelines.chart(raw, answer, throughput, folder / f"{throughput.name}.png")
         if svg:
             sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput)))
-        latency = timelines.latency_chart(store, results, folder / "latency.png")
+        latency = timelines.latency_chart(raw, answer, folder / "latency.png")
         if latency:
             sections.append("<h2>Transaction latency over time (p50, p95, p99)</h2>" + _figure(latency[1], latency[0]))
-        device = timelines.device_chart(store, results, folder / f"{timeline.MIB_S.name}.png")
+        device = timelines.device_chart(raw, answer, folder / f"{timeline.MIB_S.name}.png")
         if device:
             sections.append("<h2>Device MiB/s over time, per placement</h2>" + _figure(device[1], device[0]))
-        held = timelines.cap_chart(store, results, folder / f"{timeline.CAP_USE.name}.png")
+        held = timelines.cap_chart(raw, answer, folder / f"{timeline.CAP_USE.name}.png")
         if held:
             sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
-        held = timelines.credits_chart(store, results, folder / "credits.png")
+        held = timelines.credits_chart(raw, answer, folder / "credits.png")
         if held:
             sections.append("<h2>Credit buckets over time, per placement</h2>" + _figure(held[1], held[0]))
-        svg = timelines.chart(store, results, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
+        svg = timelines.chart(raw, answer, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
         if svg:
             sections.append("<h2>The server's memory over time</h2>"
                             + _figure(svg, timelines.caption(timeline.SERVER_MEMORY) + "; what its control group "
                                       "held, the page cache included, against its limit"))
-        svg = timelines.chart(store, results, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
+        svg = timelines.chart(raw, answer, timeline.CPU_PERCENT, folder / f"{timeline.CPU_PERCENT.name}.png")
         if svg:
             sections.append("<h2>CPU over time</h2>" + _figure(svg, timelines.caption(timeline.CPU_PERCENT)))
-        sizes = io_report.sizes_chart(store, results, folder / "io_sizes.png")
+        sizes = io_report.sizes_chart(answer, folder / "io_sizes.png")
         if sizes:
             sections.append("<h2>The size of the IOs</h2>" + _figure(sizes[1], sizes[0]))
-        dop = io_report.dop_chart(results, folder / "dop.png")
+        dop = io_report.dop_chart(answer, folder / "dop.png")
         if dop:
             sections.append("<h2>Scan time and CPU time against parallel workers</h2>" + _figure(dop))
-    if capabilities:
+    if answer.capability:
         sections.append("<h2>Device capability beside the database</h2>"
-                        + _figure(capability.chart(capabilities, folder / "io.png")))
+                        + _figure(capability.chart(answer.capability, folder / "io.png")))
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
-                               capability.table_rows(capabilities), left=3))
-    if results.measured:
+                               capability.table_rows(answer.capability), left=3))
+    if answer.ranking:
         sections += _probe_sections(answer)
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
-    for host, facts in results.machines or [(None, results.facts)] if results.facts else []:
-        title = f"Machine facts: {host}" if host else "Machine facts"
-        sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(facts))
+    for machine in answer.machines:
+        title = f"Machine facts: {machine.host}" if machine.host else "Machine facts"
+        sections.append(f"<h2>{html.escape(title)}</h2>" + facts_html(machine))
     return outputs.write(folder, "report.html", f"{outputs.REPORT_MARK}{html.escape(name)}</title>"
                          "<meta name='viewport' content='width=device-width, initial-scale=1'>"
                          f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")

@@ -13,10 +13,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from storlab import timeline
-from storlab.answer.analysis import Results
-from storlab.report import wait_report
-from storlab.report.charts import PALETTE, plt, svg
-from storlab.results.store import Store
+from storlab.answer import model
+from storlab.report.charts import PALETTE, RawSeries, plt, svg
 from storlab.timeline import Metric
 
 X_LABEL = "seconds since the first transaction"
@@ -25,24 +23,23 @@ PERCENTILE_COLOURS = {timeline.LATENCY_P50_MS: "#9ecae1", timeline.LATENCY_P95_M
 CHECKPOINT_COLOUR, WAL_SWITCH_COLOUR = "#f28e2b", "#555555"
 
 
-def _end(run, xs: list[float]) -> float:
+def _end(run: model.DrawnRun, xs: list[float]) -> float:
     """The end of a run's last bucket: the end of the run, or just past its last point."""
-    return max(run.figures.get("elapsed_s", xs[-1]), xs[-1] + 1e-3)
+    return max(xs[-1] if run.elapsed_s is None else run.elapsed_s, xs[-1] + 1e-3)
 
 
-def chart(store: Store, results: Results, metric: Metric, png: Path) -> str | None:
+def chart(raw: RawSeries, answer: model.Answer, metric: Metric, png: Path) -> str | None:
     """A metric (or each member of a family) over the run's time axis, one line per cell."""
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
-    for c in wait_report.in_factor_order(results):
-        run = c.runs[0]
+    for run in answer.first_runs:
         points = defaultdict(list)
-        for t, name, value in store.timeline(run.id):
+        for t, name, value in raw.timeline(run.run):
             if metric.holds(name):
                 points[name].append((t, value))
         for name, series in points.items():
             xs, ys = zip(*sorted(series))
-            label = c.cell.label + (f" [{metric.member_of(name)}]" if metric.member else "")
+            label = run.label + (f" [{metric.member_of(name)}]" if metric.member else "")
             if metric.steps:
                 ax.stairs(ys, [*xs, _end(run, xs)], label=label, linewidth=1.2, baseline=None)
             else:
@@ -68,33 +65,32 @@ def caption(metric: Metric) -> str:
     return found
 
 
-def _per_cell(store: Store, results: Results, metrics: tuple[Metric, ...], ylabel: str, png: Path,
+def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...], ylabel: str, png: Path,
               colours: dict[str, str] | None = None) -> tuple[set[Metric], str] | None:
     """Small multiples: one panel per cell (its first run), one line per metric (or member of a
     family), on one scale for every cell, with the run's traced checkpoints (shaded from their start
     over their duration) and WAL switches (dotted). `colours`: a colour per line's label, in the
     legend's order (default: the palette, by label). Returns (the events drawn, svg)."""
     panels = []
-    for c in wait_report.in_factor_order(results):
-        run = c.runs[0]
+    for run in answer.first_runs:
         lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
         events: dict[Metric, list[tuple[float, float]]] = defaultdict(list)
-        for t, name, value in store.timeline(run.id):
+        for t, name, value in raw.timeline(run.run):
             metric = timeline.find(name)
             if metric in timeline.EVENTS:
                 events[metric].append((t, value))
             elif metric in metrics:
                 lines[name].append((t, value))
         if lines:
-            panels.append((c, run, lines, events))
+            panels.append((run, lines, events))
     if not panels:
         return None
     label = {name: metric.member_of(name) if metric.member else metric.label
-             for _, _, lines, _ in panels for name in lines for metric in [timeline.find(name)]}
+             for _, lines, _ in panels for name in lines for metric in [timeline.find(name)]}
     colours = colours or {text: PALETTE[i % len(PALETTE)] for i, text in enumerate(sorted(set(label.values())))}
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 + 1.6 * len(panels)), squeeze=False, sharex=True,
                              sharey=True, layout="constrained")
-    for ax, (c, run, lines, events) in zip(axes[:, 0], panels):
+    for ax, (run, lines, events) in zip(axes[:, 0], panels):
         for name, points in sorted(lines.items()):
             xs, ys = zip(*sorted(points))
             if timeline.find(name).steps:
@@ -105,15 +101,15 @@ def _per_cell(store: Store, results: Results, metrics: tuple[Metric, ...], ylabe
             ax.axvspan(t, t + duration, color=CHECKPOINT_COLOUR, alpha=0.25, linewidth=0)
         for t, _ in events.get(timeline.WAL_SWITCH, []):
             ax.axvline(t, color=WAL_SWITCH_COLOUR, linewidth=0.8, linestyle=":")
-        ax.set_title(c.cell.label, fontsize=9, loc="left")
+        ax.set_title(run.label, fontsize=9, loc="left")
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     # One scale for every cell, set once: each panel's own autoscaling would keep only its data.
-    top = max(v for _, _, lines, _ in panels for points in lines.values() for _, v in points)
+    top = max(v for _, lines, _ in panels for points in lines.values() for _, v in points)
     axes[-1, 0].set_ylim(0, 1.05 * top if top > 0 else 1.0)
     axes[-1, 0].set_xlabel(X_LABEL, fontsize=8)
-    drawn = {metric for _, _, _, events in panels for metric in events}
+    drawn = {metric for _, _, events in panels for metric in events}
     shown = set(label.values())
     handles = [(Line2D([], [], color=colour, linewidth=1.3), text) for text, colour in colours.items() if text in shown]
     if timeline.CHECKPOINT in drawn:
@@ -131,11 +127,11 @@ def _events_note(drawn: set[Metric]) -> str:
     return f"as traced: {', '.join(marks)}" if marks else "checkpoints and WAL switches are marked where traced (none here)"
 
 
-def latency_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+def latency_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: the p50, p95 and p99 latency of the transactions committed in each bucket,
     with the run's traced events. Returns (caption, svg)."""
     colours = {metric.label: colour for metric, colour in PERCENTILE_COLOURS.items()}
-    found = _per_cell(store, results, tuple(PERCENTILE_COLOURS), "ms", png, colours)
+    found = _per_cell(raw, answer, tuple(PERCENTILE_COLOURS), "ms", png, colours)
     if found is None:
         return None
     drawn, drawing = found
@@ -143,10 +139,10 @@ def latency_chart(store: Store, results: Results, png: Path) -> tuple[str, str] 
             f"each drawn over the time its bucket covers; {_events_note(drawn)}"), drawing
 
 
-def device_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+def device_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: each placement's device MiB/s, with the run's traced events. Returns
     (caption, svg)."""
-    found = _per_cell(store, results, (timeline.MIB_S,), timeline.MIB_S.label, png)
+    found = _per_cell(raw, answer, (timeline.MIB_S,), timeline.MIB_S.label, png)
     if found is None:
         return None
     drawn, drawing = found
@@ -156,10 +152,10 @@ def device_chart(store: Store, results: Results, png: Path) -> tuple[str, str] |
             "each is one high interval"), drawing
 
 
-def cap_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+def cap_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: each capped placement's IO as a share of its tightest cap. Returns
     (caption, svg)."""
-    found = _per_cell(store, results, (timeline.CAP_USE,), timeline.CAP_USE.label, png)
+    found = _per_cell(raw, answer, (timeline.CAP_USE,), timeline.CAP_USE.label, png)
     if found is None:
         return None
     drawn, drawing = found
@@ -168,9 +164,9 @@ def cap_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | No
             f"{_events_note(drawn)}"), drawing
 
 
-def credits_chart(store: Store, results: Results, png: Path) -> tuple[str, str] | None:
+def credits_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
     """One panel per cell: each credit bucket's credits left over the run. Returns (caption, svg)."""
-    found = _per_cell(store, results, tuple(timeline.CREDITS_LEFT.values()), "% of the bucket left", png)
+    found = _per_cell(raw, answer, tuple(timeline.CREDITS_LEFT.values()), "% of the bucket left", png)
     if found is None:
         return None
     drawn, drawing = found

@@ -11,66 +11,37 @@ from pathlib import Path
 import numpy as np
 
 from storlab import timeline
-from storlab.answer.analysis import CellResult, Results
-from storlab.errors import UserError
-from storlab.experiment.swept import nested_in, short_name
-from storlab.report.charts import OTHER, colours, plt, svg
-from storlab.results.store import Store
+from storlab.answer import model
+from storlab.report.charts import OTHER, RawSeries, colours, plt, svg
 
 
-def swept_factor(results: Results) -> str | None:
-    """The x axis: data_files when it is a factor (the seeds' graph), else the first numeric factor."""
-    factors = results.factors
-    if "layout.data_files" in factors and len(factors["layout.data_files"]) > 1:
-        return "layout.data_files"
-    for name, values in factors.items():
-        if len(values) > 1 and nested_in(name) is None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return name
-    return None
-
-
-def in_factor_order(results: Results) -> list[CellResult]:
-    """The measured cells grouped by the other factors (in the file's order of their values), the swept
-    factor rising within each group: "as files are added" reads from top to bottom."""
-    factors = results.factors
-    swept = swept_factor(results)
-
-    def position(name: str, value) -> int:
-        values = factors.get(name, [])
-        return values.index(value) if value in values else len(values)
-
-    def key(c: CellResult):
-        others = tuple(position(n, v) for n, v in c.cell.factors.items() if n != swept)
-        return others, position(swept, c.cell.factors.get(swept)) if swept else 0
-
-    return sorted(results.measured, key=key)
-
-
-def wait_ranks(cells: list[CellResult]) -> list[str]:
-    """Every wait in some cell's top 95 %, largest total first (ties by name)."""
+def wait_ranks(tops: list[list[model.WaitRow]]) -> list[str]:
+    """Every wait in some cell's top 95 % (`tops`: each cell's rows), largest total first (ties by name)."""
     totals: dict[str, float] = defaultdict(float)
-    for c in cells:
-        for row in c.top:
+    for top in tops:
+        for row in top:
             totals[row.wait_type] += row.wait_s
     return sorted(totals, key=lambda name: (-totals[name], name))
 
 
-def composition_chart(results: Results, png: Path) -> str | None:
+def composition_chart(answer: model.Answer, png: Path) -> str | None:
     """One stacked bar per cell: seconds per run in each top wait, the rest as "other waits"."""
-    cells = in_factor_order(results)
-    if not any(c.waits for c in cells):
+    by_id = {c.cell: c for c in answer.cells}
+    cells = [by_id[cell] for cell in answer.chart_order if cell in by_id]
+    if not any(c.waits or c.rest for c in cells):
         return None
-    ranked = wait_ranks(cells)
+    ranked = wait_ranks([c.waits for c in cells])
     palette = colours(ranked)
     shown = [name for name in ranked if name in palette]
+    seconds = [{**c.rest, **{w.wait_type: w.wait_s for w in c.waits}} for c in cells]
     fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(cells)))
-    labels = [c.cell.label or c.cell.id for c in cells]
+    labels = [c.label or c.cell for c in cells]
     left = np.zeros(len(cells))
     for name in shown + [OTHER]:
         if name == OTHER:
-            widths = np.array([sum(w.wait_s for w in c.waits if w.wait_type not in shown) for c in cells])
+            widths = np.array([sum(s for wait, s in waits.items() if wait not in shown) for waits in seconds])
         else:
-            widths = np.array([sum(w.wait_s for w in c.waits if w.wait_type == name) for c in cells])
+            widths = np.array([waits.get(name, 0.0) for waits in seconds])
         if not widths.any():
             continue
         ax.barh(range(len(cells)), widths, left=left, color=palette[name], label=name, height=0.7)
@@ -84,45 +55,27 @@ def composition_chart(results: Results, png: Path) -> str | None:
     return svg(fig, png)
 
 
-def chosen_run(results: Results, cell: str | None):
-    """(cell, run) whose waits the report draws over time: the run with the median headline of the
-    best cell, or of `cell`."""
-    if cell is not None:
-        chosen = results.cell(cell)
-        if chosen is None or chosen.headline is None:
-            known = ", ".join(c.cell.id for c in results.measured)
-            raise UserError(f"--cell {cell}: no such cell with finished runs (cells: {known})")
-    else:
-        ranking = results.ranking()
-        chosen = ranking[0].result if ranking else None
-    if chosen is None:
-        return None
-    runs = sorted(chosen.runs, key=lambda r: (r.figures.get(chosen.headline_name, 0.0), r.repetition))
-    return chosen, runs[(len(runs) - 1) // 2]
-
-
 def _edges(starts: list[float], end: float) -> list[float]:
     """Interval edges: each interval runs to the next one's start, the last to the end of the run."""
     last = max(end, starts[-1] + (starts[-1] - starts[-2] if len(starts) > 1 else 1.0) * 0.5)
     return list(starts) + [last]
 
 
-def waits_over_time_chart(store: Store, results: Results, cell: str | None, png: Path) -> tuple[str, str] | None:
-    """The chosen run's throughput over its own time axis, and under it its waits stacked, in
+def waits_over_time_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+    """The answer's chosen run's throughput over its own time axis, and under it its waits stacked, in
     sessions waiting on average (seconds waited per second). Returns (caption, svg)."""
-    chosen = chosen_run(results, cell)
-    if chosen is None:
+    run = answer.waits_over_time
+    if run is None:
         return None
-    result, run = chosen
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for t, metric, value in store.timeline(run.id):
+    for t, metric, value in raw.timeline(run.run):
         series[metric].append((t, value))
     waits = {timeline.WAIT.member_of(m): pts for m, pts in series.items() if timeline.WAIT.holds(m)}
     if not waits:
         return None
-    end = run.figures.get("elapsed_s", 0.0)
+    end = 0.0 if run.elapsed_s is None else run.elapsed_s
     throughput = next((m for m in timeline.THROUGHPUT if series.get(m.name)), None)
-    title = f"{result.cell.label}, repetition {run.repetition}: "
+    title = f"{run.label}, repetition {run.repetition}: "
     if throughput:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
         points = sorted(series[throughput.name])
@@ -136,7 +89,7 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
         top, title = bottom, title + "the waits over time"
     # From the axes' left edge, clear of the y tick labels, however long the cell's label.
     top.set_title(title, loc="left", fontsize=10)
-    ranked = wait_ranks(results.measured)
+    ranked = wait_ranks([c.waits for c in answer.cells])
     palette = colours(ranked)
     starts = sorted({t for pts in waits.values() for t, _ in pts})
     edges = _edges(starts, end)
@@ -158,11 +111,10 @@ def waits_over_time_chart(store: Store, results: Results, cell: str | None, png:
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     bottom.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
-    caption = (f"the run of {result.cell.label} ({result.cell.id}) with the median {results.headline.label}, "
+    caption = (f"the run of {run.label} ({run.cell}) with the median {answer.headline.label}, "
                f"repetition {run.repetition}; waits per second of the run, each interval divided by the time it covers")
     return caption, svg(fig, png)
 
 
-def factor_caption(results: Results) -> str:
-    swept = swept_factor(results)
-    return "" if swept is None else f"cells grouped by the other factors, {html.escape(short_name(swept))} rising"
+def factor_caption(answer: model.Answer) -> str:
+    return "" if answer.swept is None else f"cells grouped by the other factors, {html.escape(answer.swept)} rising"

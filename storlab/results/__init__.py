@@ -1,1 +1,1 @@
-"""The results: the store (SQLite in a folder, or a shared PostgreSQL store), the files written beside it, one writer per folder."""
+"""The results: the store (SQLite in a folder, or a shared PostgreSQL store), its raw data exported as plain files, the files written beside it, one writer per folder."""
