@@ -5,6 +5,7 @@ the experiment. On an 85 MB file system of its own, unmounted on every way out."
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -118,6 +119,8 @@ def test_a_placement_that_fills_up_is_named_and_stops_the_experiment(small_exper
     assert line.endswith("; stopped: free space there or shrink the workload, then run the same command to resume")
     with sqlite3.connect(out / "storlab.sqlite") as db:
         (message,) = db.execute("SELECT message FROM failures").fetchone()  # one failure, not one per run
-    assert "No space left on device" in message
+    # PostgreSQL says a full disk two ways: ENOSPC, or a write the disk took only part of (mdextend's
+    # "wrote only 4096 of 8192 bytes", once in a suite of three workers)
+    assert re.search(r"No space left on device|wrote only \d+ of \d+ bytes", message), message
     assert storlab_processes() == [] and [p.name for p in small_fs.iterdir()] == ["filler"]
     assert owned.Manifest.all() == []
