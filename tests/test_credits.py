@@ -6,6 +6,7 @@ timeline, the kernel lets through no more than the bucket allows, and show and t
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sqlite3
@@ -193,6 +194,14 @@ def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_say
     assert storlab("report", tmp_path / "r").returncode == 0
     page = (tmp_path / "r" / "report.html").read_text()
     assert "Credit buckets over time" in page and "credit bucket" in page
+    # One answer, three renderers: what the caps and the bucket did, as the JSON says it, is what the
+    # terminal and the report say, with the time it ran dry to the tenth of a second.
+    shown = " ".join(storlab("show", tmp_path / "r").stdout.split())
+    page = " ".join(html.unescape(page).split())
+    assert any(f"round 1 at {dry['at_s']:.1f} s" in line for line in answer["limits"]["lines"])
+    for line in answer["limits"]["lines"]:
+        line = " ".join(line.split())
+        assert line in shown and line in page, line
 
 
 @pytest.mark.device

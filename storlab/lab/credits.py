@@ -20,6 +20,7 @@ from typing import Callable
 
 from storlab.lab import caps
 from storlab.lab.caps import Bucket
+from storlab.lab.cgroups import ControlGroup
 from storlab.sampler import Sampler
 
 PERIOD_S = 0.1
@@ -95,13 +96,14 @@ class CreditKeeper:
     thread of its own, changing the device's cap when a bucket runs dry or bursts again; `stop` sets
     the start's caps back for the next run. (`wait`: the sampler's, for a test that settles by hand.)"""
 
-    def __init__(self, group, record_every_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, group: ControlGroup, record_every_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
                  wait: Callable[[float], bool] | None = None):
         self.group = group
         self.clock = clock
         self.record_every_s = record_every_s
         self.devices = [_Device(cap, [], []) for cap in group.limits.devices if cap.caps.buckets]
         self.wait = wait
+        self.sampler: Sampler | None = None
 
     def __bool__(self) -> bool:
         return bool(self.devices)
@@ -162,8 +164,11 @@ class CreditKeeper:
     def stop(self) -> list[BucketUse]:
         """The run's last stretch settled, what each bucket did; the start's caps set back whatever
         happens."""
-        self.sampler.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
         try:
+            if self.sampler is None:
+                return []  # never started
             if self.sampler.error is not None:
                 raise self.sampler.error
             self.settle()
