@@ -16,6 +16,7 @@ import pytest
 
 from storlab import timeline
 from storlab.lab import caps, cgroups, credits, devices
+from storlab.report import page as report_page
 from storlab.lab.caps import Bucket, DeviceCap, IoCaps, IoCount
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, needs_root
@@ -194,6 +195,8 @@ def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_say
     assert storlab("report", tmp_path / "r").returncode == 0
     page = (tmp_path / "r" / "report.html").read_text()
     assert "Credit buckets over time" in page and "credit bucket" in page
+    # every file the report wrote is one it claims before writing any (so a refusal comes before the first)
+    assert {p.name for p in (tmp_path / "r").glob("*.png")} <= set(report_page.FILES)
     # One answer, three renderers: what the caps and the bucket did, as the JSON says it, is what the
     # terminal and the report say, with the time it ran dry to the tenth of a second.
     shown = " ".join(storlab("show", tmp_path / "r").stdout.split())

@@ -22,6 +22,7 @@ from storlab.probes import iosizes
 from storlab.answer import model
 from storlab.answer.compose import compose
 from storlab.report import page
+from storlab.report.page import FILES as REPORT_FILES
 from storlab.report.charts import plt
 from storlab.results.store import Store
 from tests.browser import Chromium
@@ -95,6 +96,8 @@ def test_the_report_shows_what_explains_the_numbers(recorded):
                   "Throughput over time", "Device capability beside the database", "Machine facts"):
         assert f"<h2>{title}</h2>" in page
     assert page.count("<svg") == len(CHARTS)
+    # every file the report wrote is one it claims before writing any (so a refusal comes before the first)
+    assert {p.name for p in recorded.glob("*.png")} <= set(REPORT_FILES)
     for name in CHARTS:
         image = Image.open(recorded / name)
         assert image.format == "PNG" and image.size[0] > 300 and len(image.getcolors(1 << 20)) > 10, name

@@ -31,9 +31,10 @@ th:first-child, td:first-child, td.l, th.l { text-align: left; }
 figure svg { width: 100%; height: auto; display: block; }
 figcaption, .note { color: #555; font-size: 13px; }
 """
-FILES = ["report.html", "factor_effects.png", "elapsed.png", "wait_composition.png", "waits_over_time.png", "rows_per_s.png",
-         "transactions_per_s.png", "latency.png", "mb_s.png", "cpu_percent.png", "io.png", "io_sizes.png",
-         "dop.png", rate_chart.FILE]
+FILES = ["report.html", "factor_effects.png", "half_normal.png", "elapsed.png", "wait_composition.png",
+         "waits_over_time.png", "rows_per_s.png", "transactions_per_s.png", "latency.png", "mb_s.png",
+         f"{timeline.CAP_USE.name}.png", "credits.png", f"{timeline.SERVER_MEMORY.name}.png", "cpu_percent.png", "io.png",
+         "io_sizes.png", "dop.png", rate_chart.FILE]
 
 
 def _interval(rows: list[model.Ranked]) -> list[list[float]] | None:
