@@ -13,6 +13,7 @@ from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import KINDS, kind
+from storlab.workloads.tool import Client
 from storlab.workloads.custom import GRAMMARS, CustomParams, split
 from storlab.workloads.driver import Transactions, buckets, measure, timeline
 from storlab.workloads.kind import ELAPSED, Figure, UnitOfWork, Workload, registry
@@ -300,3 +301,25 @@ def test_a_kind_on_an_engine_it_does_not_declare_is_refused_in_one_line(write_ex
     kind = KINDS["random-insert"]
     monkeypatch.setattr(type(kind), "engines", {**kind.engines, "toy": kind.engines["postgres"]})
     assert experiment.load(path).engine == "toy"
+
+
+class _Sessions:
+    """An instance whose client sessions are, at each look, the next of `seen` (the last one after)."""
+
+    def __init__(self, *seen: list[int]):
+        self.seen = list(seen)
+
+    def client_sessions(self, tag: str) -> list[int]:
+        return self.seen.pop(0) if len(self.seen) > 1 else self.seen[0]
+
+
+def test_a_client_s_own_session_that_closes_as_its_load_s_open_is_not_taken_for_one_of_them():
+    """pgbench opens a session for the server's version and its tables, under its load's name, and
+    closes it before its clients connect: with one client, that session alone looks like the load's."""
+    client = Client(argv=[], env={}, clients=None, folder=None)
+    client._reap = lambda: None  # still running
+    assert client.sessions(_Sessions([11], [], [], [22]), "tag", 1) == [22]
+    # A load's sessions that stay are taken at once, each looked at again once.
+    assert client.sessions(_Sessions([21, 22]), "tag", 2) == [21, 22]
+    # Seen beside the load's while it closes: left out, and the load's one not yet open waited for.
+    assert client.sessions(_Sessions([11, 21], [21], [21, 22]), "tag", 2) == [21, 22]

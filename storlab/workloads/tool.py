@@ -30,6 +30,10 @@ from storlab.lab.clients import ClientFolder, Clients
 from storlab.workloads.kind import Measurement, Progress
 
 POLL_S = 0.02  # while its sessions connect: a client connects a session in milliseconds
+# A client may open a session of its own before its load's (pgbench: the server's version and its
+# tables, under the same application name) and close it as its load's open: sessions found are looked
+# at again this much later, and those gone by then were not the load's.
+SETTLE_S = 0.1
 WAIT_S = 0.2  # while it runs
 CONNECT_TIMEOUT_S = 60.0
 # Past its declared run time (connections made, the last transactions finished, the report written):
@@ -107,6 +111,10 @@ class Client:
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             found = instance.client_sessions(tag)
+            if len(found) >= expected:
+                time.sleep(SETTLE_S)
+                still = set(instance.client_sessions(tag))
+                found = [pid for pid in found if pid in still]
             if len(found) >= expected:
                 return found
             ended = self._reap()
