@@ -42,28 +42,35 @@ def pytest_collection_modifyitems(items):
 
 
 # A test marked `alone` needs the machine's IO to itself (a bound on throughput it must reach); every
-# other test shares it, as the other xdist worker's (and another session's suite) do. A readers-writer
+# other test shares it, as the other xdist workers' (and another session's suite) do. A readers-writer
 # lock over files: the turnstile lets a test marked alone wait for the running tests to end while no new
-# one starts.
+# one starts. It is taken before a test's fixtures are set up and let go once they are torn down: a
+# module's or a session's fixture (a report rendered, a template or a server built) is work on the
+# machine too, and once two other workers built theirs beside a test marked alone.
 TURNSTILE = Path(tempfile.gettempdir()) / "storlab-tests-turnstile.lock"
 SHARE = Path(tempfile.gettempdir()) / "storlab-tests-share.lock"
+_HELD = pytest.StashKey[tuple]()  # a test's two lock files, open while it holds them
 
 
-@pytest.fixture(autouse=True)
-def machine_share(request):
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(TURNSTILE, "a") as turnstile, open(SHARE, "a") as share:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(share, fcntl.LOCK_UN)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    alone = item.get_closest_marker("alone") is not None
+    turnstile, share = open(TURNSTILE, "a"), open(SHARE, "a")
+    item.stash[_HELD] = (turnstile, share)
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    finally:
+        if not alone:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    for held in item.stash.get(_HELD, ()):
+        held.close()  # closing lets go of its lock
 
 
 @pytest.fixture(autouse=True)
@@ -127,6 +134,13 @@ def image_dir():
     cleanup.clean(live=True)
     if not mounted(path):
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def images(image_dir):
+    """`image_dir` open to the servers' OS user, which reaches the mount inside it."""
+    image_dir.chmod(0o755)
+    return image_dir
 
 
 SECRET = "root-only SECRET 7f3a9c\n"

@@ -51,12 +51,6 @@ kind = "pgbench"
 """
 
 
-@pytest.fixture
-def images(image_dir):
-    image_dir.chmod(0o755)  # the servers' OS user reaches the mount inside it
-    return image_dir
-
-
 def write(lab_root: Path, placements: str, layout: str = "", workload: str = "scale = 1\nduration_s = 5",
           settings: str = "", name: str = "caps.toml") -> Path:
     path = lab_root / name

@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,27 @@ from storlab.report import page as report_page
 from storlab.lab.caps import Bucket, DeviceCap, IoCaps, IoCount
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, needs_root
-from tests.test_caps import images, write  # noqa: F401  (a fixture)
+
+FILE = """
+name = "caps"
+engine = "postgres"
+
+[placements]
+{placements}
+
+[layout]
+data_on = "vol"
+
+[workload]
+kind = "pgbench"
+{workload}
+"""
+
+
+def write(lab_root, placements: str, workload: str = "scale = 1\nduration_s = 5") -> Path:
+    path = lab_root / "caps.toml"
+    path.write_text(FILE.format(placements=placements, workload=workload))
+    return path
 
 BUCKET = Bucket("iops", baseline=20, burst=200, size=900, start=900)
 
@@ -164,7 +185,7 @@ def _mean(points: list[tuple[float, float]], start: float, end: float) -> float:
 
 @pytest.mark.engine
 @pytest.mark.skipif(cgroups.limits_unavailable(True, False) is not None, reason="IO caps cannot be set here")
-def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_says_when(lab_root, images, tmp_path):  # noqa: F811
+def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_says_when(lab_root, images, tmp_path):
     # pgbench's commits at 300 IOPS spend 270 credits a second more than the bucket earns: 1,350 last 5 s.
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", '
                            'iops_bucket = { baseline = 30, burst = 300, size = 1350 } }',

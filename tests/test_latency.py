@@ -51,12 +51,6 @@ def write(lab_root: Path, placements: str, engine: str = "postgres", log_on: str
     return path
 
 
-@pytest.fixture
-def images(image_dir):
-    image_dir.chmod(0o755)  # the servers' OS user reaches the mount inside it
-    return image_dir
-
-
 # -- the file's keys ---------------------------------------------------------------------------
 
 

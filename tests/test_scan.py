@@ -48,12 +48,6 @@ def mounts_of(images: Path) -> list[str]:
     return [line for line in Path("/proc/mounts").read_text().splitlines() if str(images) in line]
 
 
-@pytest.fixture
-def images(image_dir):
-    image_dir.chmod(0o755)  # the servers' OS user reaches the mount inside it
-    return image_dir
-
-
 def test_a_device_the_servers_cannot_reach_is_refused_at_load(write_experiment, image_dir):
     image_dir.chmod(0o700)
     with pytest.raises(UserError, match=r"placements.fast.image_dir: .* is not reachable by the servers' OS user"):
