@@ -389,8 +389,9 @@ def test_a_memory_limit_makes_a_select_only_load_read_its_device(lab_root, image
             read[json.loads(factors)["layout.server_memory"]] = _integral(points)
         (limit, hits, peak), = db.execute("SELECT limit_bytes, hits, peak_bytes FROM memory_limit").fetchall()
     assert read["64MB"] > 2 * read["max"]  # measured here: 209 MiB against 58
-    # The kernel may charge past the limit what it must not refuse (a forced charge: once a 4 KiB page,
-    # in a full suite), never more than a charge batch (MEMCG_CHARGE_BATCH, 64 pages).
+    # The kernel charges past the limit what it must not refuse (a dying task's pages, an allocation
+    # that may not fail: once one 4 KiB page in a full suite); a few such pages are the kernel's, a
+    # limit that did not hold would be off by far more than 64.
     assert limit == 64 * 2**20 and hits > 0 and peak <= limit + 64 * 4096, (limit, hits, peak)
     said = " ".join(done.stdout.split())  # wherever the terminal wrapped its lines
     assert "server_memory=64MB" in said and "64 MiB limit reached in 1 of 1 run" in said
