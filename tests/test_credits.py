@@ -54,8 +54,8 @@ class Group:
     charged: int = 0
     held: list[IoCaps] = field(default_factory=list)
 
-    def reading(self) -> caps.Reading:
-        return caps.Reading(io={"7:3": IoCount(0, self.charged, 0, self.charged * 8192)})
+    def charged_io(self) -> dict[str, IoCount]:
+        return {"7:3": IoCount(0, self.charged, 0, self.charged * 8192)}
 
     def hold(self, cap: DeviceCap) -> None:
         self.held.append(cap.caps)

@@ -347,8 +347,7 @@ class ControlGroup:
                     pressure = _read(self.path / "io.pressure")
                     found.io_pressure_us = None if pressure is None else caps.pressure_some_us(pressure)
                 else:
-                    found.io = caps.v1_io(_read(self._dir("io") / "blkio.throttle.io_serviced") or "",
-                                          _read(self._dir("io") / "blkio.throttle.io_service_bytes") or "")
+                    found.io = self.charged_io()
             if self.limits.memory_bytes is not None:
                 where = self._dir("memory")
                 if self.version == 2:
@@ -367,6 +366,17 @@ class ControlGroup:
         except caps.Malformed as exc:
             raise RunFailed(f"the control group {self.path}: {exc}") from None
         return found
+
+    def charged_io(self) -> dict[str, caps.IoCount]:
+        """What the group was charged on each device ("major:minor"), and nothing else: a credit bucket
+        reads it ten times a second (RunFailed if a file does not read as the kernel writes it)."""
+        try:
+            if self.version == 2:
+                return caps.io_stat(_read(self.path / "io.stat") or "")
+            return caps.v1_io(_read(self._dir("io") / "blkio.throttle.io_serviced") or "",
+                              _read(self._dir("io") / "blkio.throttle.io_service_bytes") or "")
+        except caps.Malformed as exc:
+            raise RunFailed(f"the control group {self.path}: {exc}") from None
 
     def reset_peak(self) -> bool:
         """Start the kernel's peak of the group's memory over (v1; v2 keeps one since the group was

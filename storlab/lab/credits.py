@@ -114,7 +114,7 @@ class CreditKeeper:
             d.credits = [Credits(b) for b in d.cap.caps.buckets]
             d.use = [BucketUse(d.cap.device, list(d.cap.placements), b, None, 0.0, 0.0, b.start) for b in d.cap.caps.buckets]
             self._hold(d)
-        self.t, self.io = self.clock(), self.group.reading().io
+        self.t, self.io = self.clock(), self.group.charged_io()
         self.last_point = self.t
         self._record(self.t, force=True)
         self.sampler = Sampler(PERIOD_S, lambda _weight_s: self.settle(), clock=self.clock, wait=self.wait)
@@ -122,7 +122,7 @@ class CreditKeeper:
 
     def settle(self) -> None:
         """Pay for the IO since the last settling, earn its time, and hold the cap each bucket allows."""
-        now, io = self.clock(), self.group.reading().io
+        now, io = self.clock(), self.group.charged_io()
         seconds, changed = now - self.t, False
         if seconds <= 0:
             return
