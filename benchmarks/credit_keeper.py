@@ -14,13 +14,10 @@ round and its median. As root.
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
+
+import paired_cells
 
 EXPERIMENT = """
 name = "credit-keeper"
@@ -56,23 +53,13 @@ def main() -> None:
     parser.add_argument("--image-dir", default="/var/tmp/storlab/img")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="storlab-credit-keeper-", dir="/var/tmp"))
-    work.chmod(0o755)  # the servers' OS user reaches the results' neighbours, not the results
-    path = work / "credit-keeper.toml"
-    path.write_text(EXPERIMENT.format(rounds=args.rounds, images=args.image_dir, scale=args.scale, iops=args.iops,
-                                      clients=args.clients, seconds=args.seconds))
-    done = subprocess.run([sys.executable, "-m", "storlab", "run", str(path), "--out", str(work / "r"), "--no-trace"],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"storlab run failed ({done.returncode}): {done.stderr.strip()[-600:]}")
-    with sqlite3.connect(work / "r" / "storlab.sqlite") as db:
-        rows = db.execute("SELECT c.factors, r.repetition, f.value FROM figures f "
-                          "JOIN runs r ON r.id = f.run_id JOIN cells c ON c.id = r.cell_id "
-                          "WHERE f.name = 'transactions_per_s' ORDER BY r.repetition").fetchall()
+    results = paired_cells.run("credit-keeper", EXPERIMENT.format(
+        rounds=args.rounds, images=args.image_dir, scale=args.scale, iops=args.iops, clients=args.clients,
+        seconds=args.seconds))
+    with sqlite3.connect(results / "storlab.sqlite") as db:
         dry = db.execute("SELECT count(*) FROM io_buckets WHERE dry_at_s IS NOT NULL").fetchone()[0]
     tps: dict[tuple[str, str], dict[int, float]] = {}
-    for factors, rnd, value in rows:
-        f = json.loads(factors)
+    for f, rnd, value, _ in paired_cells.transactions(results):
         tps.setdefault((f["workload.script"], f["layout.data_on"]), {})[rnd] = value
     print(f"pgbench scale {args.scale}, {args.clients} clients, {args.seconds} s a run, {args.iops:,} IOPS; "
           f"txn/s per round (runs whose bucket ran dry: {dry})")
@@ -83,7 +70,7 @@ def main() -> None:
         print(f"{'':12} bucket  " + "  ".join(f"{bucket[r]:8,.0f}" for r in sorted(bucket)))
         print(f"{'':12} bucket / capped: " + ", ".join(f"{x:.3f}" for x in ratios) +
               f"; median {statistics.median(ratios):.3f}")
-    print(f"results: {work / 'r'}")
+    print(f"results: {results}")
 
 
 if __name__ == "__main__":

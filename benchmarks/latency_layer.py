@@ -13,13 +13,9 @@ CPU over each load (seconds, and as a share of one core). As root.
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import statistics
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
+
+import paired_cells
 
 EXPERIMENT = """
 name = "latency-layer"
@@ -54,26 +50,14 @@ def main() -> None:
     parser.add_argument("--image-dir", default="/var/tmp/storlab/img")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="storlab-latency-layer-", dir="/var/tmp"))
-    work.chmod(0o755)  # the servers' OS user reaches the results' neighbours, not the results
-    path = work / "latency-layer.toml"
-    path.write_text(EXPERIMENT.format(rounds=args.rounds, images=args.image_dir, scale=args.scale,
-                                      clients=args.clients, seconds=args.seconds))
-    done = subprocess.run([sys.executable, "-m", "storlab", "run", str(path), "--out", str(work / "r"), "--no-trace"],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"storlab run failed ({done.returncode}): {done.stderr.strip()[-600:]}")
-    with sqlite3.connect(work / "r" / "storlab.sqlite") as db:
-        rows = db.execute("SELECT c.factors, r.repetition, f.value, r.conditions FROM figures f "
-                          "JOIN runs r ON r.id = f.run_id JOIN cells c ON c.id = r.cell_id "
-                          "WHERE f.name = 'transactions_per_s' ORDER BY r.repetition").fetchall()
+    results = paired_cells.run("latency-layer", EXPERIMENT.format(
+        rounds=args.rounds, images=args.image_dir, scale=args.scale, clients=args.clients, seconds=args.seconds))
     tps: dict[tuple[str, str], dict[int, float]] = {}
     cpu: dict[str, list[float]] = {}
-    for factors, rnd, value, conditions in rows:
-        f = json.loads(factors)
+    for f, rnd, value, conditions in paired_cells.transactions(results):
         script, where = f["workload.script"], f["layout.data_on"]
         tps.setdefault((script, where), {})[rnd] = value
-        layer_cpu = json.loads(conditions).get("delay_layer_cpu_s", {}).get("layer")
+        layer_cpu = conditions.get("delay_layer_cpu_s", {}).get("layer")
         if layer_cpu is not None:
             cpu.setdefault(script, []).append(layer_cpu)
     print(f"pgbench scale {args.scale}, {args.clients} clients, {args.seconds} s a run; txn/s per round")
@@ -88,7 +72,7 @@ def main() -> None:
         if seconds:
             print(f"{'':12} the layer's CPU: {statistics.median(seconds):.2f} s a run (median), "
                   f"{100 * statistics.median(seconds) / args.seconds:.0f} % of one core over the load")
-    print(f"results: {work / 'r'}")
+    print(f"results: {results}")
 
 
 if __name__ == "__main__":
