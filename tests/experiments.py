@@ -68,3 +68,31 @@ batch = {batch}
 def fleet_body(name: str = "fleet", reps: int = 2, hosts: str = "", rows: int = 2000) -> str:
     """The fleet's experiment: its placement `disk` relative, so each worker's is in its own working folder."""
     return random_insert(name, repetitions=f"{reps}\n{hosts}", disk="disk", data_files="[1, 2]", rows=str(rows), batch=200)
+
+
+# A pgbench experiment with its data on the placement "vol", for the caps' and the buckets' tests.
+CAPPED = """
+name = "caps"
+engine = "postgres"
+
+[placements]
+{placements}
+
+[layout]
+data_on = "vol"
+{layout}
+
+[workload]
+kind = "pgbench"
+{workload}
+
+[engine_settings]
+{settings}
+"""
+
+
+def write_capped(lab_root: Path, placements: str, layout: str = "", workload: str = "scale = 1\nduration_s = 5",
+          settings: str = "", name: str = "caps.toml") -> Path:
+    path = lab_root / name
+    path.write_text(CAPPED.format(placements=placements, layout=layout, workload=workload, settings=settings))
+    return path

@@ -25,44 +25,18 @@ from storlab.lab import caps, cgroups, devices, owned
 from storlab.lab.caps import IoCaps, IoCount
 from storlab.probes import limits
 from tests.commands import invoke, start, storlab
+from tests.experiments import CAPPED, write_capped as write
 from tests.conftest import instances_up, recorded, start_worker, stop_storlab, storlab_processes
 from tests.devicetools import attached, mounted, needs_root, wait_gone
 
 can_cap = pytest.mark.skipif(cgroups.limits_unavailable(True, True) is not None,
                              reason=f"IO caps and memory limits cannot be set here: {cgroups.limits_unavailable(True, True)}")
 
-FILE = """
-name = "caps"
-engine = "postgres"
-
-[placements]
-{placements}
-
-[layout]
-data_on = "vol"
-{layout}
-
-[workload]
-kind = "pgbench"
-{workload}
-
-[engine_settings]
-{settings}
-"""
-
-
-def write(lab_root: Path, placements: str, layout: str = "", workload: str = "scale = 1\nduration_s = 5",
-          settings: str = "", name: str = "caps.toml") -> Path:
-    path = lab_root / name
-    path.write_text(FILE.format(placements=placements, layout=layout, workload=workload, settings=settings))
-    return path
-
-
 # -- the file's keys ---------------------------------------------------------------------------
 
 
 def test_caps_on_a_device_and_a_directory_are_factors_and_reach_each_cell(lab_root):
-    text = FILE.format(placements='vol = { loop = "1GB", write_iops = [300, "max"], mb_s = 125 }\n'
+    text = CAPPED.format(placements='vol = { loop = "1GB", write_iops = [300, "max"], mb_s = 125 }\n'
                                   f'disk = {{ path = "{lab_root}/d", read_iops = 500, iops_unused = 1 }}',
                        layout='log_on = "disk"\nserver_memory = ["256MB", "1GB"]', workload="scale = 1", settings="")
     with pytest.raises(Exception) as refused:  # a directory's table takes its path and caps only
@@ -80,7 +54,7 @@ def test_caps_on_a_device_and_a_directory_are_factors_and_reach_each_cell(lab_ro
 
 
 def test_an_experiment_without_the_new_keys_keeps_its_identity(lab_root):
-    text = FILE.format(placements=f'vol = {{ loop = "1GB", sector = [512, 4096] }}\ndisk = "{lab_root}/d"',
+    text = CAPPED.format(placements=f'vol = {{ loop = "1GB", sector = [512, 4096] }}\ndisk = "{lab_root}/d"',
                        layout="", workload="scale = 1", settings="")
     identity = experiment.parse(lab_root / "x.toml", text, check_placements=False).identity()
     assert identity["placements"] == {"vol": {"loop": "1GB", "sector": [512, 4096]}, "disk": f"{lab_root}/d"}

@@ -11,7 +11,6 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -21,27 +20,7 @@ from storlab.report import page as report_page
 from storlab.lab.caps import Bucket, DeviceCap, IoCaps, IoCount
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, needs_root
-
-FILE = """
-name = "caps"
-engine = "postgres"
-
-[placements]
-{placements}
-
-[layout]
-data_on = "vol"
-
-[workload]
-kind = "pgbench"
-{workload}
-"""
-
-
-def write(lab_root, placements: str, workload: str = "scale = 1\nduration_s = 5") -> Path:
-    path = lab_root / "caps.toml"
-    path.write_text(FILE.format(placements=placements, workload=workload))
-    return path
+from tests.experiments import write_capped as write
 
 BUCKET = Bucket("iops", baseline=20, burst=200, size=900, start=900)
 
