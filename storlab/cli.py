@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from storlab import processes
+from storlab import interrupts
 from storlab.errors import RunFailed, UserError
 
 
@@ -25,8 +25,8 @@ class _Group(click.Group):
         # A polite kill (SIGTERM) or a closed terminal (SIGHUP) takes the same path as Ctrl-C: servers
         # stopped, finished runs kept. SIGINT too is set here: a shell starts a background job with it
         # ignored, and Python then leaves it so; `kill -INT` must stop storlab however it was started.
-        signal.signal(signal.SIGINT, processes.interrupt)
-        signal.signal(signal.SIGTERM, processes.interrupt)
+        signal.signal(signal.SIGINT, interrupts.interrupt)
+        signal.signal(signal.SIGTERM, interrupts.interrupt)
         signal.signal(signal.SIGHUP, _hung_up)
         try:
             return super().invoke(ctx)
@@ -50,7 +50,7 @@ def _hung_up(signum: int, frame) -> None:
                 nowhere = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(nowhere, fd)
                 os.close(nowhere)
-    processes.interrupt(signum, frame)
+    interrupts.interrupt(signum, frame)
 
 
 @click.group(cls=_Group)

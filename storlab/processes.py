@@ -11,11 +11,11 @@ import os
 import resource
 import signal
 import subprocess
-import threading
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
+
+from storlab.interrupts import uninterrupted
 
 _PR_SET_PDEATHSIG = 1
 
@@ -56,7 +56,7 @@ def start(argv: list[str], *, uid: int | None = None, gid: int | None = None, cg
     dropped, the run going on as if never interrupted."""
     child = None
     try:
-        with interrupts_held():
+        with uninterrupted:
             child = subprocess.Popen(argv, preexec_fn=_die_with_parent(uid, gid, list(cgroups), open_files),
                                      start_new_session=True, **popen)
     except BaseException:
@@ -109,46 +109,6 @@ def _continue(pid: int) -> None:
             process.resume()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-
-
-_interrupted = False
-
-
-def interrupt(signum: int, frame) -> None:
-    """The CLI's Ctrl-C (SIGINT, and SIGTERM, SIGHUP acting the same): a KeyboardInterrupt, remembered.
-    Python prints and drops one raised inside a weakref callback, a __del__ or an at-fork hook (the run
-    then goes on as if never interrupted); interruption_point raises it again."""
-    global _interrupted
-    _interrupted = True
-    raise KeyboardInterrupt
-
-
-def interruption_point() -> None:
-    """The KeyboardInterrupt a Ctrl-C raised, again, if it was dropped on its way (interrupt). Called
-    where a run moves forward (a run starts, its progress is told), never while cleaning up; in the
-    main thread only, where Python delivers signals."""
-    if _interrupted and threading.current_thread() is threading.main_thread():
-        raise KeyboardInterrupt
-
-
-@contextmanager
-def interrupts_held() -> Iterator[None]:
-    """A Ctrl-C (or the CLI's SIGTERM or SIGHUP, which act the same) in the middle of stopping and
-    removing what storlab made (a server, its directories, a device) would leave it half done: hold
-    the signal until the block is done, then deliver it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
-            signal.raise_signal(s)
 
 
 def kill_tree(pid: int) -> None:

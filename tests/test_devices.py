@@ -170,16 +170,16 @@ def test_an_exception_while_in_use_leaves_nothing(image_dir):
 # with Python's default handler slept on through its Ctrl-C).
 HOLD_A_DEVICE = """
     import signal, sys, time
-    from storlab import processes
+    from storlab import interrupts
     from storlab.lab.devices import DevicePool
     from tests.devicetools import device_spec
-    signal.signal(signal.SIGINT, processes.interrupt)
+    signal.signal(signal.SIGINT, interrupts.interrupt)
     with DevicePool() as pool:
         device = pool.device("fast", device_spec("fast", {{"loop": "64MB", "image_dir": "{image_dir}"}}))
         print(device.mount_point, flush=True)
         for _ in range(1200):
             time.sleep(0.1)
-            processes.interruption_point()
+            interrupts.interruption_point()
 """
 
 

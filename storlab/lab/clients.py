@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from storlab import processes
+from storlab import interrupts, processes
 from storlab.errors import RunFailed
 from storlab.lab import cgroups, owned, safe_files
 from storlab.lab.os_users import OsUser
@@ -103,7 +103,7 @@ class Clients:
                     self.manifest.save()
         return self.group
 
-    @contextmanager
+    @interrupts.owning
     def folder(self) -> Iterator[ClientFolder]:
         """A new private folder for one client; removed, with everything the client wrote, at the end."""
         path = Path("/tmp") / f"storlab-{self.manifest.instance_id}-client{next(self._count)}"
@@ -115,7 +115,7 @@ class Clients:
                 os.chown(work, self.user.uid, self.user.gid, follow_symlinks=False)
             yield ClientFolder(path, work, self.user)
         finally:
-            with processes.interrupts_held():
+            with interrupts.uninterrupted:
                 self.end()
                 if owned.remove_owned_dir(path, self.manifest.instance_id):
                     self.manifest.dirs.remove(str(path))

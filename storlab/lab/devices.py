@@ -22,7 +22,7 @@ from typing import Mapping
 
 import psutil
 
-from storlab import processes
+from storlab import interrupts, processes
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, latency, mounts, owned, safe_files
 
@@ -399,7 +399,7 @@ class DevicePool:
 
     def close(self) -> list[str]:
         """Remove every device; what could not be removed stays in the manifest for `storlab clean`."""
-        with processes.interrupts_held():
+        with interrupts.uninterrupted:
             instances.wait_ended()  # an instance's files on the device, its server in them
             for device in self.devices.values():
                 _stop_layer(device)
@@ -410,7 +410,7 @@ class DevicePool:
         return refused
 
     def _remove(self, placement: str) -> list[str]:
-        with processes.interrupts_held():
+        with interrupts.uninterrupted:
             instances.wait_ended()
             if placement in self.devices:
                 _stop_layer(self.devices.pop(placement))
@@ -421,7 +421,7 @@ class DevicePool:
         or none. Its mount point is in the manifest before it starts, its process once it runs: a crash
         in between leaves a mount `storlab clean` removes (the kernel ends the process with storlab)."""
         entry = next(e for e in self.manifest.devices if e["placement"] == device.placement)
-        with processes.interrupts_held():
+        with interrupts.uninterrupted:
             instances.wait_ended()  # the instance's files are open through the layer until its server ends
             refused = _stop_layer(device)
         if refused:
@@ -452,7 +452,7 @@ class DevicePool:
         self.manifest.devices.append(entry)
         self.manifest.save()
         try:
-            with processes.interrupts_held():  # a directory without its marker could never be removed
+            with interrupts.uninterrupted:  # a directory without its marker could never be removed
                 directory.mkdir(mode=0o711)  # the servers' user passes through to the mount, sees nothing else
                 owned.mark(directory, self.manifest.instance_id)
             with open(image, "xb") as handle:

@@ -4,6 +4,7 @@ servers' OS user, and the server process, stopped and removed on every way out."
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
-from storlab import processes
+from storlab import interrupts, processes
 from storlab.errors import RunFailed, UserError
 from storlab.sizes import format_size
 from storlab.lab import caps, cgroups, diagnosis, safe_files, setting_failures
@@ -215,7 +216,8 @@ class Workspace:
     def start(self, argv: list[str]) -> ServerProcess:
         # The log lives beside the socket, off the placements: a full placement cannot swallow the
         # server's last words, and the log's writes are not counted as the placement's IO.
-        self.server = ServerProcess(argv, self.user, self.socket_dir / "server.log", self.manifest, self.group)
+        with interrupts.uninterrupted:  # a server started and not yet named here would outlive the instance's end
+            self.server = ServerProcess(argv, self.user, self.socket_dir / "server.log", self.manifest, self.group)
         return self.server
 
     def restart(self, polite: signal.Signals, accepts, what: str) -> None:
@@ -284,7 +286,7 @@ class Workspace:
                 f"({reading.oom_kills} killed{peak})")
 
 
-@contextmanager
+@interrupts.owning
 def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_signal: signal.Signals,
               settings: dict | None = None, io_caps: dict[str, caps.IoCaps] | None = None,
               memory_bytes: int | None = None) -> Iterator[Workspace]:
@@ -299,10 +301,10 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
         check_guarded(f"placement {name}", path)
     iid = new_instance_id(engine.name)
     manifest = Manifest(iid, engine.name, owner_pid=os.getpid(), owner_start=pid_start(os.getpid()))
-    manifest.save()
     ws = group = None
     ended_well = False
     try:
+        manifest.save()
         roots = {name: make_owned_dir(path / f"storlab-{iid}", manifest, user, server_writes=False)
                  for name, path in placements.items()}
         limits = caps.resolve(placements, io_caps or {}, memory_bytes)
@@ -324,47 +326,51 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
             raise told from exc
         ended_well = True
     finally:
-        def tear_down() -> None:
-            clients_left = ws is not None and not ws.clients.remove()
-            if ws is not None and ws.server is not None:
-                ws.server.stop(stop_signal)
-            # What the server started and left (a program an experiment's SQL ran in a session of its
-            # own) ends with the instance; the group goes only once it is empty.
-            if group is None and manifest.cgroup:  # its making was cut short: what it made is in the manifest
-                made = cgroups.recorded_with(manifest.cgroup, manifest.cgroup_more)
-                group_left = made is not None and not made.remove()
-            else:
-                group_left = group is not None and not group.remove()
-            if not group_left:
-                manifest.cgroup, manifest.cgroup_more = None, []
-            # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
-            # tool's server interrupted, it is storlab's job.
-            engine.release_shared_memory([Path(d) for d in manifest.dirs])
-            if keep:
-                manifest.kept = True
-                manifest.save()
-            else:
-                refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), iid)]
-                if not refused and not group_left and not clients_left:
-                    manifest.forget()
-                else:
-                    manifest.save()
-
-        if _ending is not None and ended_well and not keep:
-            thread = threading.Thread(target=tear_down, name=f"storlab ending {iid}")  # not a daemon: exit waits
-            with processes.interrupts_held():  # a Ctrl-C between the two would leave a thread no one joins, or one never started
+        with interrupts.uninterrupted:  # a second signal (or SIGHUP after Ctrl-C) must not cut the end short
+            end = functools.partial(_end, manifest, engine, ws, group, stop_signal, keep)
+            if _ending is not None and ended_well and not keep:
+                thread = threading.Thread(target=end, name=f"storlab ending {iid}")  # not a daemon: exit waits
                 thread.start()
                 _ending.append(thread)
+            else:
+                end()
+
+
+def _end(manifest: Manifest, engine: Server, ws: Workspace | None, group: cgroups.ControlGroup | None,
+         stop_signal: signal.Signals, keep: bool) -> None:
+    """An instance's end: its clients and server stopped, its group and shared memory gone, its
+    directories removed (unless kept), and its manifest forgotten once nothing of it is left."""
+    clients_left = ws is not None and not ws.clients.remove()
+    if ws is not None and ws.server is not None:
+        ws.server.stop(stop_signal)
+    # What the server started and left (a program an experiment's SQL ran in a session of its
+    # own) ends with the instance; the group goes only once it is empty.
+    if group is None and manifest.cgroup:  # its making was cut short: what it made is in the manifest
+        made = cgroups.recorded_with(manifest.cgroup, manifest.cgroup_more)
+        group_left = made is not None and not made.remove()
+    else:
+        group_left = group is not None and not group.remove()
+    if not group_left:
+        manifest.cgroup, manifest.cgroup_more = None, []
+    # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
+    # tool's server interrupted, it is storlab's job.
+    engine.release_shared_memory([Path(d) for d in manifest.dirs])
+    if keep:
+        manifest.kept = True
+        manifest.save()
+    else:
+        refused = [d for d in manifest.dirs if not remove_owned_dir(Path(d), manifest.instance_id)]
+        if not refused and not group_left and not clients_left:
+            manifest.forget()
         else:
-            with processes.interrupts_held():  # a second signal (or SIGHUP after Ctrl-C) must not cut this short
-                tear_down()
+            manifest.save()
 
 
 # While ending_in_background() is open: the instances ending now, stopped and removed by threads of their own.
 _ending: list[threading.Thread] | None = None
 
 
-@contextmanager
+@interrupts.owning
 def ending_in_background() -> Iterator[None]:
     """A run's instances, once their run is recorded, are stopped and removed while the next run sets
     up, not before it: about a tenth of a second a run, where loads take seconds. wait_ended() (called
@@ -378,7 +384,7 @@ def ending_in_background() -> Iterator[None]:
     try:
         yield
     finally:
-        with processes.interrupts_held():
+        with interrupts.uninterrupted:
             wait_ended()
         _ending = None
 

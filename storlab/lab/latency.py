@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 
-from storlab import processes
+from storlab import interrupts, processes
 from storlab.errors import RunFailed
 from storlab.lab import mounts, os_users, owned
 
@@ -229,7 +229,7 @@ def _measure_floor(where: Path) -> Floor:
         through = _reads_ms(point / "block")
         cpu_us = (layer.cpu_s() - cpu) / _FLOOR_READS * 1e6
     finally:
-        with processes.interrupts_held():
+        with interrupts.uninterrupted:
             if layer is None or not layer.stop():
                 manifest.layers = []
             if not manifest.layers and owned.remove_owned_dir(scratch, manifest.instance_id):

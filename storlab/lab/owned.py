@@ -12,6 +12,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from storlab import interrupts
 from storlab.errors import RunFailed
 from storlab.lab import safe_files
 from storlab.lab.os_users import OsUser
@@ -131,20 +132,21 @@ def make_owned_dir(path: Path, manifest: Manifest, user: OsUser, server_writes: 
     path.parent.mkdir(parents=True, exist_ok=True)
     manifest.dirs.append(str(path))
     manifest.save()
-    path.mkdir(mode=0o700)
-    # Through a descriptor: the placement's folder may be writable by others, who could swap the new
-    # name for a link before storlab marks it and hands it over.
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        mark(path, manifest.instance_id, dir_fd=fd)
-        if not server_writes:
-            os.fchmod(fd, 0o711)
-        elif not user.is_self:
-            os.fchown(fd, user.uid, user.gid if reached_by is None else reached_by.gid)
-            if reached_by is not None:
-                os.fchmod(fd, 0o710)
-    finally:
-        os.close(fd)
+    with interrupts.uninterrupted:  # a directory without its marker could never be removed
+        path.mkdir(mode=0o700)
+        # Through a descriptor: the placement's folder may be writable by others, who could swap the new
+        # name for a link before storlab marks it and hands it over.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            mark(path, manifest.instance_id, dir_fd=fd)
+            if not server_writes:
+                os.fchmod(fd, 0o711)
+            elif not user.is_self:
+                os.fchown(fd, user.uid, user.gid if reached_by is None else reached_by.gid)
+                if reached_by is not None:
+                    os.fchmod(fd, 0o710)
+        finally:
+            os.close(fd)
     return path
 
 

@@ -50,11 +50,11 @@ def _open_dir(path: Path) -> int:
                 names = list(Path(target).parts) + names
                 if target.startswith("/"):
                     names.pop(0)
-                    os.close(fd)
-                    fd = os.open("/", _DIR)
+                    fd, passed = os.open("/", _DIR), fd  # in this order: an interrupt between the two must not close one twice
+                    os.close(passed)
                 continue
-            os.close(fd)
-            fd = nxt
+            fd, passed = nxt, fd
+            os.close(passed)
         return fd
     except BaseException:
         os.close(fd)
@@ -114,8 +114,8 @@ def own_folder(folder: Path, remedy: str, make: bool = True, shared: bool = Fals
                     raise RunFailed(f"{place}: {exc.strerror}: {remedy}") from exc
                 what = "a link" if stat.S_ISLNK(os.lstat(names[i], dir_fd=fd).st_mode) else "not a folder"
                 raise RunFailed(f"{place}: {what}: {remedy}") from None
-            os.close(fd)
-            fd = nxt
+            fd, passed = nxt, fd  # as in _open_dir
+            os.close(passed)
     finally:
         os.close(fd)
 

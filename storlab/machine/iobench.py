@@ -23,7 +23,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from storlab import processes, sizes
+from storlab import interrupts, processes, sizes
 from storlab.errors import RunFailed, UserError
 from storlab.lab import caps, cgroups, credits, latency, mounts, os_users, owned, placements
 from storlab.machine import held_latency
@@ -287,7 +287,7 @@ class Scratch:
     delayed: Path | None = None
 
 
-@contextmanager
+@interrupts.owning
 def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency | None = None) -> Iterator[Scratch]:
     """A fresh directory under `target` for the test file, written down in a manifest and marked as
     storlab's (as an instance's directories are), with `limits` a control group holding them, and with
@@ -322,7 +322,7 @@ def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency 
             made.delayed = point
         yield made
     finally:
-        with processes.interrupts_held():
+        with interrupts.uninterrupted:
             if layer is None or not layer.stop():
                 manifest.layers = []
             if made.group is None or made.group.remove():

@@ -33,11 +33,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-from storlab import processes
+from storlab import interrupts, processes
 
 # bpftrace prints this once every probe is attached (the switch its own test suite uses).
 _ATTACHED = "__BPFTRACE_NOTIFY_PROBES_ATTACHED"
@@ -141,7 +140,7 @@ def wait_ended() -> None:
                 _ending.remove(thread)
 
 
-@contextmanager
+@interrupts.owning
 def kept_across_runs() -> Iterator[None]:
     """One invocation's runs: the traces made `across_runs` inside compile and attach once and end
     (in the background) on the way out, on every way out."""

@@ -14,10 +14,11 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Iterator
 
+from storlab import interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.lab import owned, safe_files
 
@@ -83,7 +84,7 @@ def _open(path: Path) -> int:
         raise UserError(f"{path.parent}: cannot write the results folder: {_reason(exc)}") from None
 
 
-@contextmanager
+@interrupts.owning
 def writing(folder: Path) -> Iterator[None]:
     """Hold the results folder for one writer, for the block's length; refused (UserError, naming the
     holder) while another process holds it. A folder made here and left empty is removed again."""

@@ -11,12 +11,12 @@ back to the caller, who records it its own way."""
 from __future__ import annotations
 
 import time
-from contextlib import closing, contextmanager, nullcontext
+from contextlib import closing, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
-from storlab import engines
+from storlab import engines, interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
@@ -123,7 +123,7 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
     return found
 
 
-@contextmanager
+@interrupts.owning
 def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Instance]:
     """A fresh instance with the cell's layout; stopped and removed on every way out."""
     experiment = lab.experiment

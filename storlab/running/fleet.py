@@ -21,7 +21,7 @@ from typing import Callable, Container, Iterator
 
 import psycopg
 
-from storlab import engines, processes
+from storlab import engines, interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiments
 from storlab.experiment import matrix
@@ -342,7 +342,7 @@ class Worker:
     def _claims(self, target: Runnable, cell: matrix.Cell, claim: Claim | None) -> Iterator["ClaimedRun"]:
         kept = None  # the repetition that made the instance this one runs on
         while claim is not None:
-            processes.interruption_point()
+            interrupts.interruption_point()
             run = ClaimedRun(self, target, cell, claim)
             again = f" (attempt {claim.attempts})" if claim.attempts > 1 else ""
             on = f" on the instance of #{kept}" if kept is not None else ""

@@ -12,10 +12,10 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from storlab import interrupts
 from storlab.results.dialects import Connection
 
 OPEN = ("queued", "claimed")
@@ -113,7 +113,7 @@ def renew(db: Connection, held: Claim, lease_s: float) -> bool:
     return db.execute(RENEW, (lease_s, held.id, held.token)).fetchone() is not None
 
 
-@contextmanager
+@interrupts.owning
 def holding(store, held: Claim) -> Iterator[Connection]:
     """A transaction of `store` in which the claim is locked and known to be this worker's; raises
     LeaseLost (nothing written) when it is not."""

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from storlab import processes
+from storlab import interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
@@ -108,11 +108,11 @@ class Bar:
     current: Any
 
     def start(self, cell: matrix.Cell, rep: int) -> None:
-        processes.interruption_point()
+        interrupts.interruption_point()
         self.progress.update(self.current, description=f"  {cell.label} #{rep}", completed=0, total=1, visible=True)
 
     def transactions(self, done: int, total: int) -> None:
-        processes.interruption_point()
+        interrupts.interruption_point()
         self.progress.update(self.current, completed=done, total=total)
 
     def done(self) -> None:

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import functools
 import signal
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pymysql
 
-from storlab import processes
+from storlab import interrupts, processes
 from storlab.engines.base import ClientAddress, Table
 from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
@@ -533,7 +532,7 @@ def _install(installer: Path, config: Path, user: os_users.OsUser, cwd: Path) ->
     )
 
 
-@contextmanager
+@interrupts.owning
 def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connections: int) -> Iterator[MariadbInstance]:
     """Install (or copy the template), start and yield an instance; stopped (and removed unless `keep`)
     on every way out. A throwaway instance is killed (nothing of it is kept, so no flush is owed); a

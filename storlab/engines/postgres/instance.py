@@ -22,7 +22,6 @@ import functools
 import signal
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -30,7 +29,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from storlab import processes
+from storlab import interrupts, processes
 from storlab.engines.base import ClientAddress, Table
 from storlab.engines.postgres import session_counters
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_version, wait_sampling_installed
@@ -530,7 +529,7 @@ def tablespace_problem(folder: Path) -> str | None:
     return None
 
 
-@contextmanager
+@interrupts.owning
 def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connections: int) -> Iterator[PostgresInstance]:
     """Create, start and yield an instance; stopped (and removed unless `keep`) on every way out. A
     throwaway instance gets an immediate shutdown (no checkpoint: nothing of it is kept); a kept one a
