@@ -23,6 +23,7 @@ sampled figures."""
 from __future__ import annotations
 
 import enum
+import fcntl
 import itertools
 import json
 import os
@@ -120,6 +121,23 @@ def _channelled(program: str, caller: int, base: int, filters: tuple[str, ...]) 
             f"{clears} printf(\"{_CLEARED} {base}\\n\"); }}\n")
 
 
+def appended_output() -> IO[bytes]:
+    """A file for a child's output, read while the child writes it. The child writes where the file's
+    offset is, and a read here moves that same offset (the two share one open file): opened for
+    appending, every write goes to the end, never over what a read here has just moved back to (a
+    run's flush then found the run before's maps where its own should have been)."""
+    output = tempfile.TemporaryFile()
+    fd = output.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    return output
+
+
+def read_since(output: IO[bytes], offset: int) -> bytes:
+    """What the child has written to `output` from `offset` on, read without moving the file's offset."""
+    fd = output.fileno()
+    return os.pread(fd, max(0, os.fstat(fd).st_size - offset), offset)
+
+
 def _call(id_: int, n: int) -> None:
     try:
         os.kill(id_, n)  # no such process: only the programs' own probes see the call
@@ -175,7 +193,7 @@ class _Bpftrace:
     def start(self) -> bool:
         """Attached (True), or not (`note` says why, nothing left running)."""
         # A file, not a pipe: nothing has to read while the workload runs, and it vanishes on close.
-        self._output = tempfile.TemporaryFile()
+        self._output = appended_output()
         # Killed by the kernel if storlab dies: tied to the starting thread, so start it from one that lives.
         self.proc = processes.start(self.argv, stdin=subprocess.DEVNULL, stdout=self._output,
                                     stderr=subprocess.STDOUT, env={**os.environ, _ATTACHED: "1"})
@@ -221,8 +239,7 @@ class _Bpftrace:
         says why, the process killed) when bpftrace exited first or did not print it in time."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            self._output.seek(self._read_from)
-            text = self._output.read()
+            text = read_since(self._output, self._read_from)
             at = text.find(line)
             end = text.find(b"\n", at) if at >= 0 else -1
             if end >= 0:
