@@ -13,11 +13,11 @@ one on every way out:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from storlab import interrupts
 from storlab.lab import mounts
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.kept import RunScope
@@ -84,7 +84,7 @@ def kept(recorded: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-@contextmanager
+@interrupts.owning
 def recording(recorders: list[Recorder], run: RunStart) -> Iterator[dict[str, Any]]:
     """Start each recorder in turn; on the way out stop those started, in reverse, and fill the
     dict yielded with what they recorded. A recorder that fails to stop fails the run (after the
