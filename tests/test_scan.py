@@ -54,6 +54,7 @@ def test_a_device_the_servers_cannot_reach_is_refused_at_load(write_experiment, 
         experiment.load(write_experiment(SCAN.format(engine="postgres", reps=1, images=image_dir, files=1, table_mb=10)))
 
 
+@pytest.mark.alone  # a cold scan's time: beside other workers' IO on 2 cores, 1.17 s against 0.77 (not 2x) once in CI
 def test_read_ahead_makes_the_reads_large_and_the_scan_fast(write_experiment, images, tmp_path):
     image_dir = images
     path = write_experiment(SCAN.format(engine="postgres", reps=2, images=image_dir, files=2, table_mb=40))
