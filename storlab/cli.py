@@ -136,8 +136,10 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 
 @main.command("io")
 @click.argument("target", metavar="PLACEMENT_OR_PATH")
-@click.option("--preset", help="The job matrix: sqlio (seed 004's; the default), or latency (4 KiB random reads and "
-              "writes at queue depth 1 and 8; the default with a latency).")
+@click.option("--preset", help="The job matrix: sqlio (seed 004's; the default), latency (4 KiB random reads and "
+              "writes at queue depth 1 and 8; the default with a read or write latency), or commit (a log's "
+              "commit: 4 and 8 KiB sequential writes each followed by fdatasync, one at a time, latency of the "
+              "flush; the default with a flush latency).")
 @click.option("--size", default="256M", show_default=True, help="Test file size.")
 @click.option("--duration", default="10s", show_default=True, help="Time per job: a number with s, m or h (10s, 2m).")
 @click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
@@ -173,7 +175,8 @@ def io_command(target: str, preset: str | None, size: str, duration: str, buffer
     from storlab.results.store import Store
 
     declared = _io_latency(read_latency, write_latency, flush_latency)
-    jobs = iobench.preset(preset or ("latency" if declared is not None else "sqlio"), buffered)
+    jobs = [job for name in ([preset] if preset else iobench.default_presets(declared))
+            for job in iobench.preset(name, buffered)]
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
     held = _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s, iops_bucket, mb_s_bucket)
     path = _placement_path(target)

@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from storlab.errors import RunFailed, UserError
+from storlab.lab import latency
 from storlab.machine import iobench
 from storlab.results.store import Store
 from tests.commands import invoke
@@ -34,6 +35,32 @@ def test_sqlio_preset_is_the_seeds_matrix():
         ("64k-randread", "randread", 65536, 2, True), ("64k-randwrite", "randwrite", 65536, 2, True),
         ("64k-read", "read", 65536, 2, True), ("64k-write", "write", 65536, 2, True),
     ]
+
+
+def test_commit_preset_is_a_logs_commit_and_a_latency_picks_the_jobs_that_hold_it():
+    assert [(j.name, j.rw, j.block_size, j.iodepth, j.direct, j.synced) for j in iobench.preset("commit", buffered=False)] == [
+        ("4k-commit", "write", 4096, 1, False, True), ("8k-commit", "write", 8192, 1, False, True)]  # buffered always
+    assert "--fdatasync=1" in iobench.fio_command(iobench.preset("commit")[0], Path("/x"), 2**20, 1, "libaio")
+    assert "--fdatasync=1" not in iobench.fio_command(iobench.preset("latency")[0], Path("/x"), 2**20, 1, "libaio")
+    two, one = latency.parse(2), latency.parse({"p50": 1, "p99": 4})
+    assert iobench.default_presets(None) == ["sqlio"]
+    assert iobench.default_presets(latency.DeviceLatency(read=two)) == ["latency"]
+    assert iobench.default_presets(latency.DeviceLatency(flush=one)) == ["commit"]
+    assert iobench.default_presets(latency.DeviceLatency(write=two, flush=one)) == ["latency", "commit"]
+
+
+def test_a_commits_latency_is_its_flushs():
+    """Recorded: 8 KiB writes through the page cache, each followed by fdatasync, for 1 s on this VM's disk."""
+    report = iobench.parse_json((DATA / "fio-libaio-8k-commit.json").read_text())
+
+    commit = iobench.measured(report, 1, synced=True)
+    assert commit.iops == pytest.approx(1960.03996)
+    assert commit.lat_ms == {"50": 0.485376, "99": 0.782336, "99.9": 2.670592}  # fio's sync section
+    assert iobench.measured(report, 1).lat_ms["50"] == 0.012992  # the write alone: a copy to memory
+    # Each commit waits for its flush: the flush's mean time is most of a commit's (1 / commits a second).
+    assert 0.7 < report["jobs"][0]["sync"]["lat_ns"]["mean"] / 1e9 * commit.iops < 1
+    # Its writes are buffered, yet each reaches the device: not the page cache's speed.
+    assert iobench.flags(iobench.preset("commit")[1], commit, "ext4", 2**28, 2**34) == []
 
 
 def test_sizes_and_durations():
@@ -107,7 +134,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     for args, message in ((["io", "/no/such/place"], "storlab: /no/such/place: no such file or directory\n"),
                           (["io", str(tmp_path), "--size", "12Q"],
                            "storlab: --size: '12Q' is not a size (a number with K, M, G or T, as 256M)\n"),
-                          (["io", str(tmp_path), "--preset", "tpc"], "storlab: --preset: unknown preset 'tpc' (known: sqlio, latency)\n")):
+                          (["io", str(tmp_path), "--preset", "tpc"], "storlab: --preset: unknown preset 'tpc' (known: sqlio, latency, commit)\n")):
         result = invoke(*args)
         assert (result.exit_code, result.output) == (2, message)
     assert list(tmp_path.iterdir()) == []

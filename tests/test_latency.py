@@ -184,6 +184,32 @@ def test_fio_through_the_layer_sees_the_declared_latency_at_depth_1_and_8(image_
     assert not attached(image_dir)
 
 
+@pytest.mark.device
+@pytest.mark.fio
+@needs_root
+@can_delay
+def test_a_flush_latency_is_held_against_commits_each_waiting_for_its_flush(image_dir, tmp_path):
+    """`storlab io --flush-latency 4` runs the commit preset (a write, then fdatasync, one at a time) on
+    the device alone and through the layer: each flush there takes the declared 4 ms at least, so at
+    most 250 commits a second, and the flag judges the flush. Load beside it only adds time: the
+    verdict's tolerances are held alone, by hand (the note's command)."""
+    with devices.DevicePool() as pool:
+        device = pool.device("fast", devices.DeviceSpec(devices.DeviceFormat(256 * 2**20, 512, "ext4", "", image_dir), 128))
+        out = tmp_path / "io"
+        done = storlab("io", device.mount_point, "--flush-latency", "4", "--size", "16M", "--duration", "2s", "--out", out)
+        assert done.returncode == 0, done.stderr
+        with sqlite3.connect(out / "storlab.sqlite") as db:
+            jobs = {job: (iops, p50, json.loads(flags)) for job, iops, p50, flags in db.execute(
+                "SELECT job, iops, lat_p50_ms, flags FROM io_jobs")}
+    assert sorted(jobs) == ["4k-commit", "4k-commit+latency", "8k-commit", "8k-commit+latency"]
+    for job in ("4k-commit", "8k-commit"):
+        own_iops, own50, _ = jobs[job]
+        iops, p50, (flag,) = jobs[job + "+latency"]
+        assert own50 < p50 and p50 >= 4 and iops < 1000 / 4, (job, jobs[job], jobs[job + "+latency"])
+        assert flag.startswith("latency: flush 4 ms declared, plus the device's own: p50 "), flag
+    assert not attached(image_dir)
+
+
 def _value(text: str):
     p50, _, p99 = text.partition("/")
     return {"p50": float(p50), "p99": float(p99)} if p99 else float(p50)

@@ -48,6 +48,7 @@ class Job:
     block_size: int
     iodepth: int
     direct: bool = True
+    synced: bool = False  # an fdatasync after each write: a commit; its latency is the flush's
 
 
 def _sqlio(direct: bool = True) -> list[Job]:
@@ -61,13 +62,30 @@ def _latency(direct: bool = True) -> list[Job]:
     return [Job(f"4k-{rw}-qd{depth}", rw, 4096, depth, direct) for rw in ("randread", "randwrite") for depth in (1, 8)]
 
 
-PRESETS = {"sqlio": _sqlio, "latency": _latency}
+def _commit(direct: bool = True) -> list[Job]:
+    # A log's commit as the engines make it by default: a sequential write through the page cache, then
+    # fdatasync, one at a time (PostgreSQL's wal_sync_method fdatasync, 8 KiB WAL pages; InnoDB's redo
+    # with innodb_flush_log_at_trx_commit = 1, 4 KiB blocks). Buffered whatever --buffered says: the
+    # flush, not the write, is what reaches the device.
+    return [Job(f"{bs // 1024}k-commit", "write", bs, 1, direct=False, synced=True) for bs in (4096, 8192)]
+
+
+PRESETS = {"sqlio": _sqlio, "latency": _latency, "commit": _commit}
 
 
 def preset(name: str, buffered: bool = False) -> list[Job]:
     if name not in PRESETS:
         raise UserError(f"--preset: unknown preset {name!r} (known: {', '.join(PRESETS)})")
     return PRESETS[name](direct=not buffered)
+
+
+def default_presets(declared: latency.DeviceLatency | None) -> list[str]:
+    """The jobs when --preset is not given: seed 004's matrix; with a latency, the jobs that hold it,
+    reads and writes by the latency preset and a flush by the commit preset."""
+    if declared is None:
+        return ["sqlio"]
+    reads_or_writes = declared.read != latency.NONE or declared.write != latency.NONE
+    return (["latency"] if reads_or_writes else []) + (["commit"] if declared.flush != latency.NONE else [])
 
 
 def parse_size(text: str) -> int:
@@ -101,7 +119,7 @@ def ioengine() -> str:
 def fio_command(job: Job, file: Path, size: int, seconds: int, engine: str) -> list[str]:
     return [FIO, f"--name={job.name}", f"--filename={file}", f"--size={size}", f"--rw={job.rw}",
             f"--bs={job.block_size}", f"--iodepth={job.iodepth}", f"--direct={int(job.direct)}",
-            f"--ioengine={engine}", f"--runtime={seconds}", "--time_based",
+            f"--ioengine={engine}", f"--runtime={seconds}", "--time_based", *(["--fdatasync=1"] if job.synced else []),
             # Total latency (submission + completion) is what SQLIO reports; fio gives its percentiles only when asked.
             "--lat_percentiles=1", "--percentile_list=50:99:99.9", "--output-format=json"]
 
@@ -140,10 +158,11 @@ def _bucket(depth: int) -> str:
     return str(1 << (depth.bit_length() - 1))
 
 
-def measured(report: dict, iodepth: int) -> Measured:
+def measured(report: dict, iodepth: int, synced: bool = False) -> Measured:
     """IOPS and MiB/s summed over jobs and directions; latency percentiles averaged weighted by IO count
     (exact percentiles of a union cannot be rebuilt from fio's per-direction ones; with one direction
-    per job, as in every preset here, the weighting changes nothing)."""
+    per job, as in every preset here, the weighting changes nothing). `synced`: the latency is the
+    fdatasync's that follows each write (fio's sync section), the write's own being a copy to memory."""
     parts, depth_shares = [], []
     for job in report.get("jobs", []):
         levels = job.get("iodepth_level", {})
@@ -153,7 +172,8 @@ def measured(report: dict, iodepth: int) -> Measured:
         for direction in ("read", "write", "trim"):
             stats = job.get(direction, {})
             if stats.get("total_ios"):
-                latency = stats.get("lat_ns", {}).get("percentile") or stats.get("clat_ns", {}).get("percentile", {})
+                timed = job.get("sync", {}) if synced else stats
+                latency = timed.get("lat_ns", {}).get("percentile") or timed.get("clat_ns", {}).get("percentile", {})
                 parts.append((stats["total_ios"], stats["iops"], stats["bw_bytes"], latency))
     if not parts:
         raise RunFailed("fio did no IO (its JSON has no read or write with IOs)")
@@ -210,7 +230,7 @@ def flags(job: Job, result: Measured, filesystem: str | None, file_size: int, me
     if filesystem == "tmpfs":
         how = "direct IO is accepted there since Linux 6.6" if job.direct else "the file lives in RAM"
         found.append(f"memory speed: the file is on tmpfs ({how}): this measures memory, not a device")
-    elif not job.direct and file_size < memory_bytes:
+    elif not job.direct and not job.synced and file_size < memory_bytes:
         found.append(f"page cache: buffered IO on a {file_size / 2**20:.0f} MiB file, smaller than memory "
                      f"({memory_bytes / 2**30:.1f} GiB): this measures the cache, not the device")
     if result.depth_share == result.depth_share and result.depth_share < 0.5:
@@ -295,11 +315,11 @@ def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency 
     removes them all if storlab is killed."""
     manifest = owned.Manifest(owned.new_instance_id("io"), "io", owner_pid=os.getpid(),
                                   owner_start=owned.pid_start(os.getpid()))
-    manifest.save()
     scratch = target / f"storlab-{manifest.instance_id}"
     made = Scratch(scratch)
     layer = None
     try:
+        manifest.save()  # inside: a Ctrl-C as it returns is then ended like any other
         try:
             owned.make_owned_dir(scratch, manifest, os_users.current_user())
         except OSError as exc:
@@ -413,7 +433,7 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
                     spent = keeper.stop() if keeper else []
                 if progress:
                     progress.update(task, completed=seconds)
-                return measured(parse_json(text), job.iodepth), spent
+                return measured(parse_json(text), job.iodepth, job.synced), spent
 
             for job in jobs:
                 m, spent = one(job, file, job.name)
@@ -447,7 +467,7 @@ def bucket_flags(spent: list[credits.BucketUse], device: str) -> str:
 
 
 def _through_layer(job: Job, own: Measured, seen: Measured, declared: latency.DeviceLatency, target: str) -> IoResult:
-    direction = "read" if job.rw in ("read", "randread") else "write"
+    direction = "flush" if job.synced else "read" if job.rw in ("read", "randread") else "write"
     verdict = held_latency.judge(direction, getattr(declared, direction), job.iodepth,
                                  (own.lat_ms["50"], own.lat_ms["99"], own.iops),
                                  (seen.lat_ms["50"], seen.lat_ms["99"], seen.iops))
