@@ -1,8 +1,9 @@
 """A device placement's latency per IO: the file's keys (each a factor, refused in one line where it
 cannot be held), the verdict `storlab io` gives, and on real devices, fio and servers: fio through the
 delay layer at queue depth 1 and 8 sees the declared latency on top of the device's own, a session
-committing one row at a time obeys one commit per declared flush at most on both engines, and a run
-killed with -9 leaves nothing `storlab clean` does not remove."""
+committing one row at a time obeys one commit per declared flush at most on both engines, two
+experiments at once each hold their own, and a run killed with -9 leaves nothing `storlab clean` does
+not remove."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from storlab.experiment import matrix
 from storlab.lab import devices, latency, owned
 from storlab.lab.latency import DeviceLatency, Latency
 from storlab.machine import held_latency
-from tests.commands import invoke, start, storlab
+from tests.commands import invoke, start, storlab, together
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 from tests.devicetools import attached, mounted, needs_root, wait_gone
 
@@ -242,6 +243,38 @@ def test_one_session_commits_at_most_once_per_declared_flush(lab_root, images, t
     said = " ".join(done.stdout.split())
     assert "served through storlab's delay layer" in said and "the delay layer's CPU over each load" in said
     assert not attached(images) and not mounted(images)
+
+
+@pytest.mark.engine
+@pytest.mark.device
+@can_delay
+def test_two_delayed_experiments_at_once_each_hold_their_own_flush(lab_root, tmp_path):
+    """Two `storlab run`s side by side (a fleet, a second experiment), each its WAL on a device of its
+    own flushing in 4 and 8 ms: each layer serves its own instance, each run commits no faster than one
+    per its own flush, the slower flush is the slower run, and both leave nothing."""
+    rates, outs = {}, {}
+    for flush in (4, 8):
+        folder = lab_root / f"exp{flush}"
+        folder.mkdir(mode=0o755)
+        (folder / "images").mkdir(mode=0o755)
+        path = write(folder, f'vol = {{ loop = "256MB", image_dir = "{folder / "images"}" }}\n'
+                             f'wal = {{ loop = "256MB", image_dir = "{folder / "images"}", flush_latency_ms = {flush} }}',
+                     log_on="wal", workload=INSERTS.format(rows=120))
+        outs[flush] = (path, tmp_path / f"r{flush}")
+    done = together(*(("run", path, "--out", out, "--no-trace") for path, out in outs.values()))
+    for (flush, (_, out)), finished in zip(outs.items(), done):
+        assert finished.returncode == 0, finished.stderr
+        with sqlite3.connect(out / "storlab.sqlite") as db:
+            ((rate, conditions),) = db.execute("SELECT f.value, r.conditions FROM figures f JOIN runs r ON r.id = f.run_id "
+                                               "WHERE f.name = 'transactions_per_s'").fetchall()
+        seen = json.loads(conditions)
+        assert seen["devices"]["wal"]["delay_layer"] and seen["delay_layer_cpu_s"]["wal"] > 0
+        rates[flush] = rate
+    assert rates[4] <= 1000 / 4 and rates[8] <= 1000 / 8 and rates[8] < rates[4], rates
+    for flush in outs:
+        images_of = lab_root / f"exp{flush}" / "images"
+        assert not attached(images_of) and not mounted(images_of)
+    assert storlab_processes() == []
 
 
 @pytest.mark.engine
