@@ -12,7 +12,7 @@ from storlab.engines.base import Engine
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from storlab.lab.layout import CellLayout, spec_for
-from storlab.workloads import KINDS, kind
+from storlab.workloads import KINDS, kind, pgbench
 from storlab.workloads.tool import Client
 from storlab.workloads.custom import GRAMMARS, CustomParams, split
 from storlab.workloads.driver import Transactions, buckets, measure, timeline
@@ -318,8 +318,11 @@ def test_a_client_s_own_session_that_closes_as_its_load_s_open_is_not_taken_for_
     closes it before its clients connect: with one client, that session alone looks like the load's."""
     client = Client(argv=[], env={}, clients=None, folder=None)
     client._reap = lambda: None  # still running
-    assert client.sessions(_Sessions([11], [], [], [22]), "tag", 1) == [22]
+    settle = pgbench.OWN_SESSION_S
+    assert client.sessions(_Sessions([11], [], [], [22]), "tag", 1, settle_s=settle) == [22]
     # A load's sessions that stay are taken at once, each looked at again once.
-    assert client.sessions(_Sessions([21, 22]), "tag", 2) == [21, 22]
+    assert client.sessions(_Sessions([21, 22]), "tag", 2, settle_s=settle) == [21, 22]
     # Seen beside the load's while it closes: left out, and the load's one not yet open waited for.
-    assert client.sessions(_Sessions([11, 21], [21], [21, 22]), "tag", 2) == [21, 22]
+    assert client.sessions(_Sessions([11, 21], [21], [21, 22]), "tag", 2, settle_s=settle) == [21, 22]
+    # A client without a session of its own (sysbench, pgreplay) has its sessions taken at the first look.
+    assert client.sessions(_Sessions([31], []), "tag", 1) == [31]

@@ -33,7 +33,6 @@ POLL_S = 0.02  # while its sessions connect: a client connects a session in mill
 # A client may open a session of its own before its load's (pgbench: the server's version and its
 # tables, under the same application name) and close it as its load's open: sessions found are looked
 # at again this much later, and those gone by then were not the load's.
-SETTLE_S = 0.1
 WAIT_S = 0.2  # while it runs
 CONNECT_TIMEOUT_S = 60.0
 # Past its declared run time (connections made, the last transactions finished, the report written):
@@ -104,15 +103,17 @@ class Client:
         return self.ended
 
     def sessions(self, instance: Instance, tag: str, expected: int,
-                 failure: Callable[[str], Exception] = RunFailed) -> list[int]:
+                 failure: Callable[[str], Exception] = RunFailed, settle_s: float = 0.0) -> list[int]:
         """Its `expected` sessions, once it has opened them all; if it ends first, those still open
         when it ended well (a short run is done before its sessions are seen: it is measured all the
-        same), else `failure` of what it said went wrong (RunFailed if it takes too long)."""
+        same), else `failure` of what it said went wrong (RunFailed if it takes too long). `settle_s`:
+        for a client that opens a session of its own before its load's, under the same name, the
+        sessions found are looked at again that much later, and those gone by then were not the load's."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             found = instance.client_sessions(tag)
-            if len(found) >= expected:
-                time.sleep(SETTLE_S)
+            if len(found) >= expected and settle_s:
+                time.sleep(settle_s)
                 still = set(instance.client_sessions(tag))
                 found = [pid for pid in found if pid in still]
             if len(found) >= expected:
@@ -161,14 +162,16 @@ class ToolLoad:
     `failure` makes the exception of what a client that ended early said (its words, the folder's
     path taken out: RunFailed, or UserError for a mistake in the user's script); `errors` finds the
     lines of its output that say what went wrong; `grace_s`: how long past `run_s` it may run before
-    it is taken for stuck (None: as long as it takes); `open_files`: the most descriptors it may open."""
+    it is taken for stuck (None: as long as it takes); `open_files`: the most descriptors it may open;
+    `settle_s`: how long a session of the client's own, opened before its load's, may stay (Client.sessions)."""
 
     def __init__(self, instance: Instance, argv: Callable[[ClientFolder], list[str]], env: dict[str, str], tag: str,
                  sessions: int, run_s: float | None, measure: Callable[[Ended, ClientFolder, float], Measurement],
                  prepare_folder: Callable[[ClientFolder], None] | None = None,
                  failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None,
-                 grace_s: float | None = GRACE_S, open_files: int | None = None):
+                 grace_s: float | None = GRACE_S, open_files: int | None = None, settle_s: float = 0.0):
         self.instance = instance
+        self.settle_s = settle_s
         self.open_files = open_files
         self.argv = argv
         self.env = env
@@ -189,7 +192,7 @@ class ToolLoad:
         self.start()
         folder = self.folder.path
         return self.client.sessions(self.instance, self.tag, self.expected,
-                                    lambda said: self.failure(said.replace(f"{folder}/", "")))
+                                    lambda said: self.failure(said.replace(f"{folder}/", "")), self.settle_s)
 
     def start(self) -> None:
         """The client started in its private folder (what it reads written there first)."""
