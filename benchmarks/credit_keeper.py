@@ -13,64 +13,25 @@ round and its median. As root.
 
 from __future__ import annotations
 
-import argparse
 import sqlite3
-import statistics
 
 import paired_cells
 
-EXPERIMENT = """
-name = "credit-keeper"
-engine = "postgres"
-repetitions = {rounds}
-# The data and the WAL on one placement: both plainly capped, or both under the bucket.
-exclude = [{{ data_on = "capped", log_on = "bucket" }}, {{ data_on = "bucket", log_on = "capped" }}]
-
-[placements]
-capped = {{ loop = "1GB", image_dir = "{images}", iops = {iops} }}
-bucket = {{ loop = "1GB", image_dir = "{images}", iops_bucket = {{ baseline = 1, burst = {iops}, size = 1e12 }} }}
-
-[layout]
-data_on = ["capped", "bucket"]
-log_on = ["capped", "bucket"]
-
-[workload]
-kind = "pgbench"
-script = ["tpcb-like", "select-only"]
-scale = {scale}
-clients = {clients}
-duration_s = {seconds}
-"""
+PLACEMENTS = """capped = {{ loop = "1GB", image_dir = "{images}", iops = {iops} }}
+bucket = {{ loop = "1GB", image_dir = "{images}", iops_bucket = {{ baseline = 1, burst = {iops}, size = 1e12 }} }}"""
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--scale", type=int, default=10)
-    parser.add_argument("--clients", type=int, default=4)
+    parser = paired_cells.arguments(__doc__)
     parser.add_argument("--iops", type=int, default=100_000, help="the cap, held plainly or as the bucket's burst")
-    parser.add_argument("--image-dir", default="/var/tmp/storlab/img")
     args = parser.parse_args()
-
-    results = paired_cells.run("credit-keeper", EXPERIMENT.format(
-        rounds=args.rounds, images=args.image_dir, scale=args.scale, iops=args.iops, clients=args.clients,
-        seconds=args.seconds))
+    results = paired_cells.run("credit-keeper", PLACEMENTS.format(images=args.image_dir, iops=args.iops),
+                               ("capped", "bucket"), args)
     with sqlite3.connect(results / "storlab.sqlite") as db:
         dry = db.execute("SELECT count(*) FROM io_buckets WHERE dry_at_s IS NOT NULL").fetchone()[0]
-    tps: dict[tuple[str, str], dict[int, float]] = {}
-    for f, rnd, value, _ in paired_cells.transactions(results):
-        tps.setdefault((f["workload.script"], f["layout.data_on"]), {})[rnd] = value
     print(f"pgbench scale {args.scale}, {args.clients} clients, {args.seconds} s a run, {args.iops:,} IOPS; "
           f"txn/s per round (runs whose bucket ran dry: {dry})")
-    for script in ("tpcb-like", "select-only"):
-        capped, bucket = tps[(script, "capped")], tps[(script, "bucket")]
-        ratios = [bucket[r] / capped[r] for r in sorted(capped) if r in bucket]
-        print(f"{script:12} capped  " + "  ".join(f"{capped[r]:8,.0f}" for r in sorted(capped)))
-        print(f"{'':12} bucket  " + "  ".join(f"{bucket[r]:8,.0f}" for r in sorted(bucket)))
-        print(f"{'':12} bucket / capped: " + ", ".join(f"{x:.3f}" for x in ratios) +
-              f"; median {statistics.median(ratios):.3f}")
-    print(f"results: {results}")
+    paired_cells.compare(results, ("capped", "bucket"))
 
 
 if __name__ == "__main__":
