@@ -65,8 +65,8 @@ def test_only_the_main_thread_raises_it(handled):
 # Where Python may run a signal's handler while an instance is made and ended: a call starting, a call
 # to C returning (the rest of Python's check points are loops' jumps back, none of them between two
 # steps that must go together). In these modules, whose steps make or remove what an instance owns.
-MAKING = ("/storlab/lab/instances.py", "/storlab/lab/owned.py", "/storlab/lab/clients.py", "/storlab/interrupts.py",
-          "/storlab/processes.py", "/contextlib.py")
+MAKING = ("/storlab/lab/instances.py", "/storlab/lab/server_process.py", "/storlab/lab/owned.py", "/storlab/lab/clients.py",
+          "/storlab/interrupts.py", "/storlab/processes.py", "/contextlib.py")
 
 
 class CtrlC:

@@ -21,7 +21,7 @@ from storlab.engines import provision
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import file as experiment
 from storlab.engines.postgres import shared_memory
-from storlab.lab import instances, os_users, owned, safe_files, quiesce, templates
+from storlab.lab import os_users, owned, safe_files, quiesce, templates, user_tools
 from storlab.lab.devices import DevicePool
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke
@@ -73,7 +73,7 @@ def test_a_template_is_roots_and_one_the_servers_user_changed_is_built_again(lab
     assert as_server_user("ln", "-sfn", victim.path, conf).returncode != 0  # a finished template is closed to it
     # A template as an older storlab left it, the servers' user's, with a link planted where each run
     # appends its settings.
-    instances.give_to(made, os_users.server_user())
+    user_tools.give_to(made, os_users.server_user())
     plant(conf, victim.path)
     with provision("postgres", small_spec(lab_dir), keep=False, connections=2) as inst:
         with inst.connect() as conn:
@@ -220,7 +220,7 @@ def test_evicting_an_instance_never_follows_a_folder_swapped_for_a_link_mid_walk
     for name in ("one", "two"):
         (folder / name).write_text("the server's\n")
         Victim(victim.path.parent, name)
-    instances.give_to(root / "pgdata", os_users.server_user())
+    user_tools.give_to(root / "pgdata", os_users.server_user())
     advised = []
     fadvise = os.posix_fadvise
 

@@ -18,7 +18,7 @@ import pytest
 from storlab.engines import provision
 from storlab.engines.postgres import instance as postgres
 from storlab.errors import RunFailed
-from storlab.lab import instances, os_users, owned
+from storlab.lab import instances, os_users, owned, server_process, user_tools
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import start
 from tests.conftest import stop_instance, stop_storlab, stopped_processes, storlab_processes
@@ -29,7 +29,7 @@ TITLES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 @pytest.fixture
 def short_start(monkeypatch):
-    monkeypatch.setattr(instances, "START_S", START_S)
+    monkeypatch.setattr(server_process, "START_S", START_S)
 
 
 @pytest.fixture
@@ -143,8 +143,8 @@ def test_a_server_that_stops_answering_while_the_workload_prepares_fails_its_run
 
 def test_a_set_up_tool_that_does_not_finish_is_stopped_in_one_line():
     nap = f"600.{os.getpid()}"  # names this test's sleep among the machine's processes
-    with pytest.raises(instances.ToolFailed) as caught:
-        instances.run_as(os_users.server_user(), ["sh", "-c", f"echo initializing the cluster; sleep {nap}"],
+    with pytest.raises(user_tools.ToolFailed) as caught:
+        user_tools.run_as(os_users.server_user(), ["sh", "-c", f"echo initializing the cluster; sleep {nap}"],
                          "initdb", timeout=1)
     assert str(caught.value) == "initdb: sh did not finish within 1 s and was stopped; its output: initializing the cluster"
     left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", nap]]

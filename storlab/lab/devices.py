@@ -468,7 +468,7 @@ class DevicePool:
             mount_point.mkdir(mode=0o755)
             _mount(device, fmt)
             # The filesystem's top stays root's: an instance's folder made there (by root) can then be
-            # renamed by no one else, as on any placement (instances.check_guarded).
+            # renamed by no one else, as on any placement (storlab.lab.placements.check_guarded).
             os.chown(mount_point, 0, 0)
             mount_point.chmod(0o755)
             set_read_ahead(device, spec.read_ahead_kb)

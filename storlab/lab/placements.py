@@ -12,9 +12,8 @@ import re
 import stat
 from pathlib import Path
 
-from storlab.errors import RunFailed
+from storlab.errors import RunFailed, UserError
 from storlab.lab import safe_files
-from storlab.lab.instances import GUARDED
 from storlab.lab.os_users import OsUser, unreachable_ancestor
 
 TMPFS = "tmpfs"
@@ -39,6 +38,21 @@ SYSTEM_TOPS = tuple(Path(p) for p in ("/", "/var", "/home", "/mnt", "/media", "/
 SHARED_SCRATCH = tuple(Path(p) for p in ("/tmp", "/var/tmp", "/dev/shm"))
 NAME_MAX = 255
 PATH_MAX = 4096
+
+
+# Why a placement must be a folder only root can change: storlab, as root, makes its instance's folder
+# there and works in it by name (copies, hands files to the servers' user); whoever can rename that
+# folder and put a link in its place would have root hand them whatever the link names.
+GUARDED = ("root would work in it by names that user can swap for links; use a folder only root can change "
+           "(sudo mkdir), or run storlab as that user")
+
+
+def check_guarded(label: str, path: Path) -> None:
+    """Refuse (UserError) a placement another user could change, as root; again when each instance
+    starts, since a folder can change hands between the checks before the runs and a run."""
+    problem = safe_files.changeable_by_others(path, GUARDED)
+    if problem is not None:
+        raise UserError(f"{label}: {problem}")
 
 
 def name_problem(name: str) -> str | None:

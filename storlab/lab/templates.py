@@ -28,7 +28,7 @@ from typing import Callable
 
 from storlab import processes
 from storlab.errors import RunFailed
-from storlab.lab import instances, os_users, owned, safe_files
+from storlab.lab import os_users, owned, safe_files, user_tools
 
 # Part of every key: a change in how templates are built makes the old ones unused.
 FORMAT = 1
@@ -162,4 +162,4 @@ def copy(source: Path, target: Path, preallocated: bool = False) -> None:
                 os.posix_fallocate(fd, 0, size)
             finally:
                 os.close(fd)
-    instances.give_to(target, os_users.server_user())
+    user_tools.give_to(target, os_users.server_user())

@@ -20,7 +20,7 @@ from storlab import engines, interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, instances, latency, quiesce
+from storlab.lab import devices, latency, quiesce, server_failures
 from storlab.lab.layout import spec_for
 from storlab.probes import lifecycle as run_probes
 from storlab.probes.bpftrace import Tracing
@@ -68,7 +68,7 @@ class Failure:
     @property
     def every_run_alike(self) -> bool:
         """A refused setting, a full placement or the user's own SQL: every later run would fail alike."""
-        return isinstance(self.error, (UserError, instances.PlacementFull))
+        return isinstance(self.error, (UserError, server_failures.PlacementFull))
 
 
 def failure_message(exc: Exception) -> str:

@@ -27,7 +27,7 @@ from storlab.experiment import file as experiments
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
 from storlab.experiment.model import HOST_NAME
-from storlab.lab import devices, instances
+from storlab.lab import devices, instances, server_failures
 from storlab.machine import system
 from storlab.probes import bpftrace
 from storlab.probes.bpftrace import Tracing
@@ -388,7 +388,7 @@ class Worker:
         self.outcome.failed.append(f"{what}: {message}")
         self.say(f"{self.options.host}: {what}: failed: {message}")
         # A refused setting, a full placement or the user's own SQL would fail every later run here alike.
-        if isinstance(exc, (UserError, instances.PlacementFull)):
+        if isinstance(exc, (UserError, server_failures.PlacementFull)):
             entry = shared_store.ExperimentEntry(claim.experiment_id, target.experiment.name, "")
             self._refuse(entry, f"{message}; every later run would fail alike; submit it again once that is fixed",
                          RunFailed if isinstance(exc, RunFailed) else UserError)

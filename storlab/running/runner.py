@@ -17,7 +17,7 @@ from storlab import interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, instances
+from storlab.lab import devices, instances, server_failures
 from storlab.machine import system
 from storlab.probes import bpftrace
 from storlab.probes.bpftrace import Tracing
@@ -168,15 +168,15 @@ def _attempt(experiment: Experiment, cell: matrix.Cell, reps: list[int], paths: 
     if failure is None:
         return
     exc, rep = failure.error, failure.slot.repetition
-    if isinstance(exc, UserError) and not isinstance(exc, instances.SettingRejected):
+    if isinstance(exc, UserError) and not isinstance(exc, server_failures.SettingRejected):
         raise exc  # the user's own mistake (their SQL): every run would fail alike
     store.record_failure(cell.id, rep, failure.message)
-    if isinstance(exc, instances.SettingRejected):  # every run with this setting would fail alike
+    if isinstance(exc, server_failures.SettingRejected):  # every run with this setting would fail alike
         raise UserError(
             f"{experiment.where(('engine_settings', exc.setting))}: engine_settings.{exc.setting}: "
             f"the server refuses it (cell {cell.label}): {exc}; stopped before the other runs"
         ) from None
-    if isinstance(exc, instances.PlacementFull):  # so would every later run
+    if isinstance(exc, server_failures.PlacementFull):  # so would every later run
         raise RunFailed(f"{exc}; stopped: free space there or shrink the workload, then run the "
                         "same command to resume") from None
     outcome.failed.append(f"{cell.label} #{rep}: {failure.message}")

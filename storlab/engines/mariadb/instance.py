@@ -42,7 +42,7 @@ from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
 from storlab.engines.mariadb.settings import conf_value
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, os_users, owned, safe_files, templates
+from storlab.lab import instances, os_users, owned, safe_files, server_process, templates, user_tools
 from storlab.lab.layout import InstanceSpec
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import SessionsSched
@@ -161,7 +161,7 @@ def _admin() -> str:
 
 def _connect(socket: Path, user: str, database: str | None) -> Connection:
     return Connection(pymysql.connect(unix_socket=str(socket), user=user, database=database,
-                                      autocommit=True, connect_timeout=instances.CONNECT_TIMEOUT_S))
+                                      autocommit=True, connect_timeout=server_process.CONNECT_TIMEOUT_S))
 
 
 def _accepts(socket: Path) -> bool:
@@ -524,7 +524,7 @@ def _template(server_bin: Path, installer: Path, spec: InstanceSpec, connections
 def _install(installer: Path, config: Path, user: os_users.OsUser, cwd: Path) -> None:
     # --defaults-file first: /etc/mysql's option files are then never read. storlab's account is let in
     # from its own OS user only (no password anyone could use).
-    instances.run_as(
+    user_tools.run_as(
         user,
         [str(installer), f"--defaults-file={config}", "--auth-root-authentication-method=socket",
          f"--auth-root-socket-user={_admin()}", "--skip-test-db", "--skip-name-resolve"],

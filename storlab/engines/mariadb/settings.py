@@ -20,7 +20,7 @@ from storlab.engines import settings as common
 from storlab.engines.mariadb import log
 from storlab.engines.mariadb.binaries import binaries
 from storlab.errors import RunFailed
-from storlab.lab import instances, os_users
+from storlab.lab import os_users, user_tools
 
 CHECK_S = 60
 # MariaDB reads a number with a suffix the same in every numeric setting; a bare number is itself.
@@ -110,7 +110,7 @@ class MariadbSettings(common.Settings):
             conf = folder / "my.cnf"
             conf.write_text("[mysqld]\n" + "".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
             conf.chmod(0o644)  # mariadbd ignores a world-writable option file
-            instances.give_to(folder, user)
+            user_tools.give_to(folder, user)
             said = _messages(user, [str(binaries()[0]), f"--defaults-file={conf}", "--verbose", "--help"], folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -129,7 +129,7 @@ def _messages(user: os_users.OsUser, argv: list[str], cwd: Path) -> str:
     """What mariadbd says on its standard error (its help, on standard output, is not wanted), run as
     the servers' OS user."""
     try:
-        child = processes.start(argv, uid=user.uid, gid=user.gid, env=instances.server_env(user), cwd=cwd, text=True,
+        child = processes.start(argv, uid=user.uid, gid=user.gid, env=user_tools.server_env(user), cwd=cwd, text=True,
                                 errors="replace", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
     except OSError as exc:

@@ -36,7 +36,7 @@ from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, server_v
 from storlab.engines.postgres.settings import conf_value, preload_libraries
 from storlab.engines.postgres.traced_waits import DEFAULT_GROUPS, TEMP_READS, WITH_IO, WITH_READS, TracedWaitProbe
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, os_users, owned, safe_files, templates
+from storlab.lab import instances, os_users, owned, safe_files, server_process, templates, user_tools
 from storlab.lab.layout import InstanceSpec, Placement
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.recorders import SessionsSched
@@ -165,7 +165,7 @@ def _tablespace(placement_name: str) -> str:
 
 def _connect(socket_dir: Path, user: str = SUPERUSER) -> psycopg.Connection:
     conn = psycopg.connect(host=str(socket_dir), port=PORT, user=user, dbname=DATABASE, autocommit=True,
-                           connect_timeout=instances.CONNECT_TIMEOUT_S)
+                           connect_timeout=server_process.CONNECT_TIMEOUT_S)
     conn.prepare_threshold = 0  # prepare on first use, as pgbench -M prepared does
     return conn
 
@@ -500,13 +500,13 @@ def _template(bins: Path, spec: InstanceSpec) -> Path:
 
     def build(into: Path) -> None:
         user = os_users.server_user()
-        instances.run_as(
+        user_tools.run_as(
             user,
             [str(bins / "initdb"), "-D", str(into / "pgdata"), "--waldir", str(into / "wal"), *_wal_segsize(spec),
              "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8", "--locale=C"],
             "initdb", cwd=into,
         )
-        instances.run_as(
+        user_tools.run_as(
             user, [str(bins / "postgres"), "--single", "-D", str(into / "pgdata"), "-c", "exit_on_error=true", DATABASE],
             "postgres --single", cwd=into, input=TRIM_TEMPLATE + WORKLOAD_ROLE_SQL,
         )

@@ -13,7 +13,7 @@ from typing import Any
 from storlab.engines import settings as common
 from storlab.engines.postgres import log
 from storlab.engines.postgres.binaries import DEFAULT_VERSION, bin_dir, lib_dir
-from storlab.lab import instances, os_users
+from storlab.lab import os_users, user_tools
 
 # Preload libraries storlab needs, joined with the user's instead of replaced by them.
 STORLAB_PRELOAD = "pg_wait_sampling"
@@ -160,8 +160,8 @@ class PostgresSettings(common.Settings):
             conf = folder / "postgresql.conf"
             conf.write_text("".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
             (folder / "postgresql.auto.conf").write_text("")
-            instances.give_to(folder, user)
-            code, out = instances.run_tool(user, [str(bin_dir(self.version) / "postgres"), "-D", str(folder), "-C", "port"])
+            user_tools.give_to(folder, user)
+            code, out = user_tools.run_tool(user, [str(bin_dir(self.version) / "postgres"), "-D", str(folder), "-C", "port"])
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         if code == 0:
