@@ -1,7 +1,7 @@
 """Each probe owns its tables: the store makes and migrates them under the probe's name, writes what
-the probe recorded with the run, in the same transaction, and reads it back through the probe; the
-report shows its section, every export format carries its tables. A probe added to the registry needs
-nothing else (the store, the runner, the report and the export never name it)."""
+the probe recorded with the run, in the same transaction, and reads it back through the probe; its
+summary is its typed part of the answer, every export format carries its tables. A probe added to the
+registry needs nothing else (the store, the runner, the answer and the export never name it)."""
 
 from __future__ import annotations
 
@@ -39,10 +39,7 @@ WIDEN = "ALTER TABLE queue_depth ADD COLUMN device TEXT;"
 
 
 def queue_probe(*migrations: str) -> kept.Probe:
-    def section(cells):
-        return kept.Section("Queue depth", "deepest per run", ["cell", "max"], [[label, str(max(max(r) for r in runs))]
-                                                                                for label, runs in cells])
-    return kept.Probe("queue_depth", migrations, _write, _read, section=section)
+    return kept.Probe("queue_depth", migrations, _write, _read)
 
 
 @pytest.fixture
@@ -67,7 +64,7 @@ def bind(store: Store) -> int:
     return store.record_facts({}, {})
 
 
-def test_a_new_probe_gets_its_table_its_rows_and_its_report_section(tmp_path, with_probe):
+def test_a_new_probe_gets_its_table_and_its_rows(tmp_path, with_probe):
     probe = queue_probe(CREATE)
     with_probe(probe)
     with Store.open(tmp_path) as store:
@@ -76,9 +73,6 @@ def test_a_new_probe_gets_its_table_its_rows_and_its_report_section(tmp_path, wi
         store.record_run("a", 2, run_result(queue_depth=[7]), facts)
         assert store.kept(probe, run_id) == [1, 2, 3]
         assert store.db.execute("SELECT version FROM probe_versions WHERE probe = 'queue_depth'").fetchone() == (1,)
-    with Store.open(tmp_path, create=False) as store:
-        written = page.write(compose.compose(analysis.load(store, [])), store, store.folder).read_text()
-    assert "<h2>Queue depth</h2>" in written and "<td class=''>7</td>" in written
 
 
 def test_a_new_probe_is_in_every_export_format_and_its_rows_are_checked(tmp_path, with_probe):
@@ -174,9 +168,15 @@ def test_pressure_moves_are_the_kernels_counters_in_seconds_and_mib(tmp_path):
     moved = recording.stop()
     assert moved.counters == pytest.approx({"io_some": 2.5, "io_full": 1.0, "nr_dirtied": 3.0, "nr_written": 0.0})
     assert moved.unavailable == {}
-    shown = pressure.section([("a", [moved, moved]), ("b", [moved, pressure.Moved()])])
-    assert shown.headers == ["cell", "IO some s", "IO full s", "dirtied MiB", "written back MiB"]
-    assert shown.rows == [["a", "2.50", "1.00", "3.00", "0.00"], ["b", "—", "—", "—", "—"]]
+    shown = pressure.summary([kept.KeptCell("c1", "a", [1, 2], [moved, moved]),
+                              kept.KeptCell("c2", "b", [1, 2], [moved, pressure.Moved()])])
+    assert [(c.name, c.label, c.unit) for c in shown.counters] == [
+        ("io_some", "IO some s", "s"), ("io_full", "IO full s", "s"), ("nr_dirtied", "dirtied MiB", "MiB"),
+        ("nr_written", "written back MiB", "MiB")]
+    (a, b) = shown.cells
+    assert a.means == pytest.approx({"io_some": 2.5, "io_full": 1.0, "nr_dirtied": 3.0, "nr_written": 0.0})
+    assert b.means == dict.fromkeys(["io_some", "io_full", "nr_dirtied", "nr_written"])  # not in every run: unknown
+    assert shown.unavailable == {}
 
 
 @pytest.mark.parametrize("text, why", [

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from storlab.answer import analysis
-from storlab.probes import iosizes
+from storlab.probes import iosizes, pressure
 from storlab.answer import model
 from storlab.answer.compose import compose
 from storlab.report import page
@@ -161,6 +161,38 @@ def test_io_sizes_are_histograms_averages_say_so_and_traced_events_are_marked(tr
     assert page.count("as traced: checkpoints shaded from their start over their duration, WAL switches dotted") == 2
     for name in ("latency.png", "mb_s.png", "io_sizes.png"):
         assert Image.open(traced / name).format == "PNG"
+
+
+def test_the_reports_table_of_the_kernels_view_is_the_answers_pressure(recorded):
+    """The report draws `show --json`'s typed pressure: each cell's mean per run of each counter, — where
+    not every run of the cell had it (its file unreadable in one run, and the caption says why)."""
+    with Store.open(recorded, create=False) as store:  # migrated: the pressure tables are there
+        runs = store.runs()
+    source, why = "/proc/pressure/io", "line 1 is not as the kernel writes it: 'some total=12x'"
+    with sqlite3.connect(recorded / "storlab.sqlite") as db:  # as the probe writes a run's
+        for run in runs:
+            unreadable = run.id == runs[0].id
+            counters = {"nr_dirtied": 40.0 + run.id, "nr_written": 2.5 * run.repetition}
+            counters |= {} if unreadable else {"io_some": 0.25 * run.id, "io_full": 0.125 * run.id}
+            pressure.PROBE.write(db, run.id, pressure.Moved(counters, {source: why} if unreadable else {}))
+    kernel = json.loads(invoke("show", recorded, "--json").output)["pressure"]
+    assert [(c["name"], c["unit"]) for c in kernel["counters"]] == [("io_some", "s"), ("io_full", "s"),
+                                                                    ("nr_dirtied", "MiB"), ("nr_written", "MiB")]
+    assert kernel["unavailable"] == {source: [why]}
+    for cell in kernel["cells"]:
+        ids = [r.id for r in runs if r.cell_id == cell["cell"]]
+        assert cell["runs"] == len(ids) and cell["means"]["nr_dirtied"] == pytest.approx(40 + sum(ids) / len(ids))
+        assert (cell["means"]["io_some"] is None) == (runs[0].id in ids)
+    assert invoke("report", recorded).exit_code == 0
+    written = html.unescape((recorded / "report.html").read_text())
+    heads = "".join(f"<th class=''>{c['label']}</th>" for c in kernel["counters"])
+    assert ("<h2>The kernel's view: stalls and page-cache writes</h2><div class='scroll'><table>"
+            f"<tr><th class='l'>cell</th>{heads}</tr>") in written
+    for cell in kernel["cells"]:
+        means = [cell["means"][c["name"]] for c in kernel["counters"]]
+        shown = "".join(f"<td class=''>{'—' if mean is None else f'{mean:,.2f}'}</td>" for mean in means)
+        assert f"<tr><td class='l'>{cell['label']}</td>{shown}</tr>" in written
+    assert f"Unavailable in some runs: {source}: {why}." in written
 
 
 def test_bars_follow_the_swept_factor_and_the_chosen_run_is_the_median_of_the_best(recorded):

@@ -25,9 +25,8 @@ from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, sho
 from storlab.experiment.matrix import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
-from storlab.probes import file_io, iosizes, limits, traced_waits, waiting_tasks
+from storlab.probes import file_io, iosizes, traced_waits, waiting_tasks
 from storlab.probes.registry import PROBES
-from storlab.probes.limits import LimitsUse
 from storlab.probes.waits import FileIO, TracedWait, Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
 from storlab.rounds import DEFAULT_MARGIN
@@ -48,8 +47,7 @@ class CellResult:
     extras: dict[str, float]
     headline_name: str = ELAPSED.name
     tasks: list[WaitingTask] = field(default_factory=list)  # who waited on what, per run
-    limits: list[LimitsUse] = field(default_factory=list)  # what its IO caps and memory limit did, per run
-    kept: dict[str, list[Any]] = field(default_factory=dict)  # what each probe with a section kept, per run
+    kept: dict[str, list[Any]] = field(default_factory=dict)  # what each probe with a summary kept, per run
     traced: list[list[TracedWait]] = field(default_factory=list)  # every traced wait, per run
     files: list[list[FileIO]] = field(default_factory=list)  # each file's IO, per run
     io_sizes: list[list[tuple[str, str, int, int, str]]] = field(default_factory=list)  # the io_sizes probe's rows, per run
@@ -281,8 +279,7 @@ def load(store: Store, io: list[Path] | None = None) -> Results:
                 extras=_mean_extras(runs),
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
-                limits=[store.kept(limits.PROBE, r.id) for r in runs],
-                kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.section},
+                kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.summary},
                 traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
                 files=[store.kept(file_io.PROBE, r.id) for r in runs],
                 io_sizes=[store.kept(iosizes.PROBE, r.id) for r in runs],

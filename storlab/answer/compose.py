@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from storlab import engines
 from storlab.answer import (capability, chart_order, client_cpu, drawn_runs, effects, explain, io_sizes, machines, model,
@@ -17,8 +18,8 @@ from storlab.experiment import design
 from storlab.experiment.swept import canonical, short_name
 from storlab.experiment.matrix import format_value
 from storlab.errors import UserError
-from storlab.lab import caps
-from storlab.probes import costs, limits, traced_waits, waiting_tasks
+from storlab.probes import costs, traced_waits, waiting_tasks
+from storlab.probes.kept import KeptCell
 from storlab.probes.registry import PROBES
 from storlab.workloads import KINDS
 
@@ -308,54 +309,6 @@ def explanations(results: Results) -> list[model.Explanation]:
     return found
 
 
-def limits_answer(results: Results) -> model.Limits | None:
-    """What each cell's IO caps and server memory limit did, and what a cap holds back on the hosts
-    that ran them (cgroup v1: only what the servers submit)."""
-    rows, memory, versions = [], [], set()
-    for c in results.measured:
-        devices, held = limits.per_cell(c.limits)
-        for d in devices:
-            versions.add(d.cgroup_version)
-            rows.append(model.CapRow(
-                cell=c.cell.id, label=c.cell.label, device=d.device, placements=d.placements, caps=d.caps.as_dict(),
-                max_sectors_kb=d.max_sectors_kb, at_cap_share=d.at_cap_share,
-                device_written_bytes=d.served.write_bytes, charged_written_bytes=d.charged.write_bytes,
-                device_read_bytes=d.served.read_bytes, charged_read_bytes=d.charged.read_bytes,
-                io_pressure_s=d.io_pressure_s))
-        if held is not None:
-            versions.add(held.cgroup_version)
-            memory.append(model.MemoryRow(
-                cell=c.cell.id, label=c.cell.label, limit_bytes=held.limit_bytes, runs=held.runs,
-                runs_hit=held.runs_hit, hits_per_run=held.hits, oom_kills=held.oom_kills, peak_bytes=held.peak_bytes,
-                device_read_bytes=held.read_bytes))
-    buckets = {c.cell.id: limits.buckets_per_cell(c.limits) for c in results.measured}
-    if not rows and not memory:
-        return None
-    covers = [caps.covers(v) for v in sorted(versions)]
-    lines = []
-    if rows:
-        lines.append(f"IO caps, per run ({'; '.join(covers)}):")
-        for c in results.measured:
-            lines += [f"  {c.cell.label} ({c.cell.id}): {limits.cap_line(d)}" for d in limits.per_cell(c.limits)[0]]
-    bucket_rows = []
-    if any(buckets.values()):
-        lines.append("credit buckets, per run (each run starts with its declared credits):")
-        for c in results.measured:
-            rounds = [r.repetition for r in c.runs]
-            for b in buckets[c.cell.id]:
-                lines.append(f"  {c.cell.label} ({c.cell.id}): {limits.bucket_line(b, rounds)}")
-                bucket_rows.append(model.BucketRow(
-                    cell=c.cell.id, label=c.cell.label, device=b.device, placements=b.placements, unit=b.bucket.unit,
-                    **b.bucket.as_dict(), runs=b.runs, dry_share=b.dry_share, spent_per_run=b.spent,
-                    dry=[model.DryRun(round=rounds[i], at_s=at) for i, at in enumerate(b.dry_at_s) if at is not None]))
-    if memory:
-        lines.append("server memory, per run (the control group's limit, the page cache included):")
-        for c in results.measured:
-            held = limits.per_cell(c.limits)[1]
-            lines += [f"  {c.cell.label} ({c.cell.id}): {limits.memory_line(held)}"] if held else []
-    return model.Limits(covers=covers, caps=rows, memory=memory, lines=lines, buckets=bucket_rows)
-
-
 def half_normal(answer: FactorAnswer) -> list[model.EffectPoint]:
     """Each main effect's size against the half-normal quantile of its rank (Daniel 1959): the effects of
     nothing lie on a line through the origin, the real ones stand off it to the right."""
@@ -485,15 +438,12 @@ def unavailable_line(results: Results) -> str:
     return f"{results.name or '?'}: what each factor does: unavailable: {results.no_ratios}"
 
 
-def probe_sections(results: Results) -> list[model.ProbeSection]:
-    """Each probe's own part (probes/kept.py), from what it kept of each cell's runs."""
-    found = []
-    for probe in PROBES:
-        part = probe.section and probe.section([(c.cell.label, c.kept.get(probe.name, [])) for c in results.cells])
-        if part:
-            found.append(model.ProbeSection(probe=probe.name, title=part.title, caption=part.caption,
-                                            headers=part.headers, rows=part.rows))
-    return found
+def probe_summaries(results: Results) -> dict[str, Any]:
+    """Each probe's own part of the answer, the answer's field of its name (probes/kept.py), from what it
+    kept of each measured cell's runs."""
+    return {probe.name: probe.summary([KeptCell(c.cell.id, c.cell.label, [r.repetition for r in c.runs],
+                                                c.kept[probe.name]) for c in results.measured])
+            for probe in PROBES if probe.summary}
 
 
 def compose(results: Results, over_time: str | None = None) -> model.Answer:
@@ -545,10 +495,9 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
         waits_over_time=drawn_runs.waits_over_time(results, over_time),
         first_runs=drawn_runs.first_runs(ordered),
         explanations=explanations(results),
-        probe_sections=probe_sections(results),
-        limits=limits_answer(results),
         design=design_answer(results),
         steadiness=steadiness_answer(results),
+        **probe_summaries(results),
     )
 
 

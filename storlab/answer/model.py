@@ -13,17 +13,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict
+# The probes' parts of the answer are typed where each probe makes its part (probes/kept.Probe.summary).
+from storlab.probes.limits import Limits
+from storlab.probes.pressure import Pressure
+from storlab.typed import Typed
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 Verdict = Literal["different", "equivalent", "undecided"]
 
 
-class _Typed(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Experiment(_Typed):
+class Experiment(Typed):
     name: str
     engine: str
     factors: dict[str, list[Any]]  # short name -> its values, in the file's order
@@ -33,7 +32,7 @@ class Experiment(_Typed):
     declared: bool = True  # False: the store holds no experiment (a `storlab io` folder); name and engine are "?"
 
 
-class Figure(_Typed):
+class Figure(Typed):
     name: str
     unit: str
     label: str
@@ -43,7 +42,7 @@ class Headline(Figure):
     better: Literal["lower", "higher"]
 
 
-class Effect(_Typed):
+class Effect(Typed):
     """One level against its factor's reference: the ratio of geometric means and its verdict."""
 
     factor: str
@@ -65,7 +64,7 @@ class Effect(_Typed):
     aliases: str | None = None  # in a screening: what this main effect is aliased with, in words
 
 
-class Interaction(_Typed):
+class Interaction(Typed):
     factors: tuple[str, str]
     p_value: float | None
     adjusted_p: float | None
@@ -73,7 +72,7 @@ class Interaction(_Typed):
     aliases: list[tuple[str, str]] = []  # in a fraction: the other pairs whose interaction is the same column
 
 
-class FactorEffects(_Typed):
+class FactorEffects(Typed):
     effects: list[Effect]  # main effects, factor order then level order
     interactions: list[Interaction]
     conditional: list[Effect]  # each factor of a significant interaction at each level of the other
@@ -92,7 +91,7 @@ class FactorEffects(_Typed):
     interaction_lines: list[str]  # the interactions, in words
 
 
-class EffectPoint(_Typed):
+class EffectPoint(Typed):
     """One main effect on the half-normal plot: its size against where pure noise would put it."""
 
     factor: str
@@ -102,7 +101,7 @@ class EffectPoint(_Typed):
     verdict: Verdict
 
 
-class Design(_Typed):
+class Design(Typed):
     """A screening (a fraction of the factors' product) or the follow-up after it: how its cells were
     chosen, against the full factorial, and what the cells that ran cannot tell apart."""
 
@@ -123,13 +122,13 @@ class Design(_Typed):
     lines: list[str]  # all of it in words
 
 
-class UntilSettled(_Typed):
+class UntilSettled(Typed):
     min_rounds: int
     max_rounds: int
     budget_s: float | None
 
 
-class NoiseSplit(_Typed):
+class NoiseSplit(Typed):
     """Where the noise is (Kalibera and Jones 2013): between runs, inside a run, and the plan it gives."""
 
     between_runs: float  # variance of the log of the per-second throughput between runs (about a CV^2)
@@ -143,7 +142,7 @@ class NoiseSplit(_Typed):
     line: str  # all of it in words
 
 
-class Noise(_Typed):
+class Noise(Typed):
     residual_cv: float | None  # the paired model's: the rounds' drift taken out
     rounds_needed: dict[str, int]  # "10 %" -> rounds two cells compared round by round need (80 % power)
     hidden: dict[str, float]  # each undecided factor's largest effect the noise still allows
@@ -152,7 +151,7 @@ class Noise(_Typed):
     split: NoiseSplit | None = None  # None: no cell has two runs with a per-second throughput
 
 
-class Ranked(_Typed):
+class Ranked(Typed):
     """One measured cell, in the ranking's order (the cell the verdicts hold the others against first)."""
 
     place: int
@@ -176,7 +175,7 @@ class Ranked(_Typed):
     hosts: list[str]  # the hosts that measured its runs, where one cell's runs were pooled from several
 
 
-class WaitRow(_Typed):
+class WaitRow(Typed):
     """A row of the seeds' wait table, per run; None where the source cannot fill a column honestly."""
 
     wait_type: str
@@ -187,21 +186,21 @@ class WaitRow(_Typed):
     avg_wait_s: float | None
 
 
-class Resource(_Typed):
+class Resource(Typed):
     resource: str  # as the engine names it ("— (not named)" when it does not; "N others" for the rest)
     named: bool  # the engine named what the sessions waited on (or this row sums others that it named)
     seconds: float  # sampled in the wait, per run
     share: float  # % of the wait's sampled time
 
 
-class WaitResources(_Typed):
+class WaitResources(Typed):
     """Who waits on what: the resources one top wait's sessions were caught waiting on."""
 
     wait_type: str
     resources: list[Resource]  # empty: the sampler never caught a session in this wait
 
 
-class TracedLock(_Typed):
+class TracedLock(Typed):
     """A relation's lock waits as the trace counted them, per run."""
 
     wait_type: str  # Lock:extend, Lock:transactionid
@@ -211,7 +210,7 @@ class TracedLock(_Typed):
     share: float  # % of its wait type's traced seconds
 
 
-class FileRow(_Typed):
+class FileRow(Typed):
     """One file's IO per run (a cell's mean); None where its records did not measure that figure."""
 
     object: str  # what it holds: lab_insert_3, WAL, redo log
@@ -230,7 +229,7 @@ class FileRow(_Typed):
     sync_avg_s: float | None
 
 
-class Traced(_Typed):
+class Traced(Typed):
     """What a cell's traces counted (`storlab waits --resources --files`)."""
 
     runs: int
@@ -243,7 +242,7 @@ class Traced(_Typed):
     io_traced_by_default: bool  # every run traced the default (each file's writes need --trace-io)
 
 
-class CellWaits(_Typed):
+class CellWaits(Typed):
     cell: str
     label: str
     factors: dict[str, Any]
@@ -255,7 +254,7 @@ class CellWaits(_Typed):
     traced: Traced
 
 
-class IoSizes(_Typed):
+class IoSizes(Typed):
     """The size of the IOs one placement's device served in one direction, per run of a cell."""
 
     placement: str
@@ -265,7 +264,7 @@ class IoSizes(_Typed):
     average_requests: float | None  # their requests; both None: every run of the cell was traced
 
 
-class CellIoSizes(_Typed):
+class CellIoSizes(Typed):
     """What the io_sizes probe kept of a cell's runs: traced histograms and diskstats' averages apart."""
 
     cell: str
@@ -275,7 +274,7 @@ class CellIoSizes(_Typed):
     sizes: list[IoSizes]  # by placement, then direction
 
 
-class FioJob(_Typed):
+class FioJob(Typed):
     """One fio job's latest measurement on a device (`storlab io`)."""
 
     job: str  # 8k-randwrite
@@ -291,7 +290,7 @@ class FioJob(_Typed):
     run_at: float  # when it was measured, seconds since the epoch
 
 
-class DatabaseIo(_Typed):
+class DatabaseIo(Typed):
     """What the busiest cell (the highest mean MiB/s) drove on a placement's whole device."""
 
     cell: str
@@ -303,7 +302,7 @@ class DatabaseIo(_Typed):
     period_s: float  # the device sampler's interval: a peak is one interval's
 
 
-class Capability(_Typed):
+class Capability(Typed):
     """A device's capability as fio measured it, beside what the database drove on it."""
 
     target: str  # the path fio measured
@@ -313,7 +312,7 @@ class Capability(_Typed):
     database: DatabaseIo | None  # None: not a placement, or its runs recorded no device readings there
 
 
-class FactJudged(_Typed):
+class FactJudged(Typed):
     """One fact of a machine as `storlab check` judges it."""
 
     group: str  # CPU, Memory, Kernel, a placement's path
@@ -324,7 +323,7 @@ class FactJudged(_Typed):
     distorts: bool  # a warning that distorts results makes the machine unfit; the others add noise or context
 
 
-class Machine(_Typed):
+class Machine(Typed):
     """A machine the kept runs were measured on."""
 
     host: str | None  # or the hosts that share its facts; None when the runs name no host
@@ -333,7 +332,7 @@ class Machine(_Typed):
     facts: dict[str, Any]  # facts too old to judge, as they were recorded (dotted key -> value); {} once judged
 
 
-class DrawnRun(_Typed):
+class DrawnRun(Typed):
     """A run a chart draws over its own time axis (the store's timeline of that run)."""
 
     cell: str
@@ -343,7 +342,7 @@ class DrawnRun(_Typed):
     elapsed_s: float | None  # where its time axis ends; None: the run recorded no elapsed time
 
 
-class ExplanationLine(_Typed):
+class ExplanationLine(Typed):
     wait_type: str
     baseline: float
     candidate: float
@@ -351,7 +350,7 @@ class ExplanationLine(_Typed):
     share: float | None  # of the elapsed difference; None when that is too small to divide by
 
 
-class Explanation(_Typed):
+class Explanation(Typed):
     """What explains a difference: the waits per unit of work, side by side (storlab.answer.explain)."""
 
     what: str  # "log_on=ram against log_on=disk, over 2 pairs of cells alike in the other factors"
@@ -363,7 +362,7 @@ class Explanation(_Typed):
     notes: list[str]
 
 
-class Compared(_Typed):
+class Compared(Typed):
     cell: str
     label: str
     mean: str  # the headline's mean ± its interval, as the ranking writes it
@@ -373,7 +372,7 @@ class Compared(_Typed):
     verdict: str
 
 
-class Comparison(_Typed):
+class Comparison(Typed):
     """`storlab compare`: every measured cell against one, paired by round, with what explains each difference."""
 
     headline: Headline
@@ -384,75 +383,7 @@ class Comparison(_Typed):
     explanations: list[Explanation]
 
 
-class CapRow(_Typed):
-    """What a cell's IO cap on one device did, per run (the means of its runs)."""
-
-    cell: str
-    label: str
-    device: str  # the kernel's name: a directory placement's cap holds its whole disk
-    placements: list[str]
-    caps: dict[str, float]  # read_iops, write_iops, read_mb_s, write_mb_s: those set
-    max_sectors_kb: int | None  # the largest request the device was issued: an IOPS cap counts each
-    at_cap_share: float | None  # of the runs' time, the group's IO at 90 % of its tightest cap or more
-    device_written_bytes: float
-    charged_written_bytes: float  # to the instance's control group: less than the device wrote when
-    device_read_bytes: float  # writeback went around a v1 cap
-    charged_read_bytes: float
-    io_pressure_s: float | None = None  # v2: some of the group's processes stalled on IO, a run (io.pressure)
-
-
-class MemoryRow(_Typed):
-    """What a cell's server memory limit did (its control group's limit, the page cache included)."""
-
-    cell: str
-    label: str
-    limit_bytes: int
-    runs: int
-    runs_hit: int  # runs that reached the limit
-    hits_per_run: float  # v1 memory.failcnt, v2 memory.events max
-    oom_kills: int
-    peak_bytes: float | None
-    device_read_bytes: float  # what the placements' devices read, a run
-
-
-class DryRun(_Typed):
-    """A run whose credit bucket ran dry."""
-
-    round: int
-    at_s: float  # from the run's start
-
-
-class BucketRow(_Typed):
-    """What a cell's credit bucket on one device did: a cap at its burst rate while the bucket held
-    credits, at its baseline once it was empty."""
-
-    cell: str
-    label: str
-    device: str
-    placements: list[str]
-    unit: str  # "iops" or "mb_s": what it earns and pays
-    baseline: float  # a second
-    burst: float
-    size: float  # credits: IOs, or MiB
-    start: float  # credits at each run's start
-    runs: int
-    dry: list[DryRun]  # the runs it ran dry in, and when
-    dry_share: float  # of the runs' time, the baseline in force
-    spent_per_run: float  # credits
-
-
-class Limits(_Typed):
-    """What the cells' IO caps, credit buckets and server memory limits did, and what a cap holds back on
-    the host that ran them (cgroup v1 or v2)."""
-
-    covers: list[str]
-    caps: list[CapRow]
-    memory: list[MemoryRow]
-    lines: list[str]  # all of it in words
-    buckets: list[BucketRow] = []
-
-
-class RatePoint(_Typed):
+class RatePoint(Typed):
     """One rate of a layout: what its runs achieved (means over the runs)."""
 
     level: Any  # the declared rate, or "max" (closed loop)
@@ -463,7 +394,7 @@ class RatePoint(_Typed):
     sustained: float | None  # the share of its runs that kept up with the schedule; None for "max"
 
 
-class RateGoal(_Typed):
+class RateGoal(Typed):
     """The highest rate a layout sustains inside the latency goal."""
 
     highest_level: Any | None  # the highest declared rate inside the goal in every round
@@ -476,7 +407,7 @@ class RateGoal(_Typed):
     below: int  # rounds in which not even the lowest rate stayed inside
 
 
-class RateLayout(_Typed):
+class RateLayout(Typed):
     label: str  # the other factors' values
     points: list[RatePoint]  # the open-loop rates, rising
     closed: RatePoint | None  # "max"
@@ -484,7 +415,7 @@ class RateLayout(_Typed):
     goal: RateGoal | None  # None without a latency goal
 
 
-class RateMost(_Typed):
+class RateMost(Typed):
     """Which layout sustains the most inside the goal, against the next, paired by round."""
 
     best: str
@@ -494,7 +425,7 @@ class RateMost(_Typed):
     high: float | None
 
 
-class RateCurves(_Typed):
+class RateCurves(Typed):
     """A rate sweep's answer (storlab.answer.rate_curve): each layout's curve, its knee, its highest rate
     inside the latency goal, and the layout that sustains the most."""
 
@@ -503,23 +434,13 @@ class RateCurves(_Typed):
     most: RateMost | None
 
 
-class ProbeSection(_Typed):
-    """A probe's own part of the answer (probes/kept.Probe.section): one table, a row per cell."""
-
-    probe: str
-    title: str
-    caption: str
-    headers: list[str]
-    rows: list[list[str]]
-
-
-class Failure(_Typed):
+class Failure(Typed):
     cell: str
     repetition: int
     message: str
 
 
-class SeriesState(_Typed):
+class SeriesState(Typed):
     """One per-second series of one run, judged for a steady state (storlab.answer.steady)."""
 
     metric: str  # transactions_per_s, rows_per_s, latency_p99_ms
@@ -536,7 +457,7 @@ class SeriesState(_Typed):
     said: str
 
 
-class RunSteadiness(_Typed):
+class RunSteadiness(Typed):
     """What one run held: a steady state or not, its warm-up found beside the declared one, its checkpoints."""
 
     repetition: int
@@ -555,20 +476,20 @@ class RunSteadiness(_Typed):
     log_bytes: float | None  # the WAL or redo the run wrote, its warm-up included
 
 
-class CellSteadiness(_Typed):
+class CellSteadiness(Typed):
     cell: str
     label: str
     runs: list[RunSteadiness]
     lines: list[str]  # runs not steady and what that does to the cell's verdicts; checkpoints missing or unequal
 
 
-class Steadiness(_Typed):
+class Steadiness(Typed):
     rule: str  # the steady-state rule applied, in words
     cells: list[CellSteadiness]
     lines: list[str]  # all of it in words, as `show` prints it
 
 
-class Answer(_Typed):
+class Answer(Typed):
     schema_version: int = SCHEMA_VERSION
     experiment: Experiment
     headline: Headline
@@ -593,8 +514,9 @@ class Answer(_Typed):
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
     explanations: list[Explanation]
-    probe_sections: list[ProbeSection]  # the probes' tables (the kernel's pressure, the caps' and memory's)
+    # The probes' parts, each the field of its probe's name (probes/kept.Probe.summary).
     limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
+    pressure: Pressure | None = None  # None: no run read the kernel's counters
     design: Design | None = None  # None: the full factorial
     steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
     swept: str | None = None  # the factor the headline chart draws along (short name): data_files, else the first numeric

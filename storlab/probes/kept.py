@@ -1,14 +1,17 @@
 """What a probe keeps of each run: its own tables in the results store, made and changed by its own
 migrations (versioned under the probe's name, apart from the store's), how a run's record is written
-there and read back, and its part of the report. The store (which checks its tables before any read),
-the runner, the report and the export find every probe in the registry (probes/registry.py) and never
-name a probe's table, so a new probe is one module and one line there."""
+there and read back, and its typed part of the answer. The store (which checks its tables before any
+read), the runner, the answer and the export find every probe in the registry (probes/registry.py) and
+never name a probe's table, so a new probe is one module and one line there (and, for a part of the
+answer, the answer's field of its name in storlab.answer.model, typed in the probe's module)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+
+from storlab.typed import Typed
 
 if TYPE_CHECKING:  # the instance's protocol names types of the probes that import this module
     from storlab.probes.target import Probed
@@ -52,18 +55,18 @@ class RunScope:
 
 
 @dataclass(frozen=True)
-class Section:
-    """A probe's part of the report: one table, a row per cell."""
+class KeptCell:
+    """What a probe kept of one measured cell's runs, as its summary reads them."""
 
-    title: str
-    caption: str
-    headers: list[str]
-    rows: list[list[str]]
+    cell: str  # its id
+    label: str
+    rounds: list[int]  # each run's round (its repetition)
+    runs: list[Any]  # what each run recorded, as the probe's `read` gives it, in the order of `rounds`
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One probe as the store and the report see it. What it records comes from its own recorder
+    """One probe as the store and the answer see it. What it records comes from its own recorder
     (`recorder`), or with the engine's wait capture (`from_capture`: one program of the engine's may
     count several things at once)."""
 
@@ -73,8 +76,9 @@ class Probe:
     read: Callable[[Db, int], Any]  # (connection, run id) -> what the run recorded
     recorder: Callable[[RunScope], Recording | None] | None = None
     from_capture: Callable[[Any], Any] | None = None  # from the run's probes.waits.WaitCapture
-    # Its part of the report, from each cell's (label, [what each run recorded]).
-    section: Callable[[list[tuple[str, list[Any]]]], Section | None] | None = None
+    # Its part of the answer, typed in its own module: the answer's field of the probe's name (None:
+    # nothing to say), from what it kept of each measured cell's runs.
+    summary: Callable[[list[KeptCell]], Typed | None] | None = None
     # The points what a run recorded puts on the run's timeline (recorders.TimelinePoint, on the
     # samplers' axis), beside its own tables.
     timeline: Callable[[Any], list[Any]] | None = None

@@ -25,10 +25,11 @@ from typing import Callable
 from storlab import timeline
 from storlab.lab import caps, credits
 from storlab.lab.cgroups import ControlGroup
-from storlab.probes.kept import Db, Probe, RunScope, Section
+from storlab.probes.kept import Db, KeptCell, Probe, RunScope
 from storlab.probes.recorders import DEVICE_PERIOD_S, TimelinePoint
 from storlab.sampler import Sampler
 from storlab.sizes import format_bytes
+from storlab.typed import Typed
 
 
 @dataclass
@@ -249,7 +250,7 @@ def _read(db: Db, run_id: int) -> LimitsUse:
     return found
 
 
-# -- what a cell's runs did, for the answer and the report -----------------------------------------
+# -- what a cell's runs did, for the answer --------------------------------------------------------
 
 
 @dataclass
@@ -389,18 +390,120 @@ def memory_line(m: CellMemory) -> str:
     return line
 
 
-def section(cells: list[tuple[str, list[LimitsUse]]]) -> Section | None:
-    rows = []
-    for label, runs in cells:
-        devices, memory = per_cell(runs)
-        rows += [[label, "IO cap", cap_line(c)] for c in devices]
-        rows += [[label, "credit bucket", bucket_line(b)] for b in buckets_per_cell(runs)]
-        rows += [[label, "server memory", memory_line(memory)]] if memory else []
-    if not rows:
+class CapRow(Typed):
+    """What a cell's IO cap on one device did, per run (the means of its runs)."""
+
+    cell: str
+    label: str
+    device: str  # the kernel's name: a directory placement's cap holds its whole disk
+    placements: list[str]
+    caps: dict[str, float]  # read_iops, write_iops, read_mb_s, write_mb_s: those set
+    max_sectors_kb: int | None  # the largest request the device was issued: an IOPS cap counts each
+    at_cap_share: float | None  # of the runs' time, the group's IO at 90 % of its tightest cap or more
+    device_written_bytes: float
+    charged_written_bytes: float  # to the instance's control group: less than the device wrote when
+    device_read_bytes: float  # writeback went around a v1 cap
+    charged_read_bytes: float
+    said: str  # all of it in words, as `show` prints it
+    io_pressure_s: float | None = None  # v2: some of the group's processes stalled on IO, a run (io.pressure)
+
+
+class MemoryRow(Typed):
+    """What a cell's server memory limit did (its control group's limit, the page cache included)."""
+
+    cell: str
+    label: str
+    limit_bytes: int
+    runs: int
+    runs_hit: int  # runs that reached the limit
+    hits_per_run: float  # v1 memory.failcnt, v2 memory.events max
+    oom_kills: int
+    peak_bytes: float | None
+    device_read_bytes: float  # what the placements' devices read, a run
+    said: str
+
+
+class DryRun(Typed):
+    """A run whose credit bucket ran dry."""
+
+    round: int
+    at_s: float  # from the run's start
+
+
+class BucketRow(Typed):
+    """What a cell's credit bucket on one device did: a cap at its burst rate while the bucket held
+    credits, at its baseline once it was empty."""
+
+    cell: str
+    label: str
+    device: str
+    placements: list[str]
+    unit: str  # "iops" or "mb_s": what it earns and pays
+    baseline: float  # a second
+    burst: float
+    size: float  # credits: IOs, or MiB
+    start: float  # credits at each run's start
+    runs: int
+    dry: list[DryRun]  # the runs it ran dry in, and when
+    dry_share: float  # of the runs' time, the baseline in force
+    spent_per_run: float  # credits
+    said: str
+
+
+class Limits(Typed):
+    """What the cells' IO caps, credit buckets and server memory limits did, and what a cap holds back on
+    the host that ran them (cgroup v1 or v2)."""
+
+    covers: list[str]
+    caps: list[CapRow]
+    memory: list[MemoryRow]
+    lines: list[str]  # all of it in words
+    buckets: list[BucketRow] = []
+
+
+def _cap_row(cell: KeptCell, d: CellCaps) -> CapRow:
+    return CapRow(
+        cell=cell.cell, label=cell.label, device=d.device, placements=d.placements, caps=d.caps.as_dict(),
+        max_sectors_kb=d.max_sectors_kb, at_cap_share=d.at_cap_share,
+        device_written_bytes=d.served.write_bytes, charged_written_bytes=d.charged.write_bytes,
+        device_read_bytes=d.served.read_bytes, charged_read_bytes=d.charged.read_bytes, said=cap_line(d),
+        io_pressure_s=d.io_pressure_s)
+
+
+def _bucket_row(cell: KeptCell, b: CellBucket) -> BucketRow:
+    return BucketRow(
+        cell=cell.cell, label=cell.label, device=b.device, placements=b.placements, unit=b.bucket.unit,
+        **b.bucket.as_dict(), runs=b.runs, dry_share=b.dry_share, spent_per_run=b.spent,
+        dry=[DryRun(round=cell.rounds[i], at_s=at) for i, at in enumerate(b.dry_at_s) if at is not None],
+        said=bucket_line(b, cell.rounds))
+
+
+def _memory_row(cell: KeptCell, m: CellMemory) -> MemoryRow:
+    return MemoryRow(
+        cell=cell.cell, label=cell.label, limit_bytes=m.limit_bytes, runs=m.runs, runs_hit=m.runs_hit,
+        hits_per_run=m.hits, oom_kills=m.oom_kills, peak_bytes=m.peak_bytes, device_read_bytes=m.read_bytes,
+        said=memory_line(m))
+
+
+def summary(cells: list[KeptCell]) -> Limits | None:
+    """What each cell's IO caps, credit buckets and server memory limit did, and what a cap holds back on
+    the hosts that ran them (cgroup v1: only what the servers submit)."""
+    capped, buckets, memory, versions = [], [], [], set()
+    for cell in cells:
+        devices, held = per_cell(cell.runs)
+        capped += [_cap_row(cell, d) for d in devices]
+        buckets += [_bucket_row(cell, b) for b in buckets_per_cell(cell.runs)]
+        memory += [_memory_row(cell, held)] if held else []
+        versions |= {d.cgroup_version for d in devices} | ({held.cgroup_version} if held else set())
+    if not capped and not memory:
         return None
-    return Section("IO caps and the server's memory", "What each cell's limits did, per run (means over its runs): the "
-                   "time its IO ran at its cap (90 % of it or more), what the device served against what the "
-                   "instance's control group was charged, and its memory limit.", ["cell", "limit", "what it did"], rows)
+    covers = [caps.covers(v) for v in sorted(versions)]
+    lines = []
+    for title, rows in ((f"IO caps, per run ({'; '.join(covers)}):", capped),
+                        ("credit buckets, per run (each run starts with its declared credits):", buckets),
+                        ("server memory, per run (the control group's limit, the page cache included):", memory)):
+        lines += [title] + [f"  {row.label} ({row.cell}): {row.said}" for row in rows] if rows else []
+    return Limits(covers=covers, caps=capped, memory=memory, lines=lines, buckets=buckets)
 
 
 PROBE = Probe(
@@ -461,6 +564,6 @@ PROBE = Probe(
     """),
     _write, _read,
     recorder=_recording,
-    section=section,
+    summary=summary,
     timeline=_points,
 )

@@ -16,7 +16,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storlab.probes.kept import Db, Probe, Section
+from storlab.probes.kept import Db, KeptCell, Probe
+from storlab.typed import Typed
 
 PROC = Path("/proc")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -26,16 +27,17 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 class Counter:
     name: str  # as kept: pressure kind and line (io_some), or the vmstat counter
     label: str  # its column in the report
+    unit: str  # what is kept
     scale: float  # from what the kernel counts to what is kept (µs to s, pages to MiB)
 
 
 COUNTERS = (
-    Counter("io_some", "IO some s", 1e-6),  # some task stalled on IO
-    Counter("io_full", "IO full s", 1e-6),  # every non-idle task stalled on IO at once
-    Counter("cpu_some", "CPU some s", 1e-6),
-    Counter("memory_some", "memory some s", 1e-6),
-    Counter("nr_dirtied", "dirtied MiB", _PAGE / 2**20),
-    Counter("nr_written", "written back MiB", _PAGE / 2**20),
+    Counter("io_some", "IO some s", "s", 1e-6),  # some task stalled on IO
+    Counter("io_full", "IO full s", "s", 1e-6),  # every non-idle task stalled on IO at once
+    Counter("cpu_some", "CPU some s", "s", 1e-6),
+    Counter("memory_some", "memory some s", "s", 1e-6),
+    Counter("nr_dirtied", "dirtied MiB", "MiB", _PAGE / 2**20),
+    Counter("nr_written", "written back MiB", "MiB", _PAGE / 2**20),
 )
 
 
@@ -149,30 +151,54 @@ def _read(db: Db, run_id: int) -> Moved:
                                  (run_id,))))
 
 
-def section(cells: list[tuple[str, list[Moved]]]) -> Section | None:
+# -- its part of the answer (storlab.answer.model reads it there) ---------------------------------
+
+
+class PressureCounter(Typed):
+    """A kernel counter the pressure probe keeps (probes/pressure.COUNTERS)."""
+
+    name: str  # io_some, io_full, cpu_some, memory_some (/proc/pressure); nr_dirtied, nr_written (/proc/vmstat)
+    label: str  # its column in the report
+    unit: str  # "s" stalled, "MiB" of pages
+
+
+class PressureCell(Typed):
+    cell: str
+    label: str
+    runs: int
+    means: dict[str, float | None]  # counter name -> its mean per run; None: not every run of the cell had it
+
+
+class Pressure(Typed):
+    """The kernel's view of the runs (probes/pressure): how long tasks stalled, how much the page cache
+    dirtied and wrote back; the whole machine's, not only the server's."""
+
+    counters: list[PressureCounter]  # those some run had, in the probe's order
+    cells: list[PressureCell]
+    unavailable: dict[str, list[str]]  # a file some runs could not read as the kernel writes it -> why, each once
+
+
+def _means(runs: list[Moved], shown: list[Counter]) -> dict[str, float | None]:
+    """Each counter's mean per run; None unless every run has it (a mean of some of its runs is not the cell's)."""
+    return {c.name: sum(run.counters[c.name] for run in runs) / len(runs)
+            if runs and all(c.name in run.counters for run in runs) else None for c in shown}
+
+
+def summary(cells: list[KeptCell]) -> Pressure | None:
     """Each cell's mean per run of every counter its runs all have; the files unavailable, and why."""
-    shown = [c for c in COUNTERS if any(c.name in run.counters for _, runs in cells for run in runs)]
+    shown = [c for c in COUNTERS if any(c.name in run.counters for cell in cells for run in cell.runs)]
     reasons: dict[str, set[str]] = defaultdict(set)
-    for _, runs in cells:
-        for run in runs:
+    for cell in cells:
+        for run in cell.runs:
             for source, why in run.unavailable.items():
                 reasons[source].add(why)
     if not shown and not reasons:
         return None
-    rows = []
-    for label, runs in cells:
-        sums: dict[str, float] = defaultdict(float)
-        for run in runs:
-            for name, value in run.counters.items():
-                sums[name] += value
-        rows.append([label] + [f"{sums[c.name] / len(runs):,.2f}" if runs and all(c.name in r.counters for r in runs)
-                               else "—" for c in shown])
-    unavailable = "".join(f" Unavailable in some runs: {source}: {'; '.join(sorted(why))}."
-                          for source, why in sorted(reasons.items()))
-    return Section("The kernel's view: stalls and page-cache writes",
-                   "Mean per run, from /proc/pressure (seconds some or every task stalled) and /proc/vmstat "
-                   "(pages dirtied and written back); the whole machine's, not only the server's." + unavailable,
-                   ["cell"] + [c.label for c in shown], rows)
+    return Pressure(
+        counters=[PressureCounter(name=c.name, label=c.label, unit=c.unit) for c in shown],
+        cells=[PressureCell(cell=cell.cell, label=cell.label, runs=len(cell.runs), means=_means(cell.runs, shown))
+               for cell in cells],
+        unavailable={source: sorted(why) for source, why in sorted(reasons.items())})
 
 
 PROBE = Probe(
@@ -197,5 +223,5 @@ PROBE = Probe(
     """),
     _write, _read,
     recorder=lambda run: _Recording(),
-    section=section,
+    summary=summary,
 )

@@ -1,6 +1,7 @@
 """Every probe that keeps its own part of a run, in the order their recorders start: the store makes
-their tables and writes what they recorded, the runner starts them around each run, the report
-shows their sections. A new probe is its module and one entry here."""
+their tables and writes what they recorded, the runner starts them around each run, the answer takes
+their summaries (each its own typed field, which the renderers draw). A new probe is its module and one
+entry here."""
 
 from __future__ import annotations
 

@@ -211,9 +211,33 @@ def _resources_html(answer: model.Answer, order: list[str]) -> str:
             "resource's share of its wait</p>" + _table(["cell", "wait", "sampled s", "resources (share)"], rows, left=4))
 
 
-def _probe_sections(answer: model.Answer) -> list[str]:
-    return [f"<h2>{html.escape(part.title)}</h2>" + _table(part.headers, part.rows)
-            + f"<p class='note'>{html.escape(part.caption)}</p>" for part in answer.probe_sections]
+def _titled(title: str, headers: list[str], rows: list[list[str]], caption: str) -> str:
+    return (f"<h2>{html.escape(title)}</h2>" + _table(headers, rows)
+            + f"<p class='note'>{html.escape(caption)}</p>")
+
+
+def _pressure_html(pressure: model.Pressure) -> str:
+    """The kernel's counters, each cell's mean per run (— where not every run had one), and the files some
+    runs could not read, with why."""
+    rows = [[c.label] + ["—" if c.means.get(k.name) is None else f"{c.means[k.name]:,.2f}" for k in pressure.counters]
+            for c in pressure.cells]
+    unavailable = "".join(f" Unavailable in some runs: {source}: {'; '.join(why)}."
+                          for source, why in pressure.unavailable.items())
+    return _titled("The kernel's view: stalls and page-cache writes", ["cell"] + [k.label for k in pressure.counters],
+                   rows, "Mean per run, from /proc/pressure (seconds some or every task stalled) and /proc/vmstat "
+                   "(pages dirtied and written back); the whole machine's, not only the server's." + unavailable)
+
+
+def _limits_html(limits: model.Limits, order: list[str]) -> str:
+    """What each cell's limits did (cells in `order`): its caps, its credit buckets, then its memory limit."""
+    rows = [(r.cell, "IO cap", r) for r in limits.caps] + [(r.cell, "credit bucket", r) for r in limits.buckets]
+    rows += [(r.cell, "server memory", r) for r in limits.memory]
+    rows.sort(key=lambda row: order.index(row[0]))  # stable: a cell's kinds of limit keep their order
+    return _titled("IO caps and the server's memory", ["cell", "limit", "what it did"],
+                   [[r.label, kind, r.said] for _, kind, r in rows],
+                   "What each cell's limits did, per run (means over its runs): the time its IO ran at its cap (90 % of "
+                   "it or more), what the device served against what the instance's control group was charged, and its "
+                   "memory limit.")
 
 
 def _figure(svg: str, caption: str = "") -> str:
@@ -331,7 +355,8 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
                                capability.table_rows(answer.capability), left=3))
     if answer.ranking:
-        sections += _probe_sections(answer)
+        sections += [_pressure_html(answer.pressure)] if answer.pressure else []
+        sections += [_limits_html(answer.limits, list(answer.labels))] if answer.limits else []
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
     for machine in answer.machines:
         title = f"Machine facts: {machine.host}" if machine.host else "Machine facts"
