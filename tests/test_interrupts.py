@@ -60,6 +60,21 @@ def test_only_the_main_thread_raises_it(handled):
     assert raised == []
 
 
+def test_a_ctrl_c_while_waiting_for_an_instance_ending_in_the_background_still_waits_for_it(handled, monkeypatch):
+    """A Ctrl-C during the wait before a measured run (quiesce) is raised once the instance has ended: a
+    join it cut short would have Python take the thread for ended, and storlab exit with the instance's
+    end half done (the SIGHUP test's folders left, now and then, in CI)."""
+    ended = threading.Event()
+    ending = threading.Thread(target=lambda: ended.wait(0.5) or ended.set())  # an instance's end, 0.5 s long
+    with pytest.raises(KeyboardInterrupt):
+        with instances.ending_in_background():
+            ending.start()
+            instances._ending.append(ending)  # as workspace() hands its end to the background
+            threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()  # as a terminal's
+            instances.wait_ended()
+    assert ended.is_set()
+
+
 # -- a Ctrl-C at every moment of an instance's life -------------------------------------------------
 
 # Where Python may run a signal's handler while an instance is made and ended: a call starting, a call

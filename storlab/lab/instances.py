@@ -169,6 +169,10 @@ def ending_in_background() -> Iterator[None]:
 
 
 def wait_ended() -> None:
-    """Every instance ended in the background so far is stopped and removed."""
-    while _ending:
-        _ending.pop(0).join()
+    """Every instance ended in the background so far is stopped and removed. Uninterrupted: Python 3.11
+    takes a thread whose join a Ctrl-C cut short for ended (Thread._wait_for_tstate_lock lets go of the
+    lock the thread still holds, bpo-45274), so neither a later wait nor the interpreter's exit would wait
+    for it, and storlab exited with that instance's end half done: its folders left."""
+    with interrupts.uninterrupted:
+        while _ending:
+            _ending.pop(0).join()
