@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from storlab.engines.postgres import shared_memory
 from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import devices, latency, owned
@@ -327,6 +328,9 @@ def test_kill_9_mid_run_then_clean_leaves_no_layer_mount_device_or_server(lab_ro
         (pool,) = [m for m in owned.Manifest.all() if m.devices]
         (entry,) = pool.devices
         assert latency.is_layer_mount(Path(entry["layer"])) and owned.running(entry["layer_pid"], entry["layer_start"])
+        (instance,) = [m for m in owned.Manifest.all() if m.engine == "postgres"]
+        segments, files = shared_memory.held([Path(d) for d in instance.dirs])  # read through the live layer
+        assert segments and files
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         wait_gone(entry["layer_pid"], 20)  # the kernel ends the layer with storlab; its mount stays
@@ -336,5 +340,8 @@ def test_kill_9_mid_run_then_clean_leaves_no_layer_mount_device_or_server(lab_ro
         assert not owned.running(entry["layer_pid"], entry["layer_start"])
         assert not attached(images) and not mounted(images) and storlab_processes() == []
         assert owned.Manifest.all() == []
+        # Its shared memory too, though the dead layer's mount no longer showed its data directory.
+        assert {s.shmid for s in segments}.isdisjoint(s.shmid for s in shared_memory.segments())
+        assert not [f for f in files if f.exists()]
     finally:
         stop_storlab(proc)

@@ -203,9 +203,10 @@ class Engine(ABC):
         named, with why it cannot run here (None when it can)."""
         return []
 
-    def release_shared_memory(self, dirs: list[Path]) -> list[str]:
+    def release_shared_memory(self, dirs: list[Path], data_dirs: list[list[int]]) -> list[str]:
         """Shared memory a killed server of this engine left for an instance in `dirs` (before they are
-        removed); what was removed."""
+        removed), or for the data directories `data_dirs` ([device, inode, owner]) its manifest names;
+        what was removed."""
         return []
 
     def __repr__(self) -> str:

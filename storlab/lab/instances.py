@@ -27,7 +27,7 @@ class Server(server_failures.Diagnosed, Protocol):
 
     name: str
 
-    def release_shared_memory(self, dirs: list[Path]) -> list[str]: ...
+    def release_shared_memory(self, dirs: list[Path], data_dirs: list[list[int]]) -> list[str]: ...
 
 
 @dataclass
@@ -133,7 +133,7 @@ def _end(manifest: Manifest, engine: Server, ws: Workspace | None, group: cgroup
         manifest.cgroup, manifest.cgroup_more = None, []
     # A clean shutdown removes the server's shared memory itself; after SIGKILL, or a set-up
     # tool's server interrupted, it is storlab's job.
-    engine.release_shared_memory([Path(d) for d in manifest.dirs])
+    engine.release_shared_memory([Path(d) for d in manifest.dirs], manifest.data_dirs)
     if keep:
         manifest.kept = True
         manifest.save()

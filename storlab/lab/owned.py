@@ -75,6 +75,9 @@ class Manifest:
     # Delay layers in front of its directories (storlab.lab.latency): {"point", "pid", "start"}, the
     # mount point written before the layer starts.
     layers: list[dict] = field(default_factory=list)
+    # [device, inode, owner] of its data directories as its server sees them: a killed server's shared
+    # memory names them, and a dead delay layer's mount no longer shows them (storlab.engines release_shared_memory).
+    data_dirs: list[list[int]] = field(default_factory=list)
 
     @property
     def owner_running(self) -> bool:
@@ -113,6 +116,9 @@ class Manifest:
                         and (manifest.client_cgroup is None or isinstance(manifest.client_cgroup, str))
                         and isinstance(manifest.cgroup_more, list)
                         and isinstance(manifest.layers, list) and all(isinstance(x, dict) for x in manifest.layers)
+                        and isinstance(manifest.data_dirs, list)
+                        and all(isinstance(x, list) and len(x) == 3 and all(isinstance(n, int) for n in x)
+                                for x in manifest.data_dirs)
                         and all(isinstance(g, str) for g in manifest.cgroup_more)):
                     raise ValueError("its fields are not a manifest's")
                 found.append(manifest)

@@ -123,7 +123,8 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
         elif manifest.cgroup:
             manifest.cgroup, manifest.cgroup_more = None, []  # not a group of storlab's: never touched
         # While its directories still exist. A manifest of devices alone names no engine.
-        removed += (engines.engine(manifest.engine).release_shared_memory([Path(d) for d in manifest.dirs])
+        removed += (engines.engine(manifest.engine).release_shared_memory([Path(d) for d in manifest.dirs],
+                                                                          manifest.data_dirs)
                     if manifest.engine in engines.names() else [])
         if manifest.devices:
             found, left = devices.remove_recorded(manifest)

@@ -115,5 +115,5 @@ class Postgres(Engine):
         ceiling = common.setting_bytes(settings, "max_wal_size", max(2 * (log_size or 0), MAX_WAL), MB)
         return max(floor, min(written, ceiling)) + DEFAULT_WAL_SEGMENT
 
-    def release_shared_memory(self, dirs: list[Path]) -> list[str]:
-        return shared_memory.release(dirs)
+    def release_shared_memory(self, dirs: list[Path], data_dirs: list[list[int]]) -> list[str]:
+        return shared_memory.release(dirs, {(dev, ino): uid for dev, ino, uid in data_dirs})

@@ -19,6 +19,7 @@ the probes count the workload's sessions only.
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import threading
 import time
@@ -546,6 +547,11 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         home = ws.roots[spec.home.name]
         pgdata, wal = home / "pgdata", ws.roots[spec.log.name] / "wal"
         templates.copy(template / "pgdata", pgdata)
+        # As the server will see it (through a delay layer too): its shared memory names it, and after a
+        # kill -9 the layer's mount no longer shows it to `storlab clean`.
+        seen = os.stat(pgdata, follow_symlinks=False)
+        ws.manifest.data_dirs.append([seen.st_dev, seen.st_ino, seen.st_uid])
+        ws.manifest.save()
         templates.copy(template / "wal", wal)
         (pgdata / "pg_wal").unlink()  # the template's link to its own WAL directory
         (pgdata / "pg_wal").symlink_to(wal)

@@ -174,11 +174,13 @@ def held(roots: list[Path]) -> tuple[list[Segment], list[Path]]:
     return [segment for segment, _ in ours], files
 
 
-def release(roots: list[Path], wait_s: float = 5.0) -> list[str]:
+def release(roots: list[Path], recorded: dict[tuple[int, int], int] | None = None, wait_s: float = 5.0) -> list[str]:
     """Remove the shared memory PostgreSQL left for a data directory under `roots` (an instance's own
-    directories, before they are removed). Waits up to `wait_s` for the dead server's last processes to
-    let go; a segment still in use after that is left alone. Returns what was removed."""
-    directories = _directories(roots)
+    directories, before they are removed), or one of `recorded` ((device, inode) -> owner: those its
+    manifest names, for folders that can no longer be read, behind a dead delay layer's mount). Waits up
+    to `wait_s` for the dead server's last processes to let go; a segment still in use after that is left
+    alone. Returns what was removed."""
+    directories = _directories(roots) | (recorded or {})
     if not directories:
         return []
     libc = _libc()
