@@ -130,8 +130,7 @@ def _drawn(rng, declared: Latency, count: int, scale: float = 1.0):
     """`count` latencies of a layer that adds `declared` (times `scale`) to each IO, in ms."""
     if declared.fixed:
         return np.full(count, declared.p50_ms * scale)
-    sigma = math.log(declared.p99_ms / declared.p50_ms) / latency.Z99
-    return rng.lognormal(math.log(declared.p50_ms), sigma, count) * scale
+    return rng.lognormal(math.log(declared.p50_ms), declared.sigma, count) * scale
 
 
 @pytest.mark.parametrize("declared", [Latency(1, 1), Latency(5, 5), Latency(0.5, 2), Latency(1, 4), Latency(5, 15)],

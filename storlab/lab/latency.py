@@ -10,6 +10,7 @@ it before it starts, so `storlab clean` unmounts what a kill -9 left."""
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import signal
@@ -53,6 +54,11 @@ class Latency:
 
     def text(self) -> str:
         return f"{self.p50_ms:g} ms" if self.fixed else f"p50 {self.p50_ms:g} ms, p99 {self.p99_ms:g} ms"
+
+    @property
+    def sigma(self) -> float:
+        """The standard deviation of the log of its draws: the lognormal through p50 and p99 (0 when fixed)."""
+        return math.log(self.p99_ms / self.p50_ms) / Z99
 
 
 Z99 = NormalDist().inv_cdf(0.99)  # the standard normal's 99th percentile

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from storlab.lab.latency import Z99, Latency
+from storlab.lab.latency import Latency
 
 P50_WITHIN = 0.10
 P99_WITHIN = 0.20
@@ -27,8 +27,7 @@ def mean_ms(declared: Latency) -> float:
     """The declared distribution's mean: the lognormal's p50 * exp(sigma^2 / 2)."""
     if declared.fixed:
         return declared.p50_ms
-    sigma = math.log(declared.p99_ms / declared.p50_ms) / Z99
-    return declared.p50_ms * math.exp(sigma**2 / 2)
+    return declared.p50_ms * math.exp(declared.sigma**2 / 2)
 
 
 def judge(direction: str, declared: Latency, depth: int, own: tuple[float, float, float],
