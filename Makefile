@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv bpftrace xfsprogs chromium sysbench pgreplay libfuse3-dev fuse3 pkg-config gcc
+DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv bpftrace xfsprogs chromium sysbench pgreplay gcc
 QUICKSTART_PLACEMENTS := /var/tmp/storlab/quickstart /dev/shm
 
 .PHONY: demo test system-packages venv
@@ -28,9 +28,9 @@ system-packages:
 venv: $(VENV)/.installed $(BIN)/storlab-delayfs
 
 # The layer that holds a device placement's declared latency (storlab.lab.latency), built beside the
-# venv's Python, where storlab looks for it.
+# venv's Python, where storlab looks for it. It speaks the kernel's FUSE protocol itself: no libfuse.
 $(BIN)/storlab-delayfs: native/storlab-delayfs.c $(VENV)/.installed
-	$(CC) -O2 -Wall -Wextra -o $@ $< $$(pkg-config --cflags --libs fuse3) -lm
+	$(CC) -O2 -Wall -Wextra -o $@ $< -lm -lpthread
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -84,9 +84,6 @@ BAD = [
     ('vol = { loop = "1GB", read_latency_ms = { p50 = 1, p95 = 4 } }',
      ('lat.toml:7: placements.vol.read_latency_ms: expected milliseconds from 0 (fixed) or { p50 = …, p99 = … } or '
      'a list of them, got {"p50": 1, "p95": 4}')),
-    ('vol = { loop = "1GB", write_latency_ms = 2, write_iops = 3000 }',
-     ("lat.toml:7: placements.vol.write_latency_ms: a latency and an IO cap (write_iops) on one placement cannot be "
-     "held together yet (the delay layer's IO is not the server's control group's); declare one of them")),
     ('vol = { path = "/var/tmp", flush_latency_ms = 2 }',
      ("lat.toml:7: placements.vol.flush_latency_ms: a latency is held by a layer over a device storlab makes, which a "
      'directory is not: declare it on a device placement, { loop = "4GB", … }')),
@@ -108,8 +105,6 @@ def test_storlab_io_checks_its_latency_as_the_file_does(tmp_path):
     result = invoke("io", tmp_path, "--flush-latency", "1/")
     assert result.exit_code == 2
     assert result.stderr == """storlab: --flush-latency '1/': expected milliseconds ("2") or a p50/p99 pair ("1/4")\n"""
-    result = invoke("io", tmp_path, "--read-latency", "2", "--iops", "300")
-    assert result.exit_code == 2 and "--*-latency with an IO cap" in result.stderr
 
 
 def test_a_job_is_held_only_within_the_tolerances():
@@ -159,17 +154,16 @@ def test_the_held_verdict_rarely_fails_a_layer_that_holds_and_always_fails_one_2
 
 @needs_root
 @can_delay
-def test_check_says_how_latency_is_held_and_a_latency_under_twice_its_floor_is_refused(lab_root, images):
+def test_check_says_how_latency_is_held_and_a_latency_under_the_fixed_floor_is_refused(lab_root, images):
     found = latency.floor()
-    assert 0 < found.added_ms < 1 and found.cpu_us > 0
+    assert 0 <= found.added_ms < 1 and found.cpu_us > 0
     checked = invoke("check", "--json", lab_root)
     (item,) = [i for i in json.loads(checked.stdout)["items"] if i["name"] == "device latency"]
     assert item["value"].startswith("held by storlab's FUSE delay layer") and "its floor: +" in item["value"]
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", read_latency_ms = [0, 0.001] }}')
     result = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
     assert result.exit_code == 2
-    assert result.stderr.startswith("storlab: lat.toml:7: placements.vol.read_latency_ms: 0.001 ms is under twice the "
-                                    "delay layer's floor here (")
+    assert result.stderr.startswith("storlab: lat.toml:7: placements.vol.read_latency_ms: 0.001 ms is below 0.1 ms: ")
     path.write_text(path.read_text().replace("0.001", "1"))
     planned = invoke("run", str(path), "--dry-run", "--out", str(lab_root / "results"))
     assert planned.exit_code == 0, planned.stderr

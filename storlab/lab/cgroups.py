@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,6 +259,20 @@ def _enable(mount: Path, parent: Path) -> None:
             _write(control, " ".join(f"+{c}" for c in missing), "turning on the io and memory controllers")
 
 
+@dataclass(frozen=True)
+class Guest:
+    """A process of the lab's that does IO on an instance's behalf (the delay layer serving its device):
+    `own_io`, whether it submits that IO itself rather than the instance's processes (passthrough)."""
+
+    pid: int
+    own_io: bool
+
+
+# Guests move between groups one at a time: an instance ending in the background gives its guest back
+# only if the next instance has not taken it already.
+_guests_moving = threading.Lock()
+
+
 class ControlGroup:
     """One instance's group: `path` (v2, or v1's tracking hierarchy) and, on v1, the same group in the
     hierarchies its limits need (`more`, by controller). A process joins it by writing its pid to
@@ -269,6 +284,42 @@ class ControlGroup:
         self.more = dict(more or {})
         self.limits = limits or caps.Limits()
         self.version = version
+        self.guests: list[int] = []
+
+    def lend(self, guests: list[Guest]) -> None:
+        """Charge the guests' IO to this group's caps (and its credits) while it lives. On v1 the blkio
+        hierarchy is its own, so a guest joins it alone, its CPU and memory still the lab's; fsync's
+        writeback is charged to whoever calls it there. On v2 a process has one group for everything,
+        but the kernel charges writeback to the group whose pages it writes, so a passthrough layer
+        (the callers' own reads and writes) needs no move; a layer doing reads and writes itself cannot
+        be held there."""
+        if not guests or not self.limits.devices:
+            return
+        if self.version == 2:
+            doing = [g.pid for g in guests if g.own_io]
+            if doing:
+                raise RunFailed("a read or write latency beside IO caps needs cgroup v1 here: on v2 the delay "
+                                f"layer (pid {doing[0]}) would do the server's reads and writes outside its group")
+            return
+        with _guests_moving:
+            for guest in guests:
+                _write(self._dir("io") / "cgroup.procs", f"{guest.pid}\n", "the delay layer's IO into the caps")
+                self.guests.append(guest.pid)
+
+    def _give_back(self) -> None:
+        """The guests still here go back to storlab's own group (a group with a process in it cannot go)."""
+        if not self.guests:
+            return
+        with _guests_moving:
+            own = _v1("blkio")
+            here = "/" + str(self._dir("io").relative_to(own.mount)) if own else None
+            for pid in self.guests:
+                if own is not None and _v1_group_of(pid, "blkio") == here:
+                    try:
+                        (own.own / "cgroup.procs").write_text(f"{pid}\n")
+                    except OSError:
+                        pass  # it ended: nothing to give back
+            self.guests.clear()
 
     @property
     def procs(self) -> Path:
@@ -279,9 +330,11 @@ class ControlGroup:
         return [self.path, *self.more.values()]
 
     @classmethod
-    def make(cls, where: Path | Placed, limits: caps.Limits | None = None) -> "ControlGroup | None":
-        """A new, empty group (from `place`), its limits set; None if the kernel will not make a group
-        without limits (one with limits is RunFailed: a cell must never run uncapped unsaid)."""
+    def make(cls, where: Path | Placed, limits: caps.Limits | None = None,
+             guests: list[Guest] | None = None) -> "ControlGroup | None":
+        """A new, empty group (from `place`), its limits set, the `guests` lent to it; None if the kernel
+        will not make a group without limits (one with limits is RunFailed: a cell must never run
+        uncapped unsaid)."""
         placed = where if isinstance(where, Placed) else Placed(where, 1)
         limits = limits or caps.Limits()
         made: list[Path] = []
@@ -302,6 +355,7 @@ class ControlGroup:
         group = cls(placed.path, placed.more, limits, placed.version)
         try:
             group.apply()
+            group.lend(guests or [])
         except RunFailed:
             group.remove()
             raise
@@ -415,8 +469,18 @@ class ControlGroup:
 
     def remove(self) -> bool:
         """Kill what is left and remove the group from every hierarchy; whether it is all gone."""
+        self._give_back()
         self.kill()
         return all([_rmdir(path) for path in reversed(self.paths)])
+
+
+def _v1_group_of(pid: int, controller: str) -> str | None:
+    """The v1 group a process is in for `controller`, as /proc names it."""
+    for line in (_read(Path(f"/proc/{pid}/cgroup")) or "").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
 
 
 def _make_dir(path: Path, shared: bool) -> None:

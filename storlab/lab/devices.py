@@ -24,7 +24,7 @@ import psutil
 
 from storlab import interrupts, processes
 from storlab.errors import RunFailed, UserError
-from storlab.lab import instances, latency, mounts, owned, safe_files
+from storlab.lab import instances, latency, mounts, os_users, owned, safe_files
 
 SECTORS = (512, 1024, 2048, 4096)
 FILESYSTEMS = ("ext4", "xfs")
@@ -432,7 +432,7 @@ class DevicePool:
         point.mkdir(mode=0o755, exist_ok=True)
         entry["layer"] = str(point)
         self.manifest.save()
-        device.layer = latency.Layer(device.mount_point, point, declared, device.loop)
+        device.layer = latency.Layer(device.mount_point, point, declared, device.loop, (os_users.server_user().uid,))
         entry.update(layer_pid=device.layer.pid, layer_start=device.layer.started)
         self.manifest.save()
 
@@ -443,7 +443,10 @@ class DevicePool:
         # is how `storlab clean` recognises it.
         safe_files.own_folder(fmt.image_dir, _IMAGE_DIR_REMEDY.format(key=_key(placement, "image_dir")))
         directory = fmt.image_dir.resolve() / f"storlab-{self.manifest.instance_id}-{_safe_name(placement)}"
-        image, mount_point = directory / "image", directory / "mnt"
+        # A device the delay layer serves is mounted where only root goes: the layer is the only way
+        # in for the servers' user, so every name they see is one it resolves beneath the device.
+        hidden = directory / "device" if spec.latency is not None else directory
+        image, mount_point = directory / "image", hidden / "mnt"
         entry = {"placement": placement, "dir": str(directory), "image": str(image),
                  "mount_point": str(mount_point), "loop": ""}
         if directory.exists():
@@ -453,8 +456,14 @@ class DevicePool:
         self.manifest.save()
         try:
             with interrupts.uninterrupted:  # a directory without its marker could never be removed
-                directory.mkdir(mode=0o711)  # the servers' user passes through to the mount, sees nothing else
+                # Root's, and passable by the servers' group alone: their user reaches the mount and sees
+                # nothing else; no other user reaches the device at all.
+                directory.mkdir(mode=0o700)
+                os.chown(directory, 0, max(os_users.server_user().gid, 0))
+                directory.chmod(0o710)
                 owned.mark(directory, self.manifest.instance_id)
+                if hidden != directory:
+                    hidden.mkdir(mode=0o700)
             with open(image, "xb") as handle:
                 os.fchmod(handle.fileno(), 0o600)
                 handle.truncate(fmt.size_bytes)  # sparse: disk space is taken as the filesystem writes

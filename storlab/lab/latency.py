@@ -1,18 +1,20 @@
 """A device's latency per IO: what a placement declares (reads, writes and the flush that fsync and
 fdatasync send, each fixed or a p50/p99 pair), and the layer that holds it on a host without
 device-mapper's delay target: `storlab-delayfs`, a FUSE filesystem built with storlab (native/),
-which serves the device's mount at another mount point, does each operation on the real files, then
-sleeps the declared time, one thread per request so the device's concurrency is kept.
+which serves the device's mount (out of everyone else's reach) at another mount point, does each
+operation on the real files, then sleeps the declared time, one thread per request so the device's
+concurrency is kept. Where reads and writes add nothing, they go from the caller straight to the
+device's files (FUSE passthrough) and only the flushes reach the layer.
 
-The layer is the lab, not the storage: storlab starts it (outside any instance's control group, its
-CPU counted apart), it dies with storlab (the kernel kills it), and the device's manifest entry names
-it before it starts, so `storlab clean` unmounts what a kill -9 left."""
+The layer is the lab, not the storage: storlab starts it (its CPU counted apart), it serves root and
+the users it is told (the servers'), it dies with storlab (the kernel kills it), and the device's
+manifest entry names it before it starts, so `storlab clean` unmounts what a kill -9 left."""
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -21,10 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
+from typing import Iterable
 
 from storlab import interrupts, processes
 from storlab.errors import RunFailed
-from storlab.lab import mounts, os_users, owned
+from storlab.lab import cgroups, mounts, os_users, owned
 
 BINARY = "storlab-delayfs"
 FILESYSTEM = "fuse.delayfs"  # as the mount table names the layer's mounts
@@ -100,48 +103,58 @@ def unavailable() -> str | None:
     if os.geteuid() != 0:
         return "the delay layer mounts a FUSE filesystem for other users (allow_other): run storlab as root"
     if not Path("/dev/fuse").exists():
-        return "no /dev/fuse (load the fuse module, or install Debian's fuse3)"
+        return "no /dev/fuse (load the fuse module)"
     if not os.access(binary(), os.X_OK):
-        return f"{binary()} is missing; `make venv` builds it (it needs Debian's libfuse3-dev and pkg-config)"
+        return f"{binary()} is missing; `make venv` builds it (it needs gcc)"
     return None
 
 
 class Layer:
-    """One running layer: `source` (a device's mount) served at `point` with `latency` added."""
+    """One running layer: `source` (a device's mount) served at `point` with `latency` added, to root
+    and the users `serves` names (their uids); `passthrough` once it runs: the callers' reads and
+    writes go straight to the device's files."""
 
     live: dict[str, Layer] = {}  # noqa: RUF012 - this process's layers by mount point, for serving()
 
-    def __init__(self, source: Path, point: Path, latency: DeviceLatency, device: str):
+    def __init__(self, source: Path, point: Path, latency: DeviceLatency, device: str, serves: tuple[int, ...] = ()):
         self.source, self.point, self.latency = source, point, latency
+        self.passthrough = False
         # Named as the device it stands in front of: what asks which disk a path sits on (IO sizes,
         # the device's state, `storlab check`) finds the loop device behind the layer.
+        allowed = ",".join(str(uid) for uid in dict.fromkeys((0, *serves)))
         argv = [str(binary())] + [a for d in DIRECTIONS for a in (f"--{d}", getattr(latency, d).arg())] + \
-            ["--device", device, str(source), str(point)]
+            ["--device", device, "--allow", allowed, str(source), str(point)]
         self.child: subprocess.Popen = processes.start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT, text=True)
         self.started = owned.pid_start(self.child.pid)
-        self._wait_mounted()
+        self._wait_ready()
         Layer.live[str(point)] = self
 
     @property
     def pid(self) -> int:
         return self.child.pid
 
-    def _wait_mounted(self) -> None:
-        deadline = time.monotonic() + _MOUNT_WAIT_S
-        while not is_layer_mount(self.point):
-            if self.child.poll() is not None or time.monotonic() > deadline:
-                out = self.child.stdout.read() if self.child.poll() is not None and self.child.stdout else ""
-                self.stop()
-                raise RunFailed(f"{BINARY} did not mount {self.point}: {' | '.join(out.strip().splitlines()[-2:])}")
-            time.sleep(0.02)
+    def _wait_ready(self) -> None:
+        """Its first line says it mounted and agreed with the kernel (`ready passthrough|cached`)."""
+        ready, _, _ = select.select([self.child.stdout], [], [], _MOUNT_WAIT_S)
+        said = self.child.stdout.readline().split() if ready else []
+        if said[:1] != ["ready"] or not is_layer_mount(self.point):
+            out = " ".join(said) or ("" if self.child.poll() is None else self.child.stdout.read())
+            self.stop()
+            raise RunFailed(f"{BINARY} did not mount {self.point}: "
+                            f"{' | '.join(out.strip().splitlines()[-2:]) or f'no word in {_MOUNT_WAIT_S:.0f} s'}")
+        self.passthrough = said[1:2] == ["passthrough"]
 
     def cpu_s(self) -> float:
-        """The layer's CPU seconds so far (user and system, all its threads)."""
-        try:
-            return processes.tree_cpu_s(self.pid)
-        except Exception:  # noqa: BLE001 - ended: nothing more to count
-            return 0.0
+        """The layer's CPU seconds so far, all its threads (which live as long as it does): from the
+        scheduler's nanoseconds, as a passthrough layer's few flushes a run are far below a clock tick."""
+        total = 0
+        for task in Path(f"/proc/{self.pid}/task").glob("*/schedstat"):
+            try:
+                total += int(task.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # ended: nothing more to count
+        return total / 1e9
 
     def stop(self) -> list[str]:
         """Unmount and end it; what could not be done, in words."""
@@ -155,6 +168,19 @@ def serving(path: Path) -> Layer | None:
     """The layer of this process that serves `path`, if any."""
     mount = mounts.mount_of(path)
     return Layer.live.get(mount["mount_point"]) if mount and mount["filesystem"] == FILESYSTEM else None
+
+
+def guests(paths: Iterable[Path]) -> list[cgroups.Guest]:
+    """The layers of this process serving any of `paths`: what they do for an instance is its IO."""
+    found = {layer.pid: layer for path in paths if (layer := serving(path)) is not None}
+    return [cgroups.Guest(pid, not layer.passthrough) for pid, layer in found.items()]
+
+
+def on_device(path: Path) -> Path | None:
+    """Where `path`, served by a layer of this process, is on the device's own mount; None if no layer
+    serves it. A passthrough layer's files keep their pages in the device's files' page cache."""
+    layer = serving(path)
+    return None if layer is None else layer.source / Path(path).relative_to(layer.point)
 
 
 def is_layer_mount(point: Path) -> bool:
@@ -192,20 +218,22 @@ def remove_recorded(point: Path, pid: int | None, started: int | None) -> tuple[
 
 @dataclass(frozen=True)
 class Floor:
-    """What the layer itself adds at 0 ms declared: to each 4 KiB direct read (p50, ms), and its CPU
-    per IO (µs)."""
+    """What the layer itself adds at 0 ms declared: to each commit (a 4 KiB write and its fdatasync,
+    p50, ms: a passthrough layer's reads and writes add nothing, its flushes a round trip), and its CPU
+    per commit (µs)."""
 
     added_ms: float
     cpu_us: float
 
 
-_FLOOR_READS = 2000
+_FLOOR_COMMITS = 200
+_FLOOR_ROUNDS = 5
 _floor: Floor | None = None
 
 
 def floor(where: Path = Path("/var/tmp")) -> Floor:
-    """The layer's floor on this host, measured once per process: 4 KiB direct reads of one file,
-    alone and through a layer adding nothing, in a folder under `where` written down in a manifest
+    """The layer's floor on this host, measured once per process: commits to one file, alone and
+    through a layer adding nothing, in a folder under `where` written down in a manifest
     (so `storlab clean` removes it if storlab dies meanwhile)."""
     global _floor
     if _floor is None:
@@ -230,10 +258,13 @@ def _measure_floor(where: Path) -> Floor:
         layer = Layer(files, point, DeviceLatency(), f"/dev/{device or 'none'}")
         manifest.layers[-1].update(pid=layer.pid, start=layer.started)
         manifest.save()
-        alone = _reads_ms(files / "block")
-        cpu = layer.cpu_s()
-        through = _reads_ms(point / "block")
-        cpu_us = (layer.cpu_s() - cpu) / _FLOOR_READS * 1e6
+        alone, through, cpu = [], [], 0.0
+        for _ in range(_FLOOR_ROUNDS):  # side by side: the file and the machine warm alike for both
+            alone += _commits_ms(files / "block")
+            before = layer.cpu_s()
+            through += _commits_ms(point / "block")
+            cpu += layer.cpu_s() - before
+        cpu_us = cpu / len(through) * 1e6
     finally:
         with interrupts.uninterrupted:
             if layer is None or not layer.stop():
@@ -242,19 +273,20 @@ def _measure_floor(where: Path) -> Floor:
                 manifest.forget()
             else:
                 manifest.save()
-    return Floor(max(0.0, through - alone), cpu_us)
+    return Floor(max(0.0, statistics.median(through) - statistics.median(alone)) * 1000, cpu_us)
 
 
-def _reads_ms(file: Path) -> float:
-    """The median time of a 4 KiB direct read at a random place in `file`."""
-    buffer = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT asks
-    fd = os.open(file, os.O_RDONLY | os.O_DIRECT)
+def _commits_ms(file: Path) -> list[float]:
+    """The times (s) of 4 KiB writes at random places in `file`, each followed by its fdatasync."""
+    block = os.urandom(4096)
+    fd = os.open(file, os.O_WRONLY)
     try:
         took = []
-        for i in range(_FLOOR_READS):
+        for i in range(_FLOOR_COMMITS):
             start = time.perf_counter()
-            os.preadv(fd, [buffer], (i * 37 % 256) * 4096)
+            os.pwrite(fd, block, (i * 37 % 256) * 4096)
+            os.fdatasync(fd)
             took.append(time.perf_counter() - start)
     finally:
         os.close(fd)
-    return statistics.median(took) * 1000
+    return took

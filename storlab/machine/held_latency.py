@@ -31,8 +31,18 @@ def mean_ms(declared: Latency) -> float:
 
 
 def judge(direction: str, declared: Latency, depth: int, own: tuple[float, float, float],
-          seen: tuple[float, float, float]) -> Held:
-    """`own` and `seen`: (p50 ms, p99 ms, IOPS) of the job on the device alone and through the layer."""
+          seen: tuple[float, float, float], cap_iops: float | None = None) -> Held:
+    """`own` and `seen`: (p50 ms, p99 ms, IOPS) of the job on the device alone and through the layer;
+    `cap_iops`, the IO cap on the job's direction where the placement has one (a volume class: its cap
+    and its latency at once). Where the cap is tighter than what the latency allows at this depth,
+    the job measures the cap: its IOPS are judged against it, its percentiles are the cap's queue."""
+    free_iops = depth / ((mean_ms(declared) + own[0]) / 1000)
+    if cap_iops is not None and free_iops > cap_iops:
+        off = seen[2] / cap_iops - 1
+        held = abs(off) <= IOPS_WITHIN
+        return Held(held, f"latency: {direction} {declared.text()} declared, at depth {depth} under the cap: "
+                          f"{seen[2]:,.0f} IOPS against the cap's {cap_iops:,.0f} ({off:+.0%}), the latency alone would "
+                          f"allow {free_iops:,.0f}: {'held' if held else 'not held'}")
     want50, want99 = declared.p50_ms + own[0], declared.p99_ms + own[1]
     off50, off99 = seen[0] / want50 - 1, seen[1] / want99 - 1
     parts = [f"p50 {seen[0]:.3f} ms against {want50:.3f} ({off50:+.0%})",

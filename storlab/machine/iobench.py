@@ -324,11 +324,6 @@ def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency 
             owned.make_owned_dir(scratch, manifest, os_users.current_user())
         except OSError as exc:
             raise RunFailed(f"cannot create {scratch}: {exc.strerror}") from None
-        if limits:
-            place = cgroups.place(manifest.instance_id, limits)
-            manifest.cgroup, manifest.cgroup_more = str(place.path), [str(p) for p in place.more.values()]
-            manifest.save()
-            made.group = cgroups.ControlGroup.make(place, limits)
         if declared is not None:
             made.directory = scratch / "files"
             made.directory.mkdir(mode=0o700)
@@ -340,6 +335,11 @@ def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency 
             manifest.layers[-1].update(pid=layer.pid, start=layer.started)
             manifest.save()
             made.delayed = point
+        if limits:  # after the layer: what it does for fio is charged to fio's caps
+            place = cgroups.place(manifest.instance_id, limits)
+            manifest.cgroup, manifest.cgroup_more = str(place.path), [str(p) for p in place.more.values()]
+            manifest.save()
+            made.group = cgroups.ControlGroup.make(place, limits, latency.guests([point]) if layer else [])
         yield made
     finally:
         with interrupts.uninterrupted:
@@ -365,12 +365,9 @@ def check_target(target: Path) -> None:
 
 def check_latency(target: Path, declared: latency.DeviceLatency | None, held: caps.IoCaps | None) -> None:
     """A latency can be added here (UserError otherwise): a device under `target`, the layer on this
-    host, no caps beside it (the layer's IO is not fio's group's)."""
+    host."""
     if declared is None:
         return
-    if held:
-        raise UserError("--*-latency with an IO cap: the delay layer does the IO itself, outside the group "
-                        "the caps hold; give one or the other")
     if caps.device_of(target) is None:
         raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): a latency is "
                         "added to a device's own")
@@ -445,8 +442,9 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
                                         flags(job, m, filesystem, size, memory) + ([capped[0]] if capped else []),
                                         None if capped is None else capped[1]))
                 if scratch.delayed is not None:
+                    binding = binding_cap(job, held) if held and not spent else None
                     results.append(_through_layer(job, m, one(job, scratch.delayed / file.name, job.name + "+latency")[0],
-                                                  declared, str(target)))
+                                                  declared, str(target), binding[1] if binding else None))
         return results
 
 
@@ -466,11 +464,12 @@ def bucket_flags(spent: list[credits.BucketUse], device: str) -> str:
     return "; ".join(said)
 
 
-def _through_layer(job: Job, own: Measured, seen: Measured, declared: latency.DeviceLatency, target: str) -> IoResult:
+def _through_layer(job: Job, own: Measured, seen: Measured, declared: latency.DeviceLatency, target: str,
+                   cap_iops: float | None) -> IoResult:
     direction = "flush" if job.synced else "read" if job.rw in ("read", "randread") else "write"
     verdict = held_latency.judge(direction, getattr(declared, direction), job.iodepth,
                                  (own.lat_ms["50"], own.lat_ms["99"], own.iops),
-                                 (seen.lat_ms["50"], seen.lat_ms["99"], seen.iops))
+                                 (seen.lat_ms["50"], seen.lat_ms["99"], seen.iops), cap_iops)
     return IoResult(target, job.name + "+latency", job.rw, job.block_size, job.iodepth, seen.iops, seen.mb_s,
                     seen.lat_ms["50"], seen.lat_ms["99"], seen.lat_ms["99.9"], [verdict.flag])
 
