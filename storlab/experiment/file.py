@@ -22,7 +22,7 @@ from storlab.errors import UserError
 from storlab.experiment import places, repetitions
 from storlab.experiment.design import check_design
 from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
-from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, latency_problem,
+from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, image_space_problem,
                                              limits_problem, placements_problem)
 from storlab.experiment.sql_files import confined, read_sql
 from storlab.experiment.swept import check_excludes, check_factors, check_memory, check_reference, short_name, swept
@@ -210,7 +210,7 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
         raise fail(("workload", found.key), f"{found.file} line {found.line}: {found.what} runs a program on this "
                    f"machine; taken only with {CLIENT_PROGRAMS_ALLOWED_WITH} (a fleet worker never takes it)")
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=declared, sql=sql)
-    problem = (limits_problem(experiment) or placements_problem(experiment) or latency_problem(experiment)
+    problem = (limits_problem(experiment) or placements_problem(experiment) or image_space_problem(experiment)
                or data_folders_problem(experiment) or capped_devices_problem(experiment)) if check_placements else None
     if problem:
         raise fail(*problem)

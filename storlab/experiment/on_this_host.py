@@ -1,16 +1,18 @@
 """What the experiment asks of this machine, checked by looking only before anything starts: each
-placement can hold a server's files (and the engine's data files), each device can be made here."""
+placement can hold a server's files (and the engine's data files), each device can be made here, and
+the devices' images fit together."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Protocol
 
 from storlab import engines, factors
 from storlab.experiment import places
 from storlab.experiment.model import ExperimentModel
-from storlab.lab import caps, cgroups, devices, latency, mounts, os_users, placements
+from storlab.lab import caps, cgroups, devices, mounts, os_users, placements
 
 
 class Experiment(Protocol):
@@ -88,20 +90,29 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def latency_problem(experiment: Experiment) -> tuple[tuple, str] | None:
-    """No declared latency (other than 0) under twice the delay layer's floor here: what the layer adds
-    by itself would be a large share of it. Measured only for an experiment that declares one."""
+def image_space_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """The device placements' images fit together in the free space of each filesystem that holds
+    them: a cell makes every placement's device at once, while devices.check_host weighs each image
+    alone. Each placement counts its largest image, on the filesystem of its image folder (of the
+    nearest folder that exists: the rest is made on it)."""
+    on: dict[int, tuple[Path, dict[str, int]]] = {}  # st_dev -> (a folder on it, placement -> bytes)
     for name, raw in experiment.model.placements.items():
-        if not isinstance(raw, places.DevicePlacement) or not raw.delayed or latency.unavailable() is not None:
+        if not isinstance(raw, places.DevicePlacement):
             continue
-        for key in places.LATENCY_KEYS:
-            for value in factors.values(getattr(raw, key)):
-                p50 = value["p50"] if isinstance(value, dict) else value
-                if p50 is not None and 0 < p50 < 2 * latency.floor().added_ms:
-                    return ("placements", name, key), (
-                        f"{p50:g} ms is under twice the delay layer's floor here ({latency.floor().added_ms:.3f} ms "
-                        "added to each IO at 0 ms declared, as `storlab check` says): declare 0 or at least "
-                        f"{2 * latency.floor().added_ms:.3f} ms")
+        for spec in raw.specs():
+            where = spec.format.image_dir
+            while not where.exists():
+                where = where.parent
+            sizes = on.setdefault(where.stat().st_dev, (where, {}))[1]
+            sizes[name] = max(sizes.get(name, 0), spec.format.size_bytes)
+    for where, sizes in on.values():
+        free = shutil.disk_usage(where).free
+        if sum(sizes.values()) > free:
+            names = ", ".join(f"placements.{name}" for name in sizes)
+            return ("placements", next(iter(sizes)), "loop"), (
+                f"the images of {names} need {sum(sizes.values()) / 2**30:.1f} GiB together (a cell makes every "
+                f"placement's device) and there are {free / 2**30:.1f} GiB free on the filesystem holding {where}: "
+                "make them smaller, or give some an image_dir on another filesystem")
     return None
 
 

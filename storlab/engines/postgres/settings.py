@@ -1,9 +1,10 @@
-"""PostgreSQL's settings: their names, those storlab sets itself, how postgresql.conf reads a value,
-and the installed server's word on a user's settings (`postgres --describe-config`, and
-`postgres -C` reading a throwaway configuration file)."""
+"""PostgreSQL's settings: their names, those storlab sets itself, how postgresql.conf reads a value
+(a time as the server reads it), and the installed server's word on a user's settings
+(`postgres --describe-config`, and `postgres -C` reading a throwaway configuration file)."""
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import tempfile
@@ -23,20 +24,53 @@ FILE_NAMED = re.compile(r'\bfile "([^"]*)"')
 # A number with one of PostgreSQL's memory units (case matters, as the server reads them).
 SIZE = re.compile(r"\s*([0-9]+)\s*(B|kB|MB|GB|TB)\s*", re.ASCII)
 MEMORY_UNITS = {"B": 1, "kB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
-# A number with one of PostgreSQL's time units; a bare number counts in the setting's own unit.
-DURATION = re.compile(r"\s*([0-9]+)\s*(us|ms|s|min|h|d)?\s*", re.ASCII)
-TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+# How the server reads an integer setting's value (guc.c's parse_int): a number as C's strtol reads it
+# in base 0 (0x: hex, a leading 0: octal), read again by strtod where that stops at '.', 'e' or 'E'
+# (decimals, exponents, hex fractions); then, spaces around it, a unit of at most 3 characters.
+C_INTEGER = re.compile(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", re.ASCII)
+C_FLOAT = re.compile(r"\s*[+-]?(0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)([pP][+-]?[0-9]+)?"
+                     r"|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)", re.ASCII)
+UNIT = re.compile(r"\s*(?:(\S{1,3})\s*)?", re.ASCII)
+# A time setting counted in seconds: its units, longest first, each as seconds (guc.c's table).
+TIME_UNITS = {"d": 86400.0, "h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1.0 / 1000, "us": 1.0 / (1000 * 1000)}
 CHECKPOINT_TIMEOUT_S = 300.0  # the server's default
+
+
+def seconds(text: str) -> float | None:
+    """A time setting counted in seconds, as the server reads `text`: a fraction with a unit is rounded
+    to the next smaller unit, then to whole seconds, half to even ("0.5min" is 30, "30.5" is 30); None
+    where it reads no such time (its range aside: the server says that in its own words)."""
+    whole = C_INTEGER.match(text)
+    end = whole.end() if whole else 0
+    if text[end:end + 1] in (".", "e", "E"):
+        found = C_FLOAT.match(text)
+        if found is None:
+            return None
+        number, end = (float.fromhex if found[2] else float)(found[0].strip()), found.end()
+    elif whole:
+        digits = whole[2].lower()
+        number = int(whole[1] + digits, 16 if digits.startswith("0x") else 8 if digits.startswith("0") else 10)
+    else:
+        return None
+    unit = UNIT.fullmatch(text, end)
+    if unit is None or unit[1] not in (None, *TIME_UNITS):
+        return None
+    if unit[1] is not None:
+        names = list(TIME_UNITS)
+        number *= TIME_UNITS[unit[1]]
+        smaller = names.index(unit[1]) + 1
+        if smaller < len(names):
+            number = round(number / TIME_UNITS[names[smaller]]) * TIME_UNITS[names[smaller]]
+    if not math.isfinite(number) or not -2**31 <= round(number) < 2**31:  # an int, in C
+        return None
+    return float(round(number))
 
 
 def checkpoint_timeout_s(settings: dict[str, Any]) -> float | None:
     """The cell's checkpoint_timeout in seconds (its unit: seconds), the server's default when it sets
     none; None when it is not a time the server reads (the server then refuses it, in its own words)."""
-    value = settings.get("checkpoint_timeout", CHECKPOINT_TIMEOUT_S)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    found = DURATION.fullmatch(str(value))
-    return None if found is None else int(found.group(1)) * TIME_UNITS[found.group(2) or "s"]
+    value = next((v for k, v in settings.items() if k.lower() == "checkpoint_timeout"), CHECKPOINT_TIMEOUT_S)
+    return seconds(value if isinstance(value, str) else conf_value(value))
 
 
 def preload_libraries(user_value: Any) -> str:
@@ -113,6 +147,22 @@ class PostgresSettings(common.Settings):
 
     def value(self, value: Any) -> str:
         return conf_value(value)
+
+    def load_problem(self, settings: dict[str, Any], layout_keys: set[str],
+                     allow_server_programs: bool = False) -> tuple[str, str] | None:
+        """As every engine's, and each checkpoint_timeout a time the server reads: a run of
+        checkpoint_cycles is sized by it when the cells are made, before the server is asked."""
+        found = super().load_problem(settings, layout_keys, allow_server_programs)
+        if found:
+            return found
+        for name, given in settings.items():
+            if self.canonical(name) != "checkpoint_timeout":
+                continue
+            for value in given if isinstance(given, list) else [given]:
+                if checkpoint_timeout_s({name: value}) is None:
+                    return name, (f"{common.show(value)} is not a time PostgreSQL reads (a number and a unit: us, "
+                                  'ms, s, min, h or d, such as "30s" or "0.5min"; a bare number counts seconds)')
+        return None
 
     def size_bytes(self, value: Any) -> int | None:
         """A memory unit makes a value a size; a bare number counts in its setting's own unit, which
