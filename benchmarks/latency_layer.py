@@ -1,5 +1,5 @@
 """What does the delay layer cost a database when it adds nothing? (goal: through the layer at 0 ms
-declared / the plain device >= 0.9 for a commit-bound and a read-only load)
+declared / the plain device >= 0.95 for a commit-bound load, >= 0.98 for a read-only one)
 
 One `storlab run` of pgbench (tpcb-like and select-only, a factor) with the data and the WAL on a loop
 device, either plain or served through storlab's delay layer with every latency declared 0 ms (a

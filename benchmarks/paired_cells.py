@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from scipy import stats
 
 SCRIPTS = ("tpcb-like", "select-only")
 
@@ -76,6 +79,17 @@ def transactions(results: Path) -> list[tuple[dict, int, float, dict]]:
     return [(json.loads(factors), rnd, value, json.loads(conditions)) for factors, rnd, value, conditions in rows]
 
 
+def interval(ratios: list[float]) -> str:
+    """The ratios' geometric mean and its 95 % interval (t on the log ratios: a round's pair shares the
+    machine's mood, and effects multiply)."""
+    logs = [math.log(x) for x in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return f"geometric mean {math.exp(mean):.3f}"
+    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"geometric mean {math.exp(mean):.3f} [{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}] (95 % CI)"
+
+
 def compare(results: Path, pair: tuple[str, str], each=None) -> None:
     """Print each script's transactions a second per round on both placements, the ratio second /
     first per round and its median; `each(script)`, if given, prints a line more under each script."""
@@ -89,7 +103,7 @@ def compare(results: Path, pair: tuple[str, str], each=None) -> None:
         print(f"{script:12} {first:7} " + "  ".join(f"{a[r]:8,.0f}" for r in sorted(a)))
         print(f"{'':12} {second:7} " + "  ".join(f"{b[r]:8,.0f}" for r in sorted(b)))
         print(f"{'':12} {second} / {first}: " + ", ".join(f"{x:.3f}" for x in ratios) +
-              f"; median {statistics.median(ratios):.3f}")
+              f"; median {statistics.median(ratios):.3f}; {interval(ratios)}")
         if each is not None:
             each(script)
     print(f"results: {results}")

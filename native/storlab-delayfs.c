@@ -26,6 +26,7 @@
 #include <linux/fuse.h>
 #include <linux/futex.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -827,8 +828,27 @@ static void init(void) {
     struct request r = {(struct fuse_in_header *)(void *)buffer, NULL, 0};
     reply(&r, 0, &out, sizeof out);
     free(buffer);
-    printf("ready %s\n", passthrough ? "passthrough" : "cached");
+    printf("ready %s %lld\n", passthrough ? "passthrough" : "cached", wake_ns); /* the wake-up it measured, ns */
     fflush(stdout);
+}
+
+/* The layer ends with the storlab that started it. The kernel's parent-death signal would do it, but
+ * the kernel clears it at every change of the filesystem uid, which each call here makes: a thread
+ * waits on the parent's pidfd instead. */
+static void *watch_parent(void *arg) {
+    struct pollfd parent = {.fd = (int)(intptr_t)arg, .events = POLLIN};
+    while (poll(&parent, 1, -1) < 0 && errno == EINTR) {}
+    _exit(1);
+    return NULL;
+}
+
+static void end_with_parent(void) {
+    int fd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+    pthread_t t;
+    if (getppid() == 1 || fd < 0 || pthread_create(&t, NULL, watch_parent, (void *)(intptr_t)fd)) {
+        fprintf(stderr, "storlab-delayfs: cannot watch the process that started it\n");
+        exit(1);
+    }
 }
 
 static int usage(void) {
@@ -883,6 +903,7 @@ int main(int argc, char **argv) {
         setrlimit(RLIMIT_NOFILE, &files);
     }
     prctl(PR_SET_TIMERSLACK, 1UL);
+    end_with_parent();
     calibrate();
     fuse_fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
     if (fuse_fd < 0) {

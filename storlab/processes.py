@@ -18,6 +18,8 @@ import psutil
 from storlab.interrupts import uninterrupted
 
 _PR_SET_PDEATHSIG = 1
+# A process dies within milliseconds of SIGKILL, unless it is stuck in the kernel.
+KILLED_S = 10.0
 
 
 def _die_with_parent(uid: int | None, gid: int | None, cgroups: list[str], open_files: int | None):
@@ -129,8 +131,10 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeout: float = 5) -> None:
-    """Stop `child` and everything in its group; waits for it."""
+def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeout: float = 5) -> bool:
+    """Stop `child` and everything in its group: `polite`, then past `timeout` SIGKILL; whether it had
+    stopped by then. It is waited for KILLED_S at most after SIGKILL: a process stuck in the kernel
+    (IO to a hung device) dies of nothing, and would hold storlab for ever."""
     if child.poll() is None:
         try:
             child.send_signal(polite)
@@ -138,8 +142,13 @@ def stop(child: subprocess.Popen, polite: signal.Signals = signal.SIGTERM, timeo
             child.wait(timeout=timeout)
         except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
             pass
+    stopped = child.poll() is not None
     try:
         os.killpg(child.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    child.wait()
+    try:
+        child.wait(KILLED_S)
+    except subprocess.TimeoutExpired:
+        pass
+    return stopped

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from storlab.lab import latency, os_users
-from tests.devicetools import needs_root
+from storlab.lab import devices, latency, os_users
+from tests.devicetools import device_spec, needs_root
 
 THREADS = 64  # the layer's (native/storlab-delayfs.c)
 can_delay = pytest.mark.skipif(latency.unavailable() is not None, reason=f"no delay layer here: {latency.unavailable()}")
@@ -157,3 +157,27 @@ def test_the_callers_rights_are_its_own_and_a_link_is_never_followed_by_the_laye
     assert lines[0] == str(server.uid) and all(line != "done" for line in lines[1:]), lines
     assert os.stat(layer.source / "secret").st_uid == 0 and os.lstat(layer.source / "mine/s").st_uid == server.uid
     assert shutil.disk_usage(layer.point).total == shutil.disk_usage(layer.source).total
+
+
+@pytest.mark.device
+@needs_root
+@can_delay
+def test_a_served_device_is_reached_through_its_layer_by_the_servers_user_and_by_no_one_else(images):
+    """The device's folder passes the servers' group alone; its own mount is in a folder only root
+    enters; the layer's mount is the way in."""
+    server = os_users.server_user()
+    spec = device_spec("vol", {"loop": "64MB", "image_dir": str(images), "flush_latency_ms": 1})
+    with devices.DevicePool() as pool:
+        device = pool.device("vol", spec)
+        folder = device.layer.point.parent
+        assert (stat.S_IMODE(folder.stat().st_mode), folder.stat().st_gid) == (0o710, server.gid)
+        assert stat.S_IMODE(device.mount_point.parent.stat().st_mode) == 0o700
+        own = device.path / "own"
+        own.mkdir(mode=0o755)
+        os.chown(own, server.uid, server.gid)
+        code = "\n".join(["import os", "for path in ({!r}, {!r}):".format(str(own), str(device.mount_point)),
+                          "    try:", "        os.listdir(path); print('reached')",
+                          "    except OSError as e:", "        print(e.errno)"])
+        assert as_user(server, code).stdout.split() == ["reached", str(errno.EACCES)]
+        nobody = os_users.OsUser("nobody", 65534, 65534)
+        assert as_user(nobody, code).stdout.split() == [str(errno.EACCES), str(errno.EACCES)]

@@ -379,8 +379,8 @@ class DevicePool:
                 set_read_ahead(current, spec.read_ahead_kb)
             if current.spec.max_sectors_kb != spec.max_sectors_kb:
                 set_max_sectors(current, spec.max_sectors_kb)
-            if current.spec.latency != spec.latency:
-                self._serve(current, spec.latency)
+            if current.spec.latency != spec.latency or (current.layer is not None and not current.layer.alive):
+                self._serve(current, spec.latency)  # a layer that died fails its run; the next gets a new one
             current.spec = spec
             return current
         if current is not None:

@@ -134,6 +134,10 @@ class Layer:
     def pid(self) -> int:
         return self.child.pid
 
+    @property
+    def alive(self) -> bool:
+        return self.child.poll() is None
+
     def _wait_ready(self) -> None:
         """Its first line says it mounted and agreed with the kernel (`ready passthrough|cached`)."""
         ready, _, _ = select.select([self.child.stdout], [], [], _MOUNT_WAIT_S)

@@ -8,9 +8,8 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from storlab import processes
 from storlab.errors import RunFailed
@@ -22,6 +21,9 @@ from storlab.lab.user_tools import server_env
 # A fresh server answers within seconds of its start, however loaded the machine; one that has not by
 # then (stopped, or stuck on a hung device) never will.
 START_S = 120
+# A server's stop where no deadline is given (an instance's end has the run's: instances.deadlines):
+# a clean shutdown writes every dirty page first.
+STOP_S = 60
 # Every connection to an instance: a live server accepts a session within milliseconds.
 CONNECT_TIMEOUT_S = 10
 
@@ -54,12 +56,13 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    @contextmanager
-    def starting(self, accepts: Callable[[], bool], what: str) -> Iterator[None]:
-        """Poll `accepts()` (a connection, given CONNECT_TIMEOUT_S) until the server accepts one, then
-        run the block: storlab's first statements to it. Both get START_S from now: a server that has
-        not answered by then is killed, so whatever waits on it returns, and the start fails in one
-        line naming the server and its log. A server that exits meanwhile fails it at once."""
+    def wait_answer(self, accepts: Callable[[], bool], what: str) -> None:
+        """Poll `accepts()` (a connection, given CONNECT_TIMEOUT_S) until the server accepts one, START_S
+        from now at most: a server that has not answered by then is killed, so whatever waits on it
+        returns, and the start fails in one line naming the server and its log. A server that exits
+        meanwhile fails it at once. What storlab then asks of it (its first statements) has the
+        set-up's deadline (instances.SetUp): a server that answers may be slow to do it (a declared
+        device latency), and how slow is the experiment's to bound."""
         expired = threading.Event()
 
         def give_up() -> None:
@@ -76,11 +79,6 @@ class ServerProcess:
                 if not self.alive():
                     raise RunFailed(f"{what} exited during start-up (exit {self.proc.returncode})")
                 time.sleep(0.01)  # a refused connection costs microseconds; a server starts in a tenth of a second
-            try:
-                self.cwd = Path(os.readlink(f"/proc/{self.pid}/cwd"))
-            except OSError:
-                pass
-            yield
         except Exception as exc:
             if expired.is_set():
                 raise RunFailed(unanswered) from exc
@@ -88,11 +86,19 @@ class ServerProcess:
         finally:
             timer.cancel()
             timer.join()
-        if expired.is_set():  # the last statement's answer came as the deadline passed: the server is gone
+        if expired.is_set():  # it answered as the deadline passed: the server is gone
             raise RunFailed(unanswered)
+        try:
+            self.cwd = Path(os.readlink(f"/proc/{self.pid}/cwd"))
+        except OSError:
+            pass
 
-    def stop(self, polite: signal.Signals, timeout: float = 60) -> None:
-        """The engine's shutdown signal, then SIGKILL to the whole process group."""
-        processes.stop(self.proc, polite, timeout)
-        self.manifest.server_pid = None
-        self.manifest.save()
+    def stop(self, polite: signal.Signals, timeout: float = STOP_S) -> bool:
+        """The engine's shutdown signal, then SIGKILL to the whole process group (processes.stop):
+        whether it stopped within `timeout`. The manifest forgets it once it is gone; one stuck in the
+        kernel, which not even SIGKILL ends, stays there for `storlab clean`."""
+        stopped = processes.stop(self.proc, polite, timeout)
+        if not self.alive():
+            self.manifest.server_pid = None
+            self.manifest.save()
+        return stopped

@@ -7,6 +7,7 @@ prepare built (for a custom workload, its setup file)."""
 from __future__ import annotations
 
 import os
+import time
 from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,8 +68,10 @@ def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep:
     kind, params = experiment.workload, cell.workload
     with (devices.DevicePool() if experiment.device_sizes else nullcontext()) as pool:
         lab = cell_runs.Lab(experiment, paths, keep, pool)
-        with cell_runs.cell_instance(lab, cell) as instance, \
-                stall.Watchdog(instance, stall.stall_after(params), limit_s=params.run_limit) as watch:
+        placed = cell_runs.cell_paths(cell, paths, pool)
+        started = time.monotonic()  # the run's limit counts from its instance's set-up
+        with cell_runs.cell_instance(lab, cell, placed, started) as instance, \
+                stall.Watchdog(instance, stall.stall_after(params), limit_s=params.run_limit, started=started) as watch:
             kind.prepare(instance, params, experiment.sql)
             instance.checkpoint()
             position = instance.log_statements()

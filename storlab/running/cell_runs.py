@@ -2,11 +2,13 @@
 worker (its runs come from claims): a fresh instance with the cell's layout (its device placements
 made by the device pool), the workload prepared, then each run settled, measured with the probes
 around it and handed to its slot to be recorded. A kind whose repetitions share what it prepared
-(a scan) gets all its slots on that one instance; any other kind one slot per instance. A watchdog
-watches the instance from the workload's prepare to its last run (stall.py): a server that stops
-answering, or a run past its wall-clock limit (the first from the prepare on), has its instance
-killed. The first failure ends the cell's runs on that instance (its state is unknown) and is handed
-back to the caller, who records it its own way."""
+(a scan) gets all its slots on that one instance; any other kind one slot per instance. The run's
+limit (`run_limit_s`) counts from the start of the instance's set-up, which has it as its deadline
+(instances.deadlines); a watchdog then watches the instance from the workload's prepare to its last
+run (stall.py): a server that stops answering, or a run past its wall-clock limit, has its instance
+killed. The instance's server gets `stall_after_s` to stop at its end. The first failure ends the
+cell's runs on that instance (its state is unknown) and is handed back to the caller, who records it
+its own way."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from storlab import engines, interrupts
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
-from storlab.lab import devices, latency, quiesce, server_failures
+from storlab.lab import devices, instances, latency, quiesce, server_failures
 from storlab.lab.layout import spec_for
 from storlab.probes import lifecycle as run_probes
 from storlab.probes.bpftrace import Tracing
@@ -91,9 +93,11 @@ def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | No
         return None
     watch: stall.Watchdog | None = None
     try:
-        with cell_instance(lab, cell) as instance, \
+        paths = cell_paths(cell, lab.paths, lab.pool)  # the devices first: they are the lab's, not the run's
+        started = time.monotonic()  # the first run's limit counts from its instance's set-up
+        with cell_instance(lab, cell, paths, started) as instance, \
                 stall.Watchdog(instance, stall.stall_after(cell.workload), lambda: slot and slot.abandoned(),
-                               limit_s=cell.workload.run_limit) as watch:
+                               limit_s=cell.workload.run_limit, started=started) as watch:
             # Watched from here: the prepare may stall, or never end (the custom kind runs its transaction once).
             lab.experiment.workload.prepare(instance, cell.workload, lab.experiment.sql)
             while slot is not None:
@@ -108,6 +112,8 @@ def run_cell(lab: Lab, cell: matrix.Cell, slots: Iterator[Slot]) -> Failure | No
     except Exception as exc:
         if watch is not None and watch.fired is not None:
             exc = watch.fired  # whatever the killed server's calls raised, the cause is the watchdog's
+        if isinstance(exc, OSError):  # storlab's own call on a dead delay layer's mount (the next instance's folders)
+            exc = server_failures.layer_ended(exc, _layered(lab, cell)) or exc
         return Failure(slot, failure_message(exc), exc)
     return None
 
@@ -123,14 +129,24 @@ def cell_paths(cell: matrix.Cell, paths: dict[str, Path], pool: devices.DevicePo
     return found
 
 
+def _layered(lab: Lab, cell: matrix.Cell) -> dict[str, Path]:
+    """Where the cell's device placements are served (a delay layer's mount, for those with a latency)."""
+    return {name: lab.pool.devices[name].path for name in cell.devices if lab.pool and name in lab.pool.devices}
+
+
 @interrupts.owning
-def cell_instance(lab: Lab, cell: matrix.Cell) -> Iterator[Instance]:
-    """A fresh instance with the cell's layout; stopped and removed on every way out."""
+def cell_instance(lab: Lab, cell: matrix.Cell, paths: dict[str, Path], started: float) -> Iterator[Instance]:
+    """A fresh instance with the cell's layout at `paths` (cell_paths), set up within the run's limit
+    from `started`, its server given the stall deadline to stop at its end; stopped and removed on
+    every way out."""
     experiment = lab.experiment
-    spec = spec_for(cell.layout, cell.engine_settings, cell_paths(cell, lab.paths, lab.pool), cell.engine_version,
-                    cell.caps)
     kind, params = experiment.workload, cell.workload
-    with engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params, experiment.sql)) as instance:
+    spec = spec_for(cell.layout, cell.engine_settings, paths, cell.engine_version, cell.caps)
+    limit = instances.Deadline(params.run_limit, "workload.run_limit_s")
+    stop = instances.Deadline(stall.stall_after(params), "workload.stall_after_s")
+    with instances.deadlines(limit, stop, started) as set_up, \
+            engines.provision(experiment.engine, spec, lab.keep, kind.sessions(params, experiment.sql)) as instance:
+        set_up.done()
         yield instance
 
 

@@ -1,10 +1,12 @@
 """`storlab clean`: stop and remove what crashed runs left behind, from the manifests each instance
 wrote before anything was created (storlab.instances): its server, its engine's shared memory, the
 devices it made and its directories, in that order. A manifest that cannot be read is named, never
-skipped: nothing of it is cleaned, so someone must look."""
+skipped: nothing of it is cleaned, so someone must look. What it says removed, it removed: a folder
+already gone is forgotten without a word."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -13,6 +15,8 @@ from pathlib import Path
 from storlab import engines, processes
 from storlab.lab import cgroups, devices, latency
 from storlab.lab.owned import Manifest, marked_by, remove_owned_dir, running
+
+Recorded = tuple[int | None, int | None]  # a delay layer's process as a manifest names it: pid, start time
 
 
 def _still_ours(pid: int, dirs: list[str]) -> bool:
@@ -68,6 +72,33 @@ class Cleaned:
     unreadable: str | None = None  # why its manifest cannot be read (then nothing of it was cleaned)
 
 
+def _unreachable(path: Path) -> int | None:
+    """Why `path` cannot be looked at (an errno: ENOENT once it is gone, ENOTCONN behind a dead delay
+    layer's mount); None when it can."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def _dead_layers(manifests: list[Manifest]) -> dict[Path, Recorded]:
+    """The delay layers the manifests record (each mount in a folder of its manifest's own) whose process
+    has ended: the kernel ends a layer with storlab, and its mount, until unmounted, answers every call
+    on it with ENOTCONN, so the instance folders it served can be neither removed nor recognised."""
+    found: dict[Path, Recorded] = {}
+    for manifest in manifests:
+        for entry in manifest.devices:
+            point = Path(entry["layer"]) if entry.get("layer") else None
+            if point is not None and point.parent == Path(entry["dir"]) \
+                    and marked_by(point.parent) == manifest.instance_id:
+                found[point] = (entry.get("layer_pid"), entry.get("layer_start"))
+        for layer in manifest.layers:
+            if str(Path(layer["point"]).parent) in manifest.dirs:
+                found[Path(layer["point"])] = (layer.get("pid"), layer.get("start"))
+    return {point: recorded for point, recorded in found.items() if not running(*recorded)}
+
+
 def _end_group(group: cgroups.ControlGroup, removed: list[str], refused: list[str]) -> tuple[bool, bool]:
     """Kill what is in one of storlab's groups and remove it: whether anything was killed, whether it is gone."""
     killed = bool(group.kill())
@@ -86,6 +117,7 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
     manifests, broken = Manifest.read()
     report = [Cleaned(file.stem, False, False, [], [], f"{file}: {why}")
               for file, why in sorted(broken.items()) if unreadable]
+    dead_layers = _dead_layers(manifests)
     # Devices last: an instance's files may sit on one, and its server must be gone before the unmount.
     for manifest in sorted(manifests, key=lambda m: bool(m.devices)):
         if manifest.kept and not kept:
@@ -141,16 +173,26 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
             if not left:
                 manifest.layers.remove(layer)
         for d in list(manifest.dirs):
-            if remove_owned_dir(Path(d), manifest.instance_id):
+            # A dead layer's mount first: what it hid is then judged (gone, mostly: its files are on the
+            # device beneath, which goes with its own manifest).
+            for point in [point for point in dead_layers if point in Path(d).parents]:
+                found, left = latency.remove_recorded(point, *dead_layers[point])
+                removed += found
+                refused += left
+            why = _unreachable(Path(d))
+            if why in (errno.ENOENT, errno.ENOTDIR):
+                manifest.dirs.remove(d)  # removed already (by its instance's end, or with its device): not said
+            elif why is None and remove_owned_dir(Path(d), manifest.instance_id):
                 removed.append(d)
                 manifest.dirs.remove(d)
-            elif marked_by(Path(d)) != manifest.instance_id:
+            elif why is None and marked_by(Path(d)) != manifest.instance_id:
                 # Not storlab's folder any more (a link or someone else's in its place): said once, and
                 # no later clean looks there again.
                 refused.append(f"{d} (not storlab's folder now; nothing there was touched)")
                 manifest.dirs.remove(d)
             else:
-                refused.append(f"{d} (could not be removed: something still uses it; the next clean tries again)")
+                held = os.strerror(why) if why is not None else "something still uses it"
+                refused.append(f"{d} (could not be removed: {held}; the next clean tries again)")
         if manifest.devices or manifest.dirs or manifest.cgroup or manifest.client_cgroup or manifest.layers:
             manifest.save()
         else:

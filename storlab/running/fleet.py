@@ -419,7 +419,8 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
     worker = Worker(dsn, options, say, loaded)
     try:
         # One trace per server binary for the worker's runs; each instance ends while the next sets up.
-        with bpftrace.kept_across_runs(), instances.ending_in_background():
+        with bpftrace.kept_across_runs(), \
+                instances.ending_in_background(lambda held: say(f"{options.host}: warning: {held}")):
             return worker.work()
     except psycopg.OperationalError as exc:  # the run under way goes back to the queue with its lease
         text = str(exc).strip()

@@ -80,7 +80,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
         ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.kept_across_runs(), \
-                instances.ending_in_background():
+                instances.ending_in_background(lambda held: _warn(console, held)):
             bar = Bar(progress, progress.add_task("runs", total=plan.most_left(experiment, cells, store)),
                       progress.add_task("", total=1, visible=False))
             while todo:
@@ -97,6 +97,10 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         if why:
             console.print(why, markup=False)
     return outcome
+
+
+def _warn(console: Console, line: str) -> None:
+    console.print(Text.assemble(("warning:", "yellow"), f" {line}"))
 
 
 @dataclass

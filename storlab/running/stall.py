@@ -9,10 +9,12 @@ torn down as after any failure, and the run fails with "the server stopped answe
 
 A server that answers may still never finish: a statement that sleeps (`SELECT pg_sleep(3600)` in a
 custom workload) holds its run, and a fleet worker, for ever while `SELECT 1` still answers. So each
-run also has a wall-clock limit, `run_limit_s` (a `[workload]` key), from the workload's prepare (or,
-on an instance a kind keeps for its next repetition, from the run's start) to the end of its load;
-past it the same watchdog kills the instance the same way, and the run fails with "the run passed
-its limit of N s". A run during which the watchdog fired is never recorded."""
+run also has a wall-clock limit, `run_limit_s` (a `[workload]` key), from the start of its instance's
+set-up (or, on an instance a kind keeps for its next repetition, from the run's start) to the end of
+its load. The set-up before the workload's prepare has it as its deadline (instances.SetUp, which
+names the step that waited); from the prepare on, past it the same watchdog kills the instance the
+same way, and the run fails with "the run passed its limit of N s". A run during which the watchdog
+fired is never recorded."""
 
 from __future__ import annotations
 
@@ -64,15 +66,17 @@ def kill_instance(roots: dict[str, Any]) -> None:
 
 class Watchdog:
     """Pings `instance` while the `with` block runs; after `after_s` without an answer, or once the run
-    under way has lasted `limit_s` (timed from the block's start, then from each `run_starts` to its
-    `run_ends`), it calls `on_stop` (a fleet worker stops renewing its lease), then kills the instance.
-    `fired` is then the run's failure."""
+    under way has lasted `limit_s` (timed from `started`, by default the block's start, then from each
+    `run_starts` to its `run_ends`), it calls `on_stop` (a fleet worker stops renewing its lease), then
+    kills the instance. `fired` is then the run's failure."""
 
     def __init__(self, instance: Instance, after_s: float, on_stop: Callable[[], None] | None = None,
-                 kill: Callable[[], None] | None = None, limit_s: float | None = None):
+                 kill: Callable[[], None] | None = None, limit_s: float | None = None,
+                 started: float | None = None):
         self.instance = instance
         self.after_s = after_s
         self.limit_s = limit_s
+        self.started = started
         self.on_stop = on_stop
         self.kill = kill or (lambda: kill_instance(instance.roots))
         self.fired: RunFailed | None = None
@@ -85,7 +89,8 @@ class Watchdog:
         self._judge = threading.Thread(target=self._watch, name="storlab-watchdog", daemon=True)
 
     def __enter__(self) -> "Watchdog":
-        self._answered = self._run_started = time.monotonic()
+        self._answered = time.monotonic()
+        self._run_started = self._answered if self.started is None else self.started
         self._pinger.start()
         self._judge.start()
         return self

@@ -542,12 +542,15 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
     with instances.workspace(engine, spec.placements, keep, stop, spec.settings, spec.caps,
                              spec.memory_bytes) as ws:
         # Inside the workspace: a setting the installer refuses is told in the installer's words.
-        template = _template(server_bin, installer, spec, connections)
+        with ws.doing("the template datadir"):
+            template = _template(server_bin, installer, spec, connections)
         home = ws.roots[spec.home.name]
         datadir, redo = home / "datadir", ws.roots[spec.log.name] / "redo"
         if template is not None:
-            templates.copy(template / "datadir", datadir, preallocated=True)
-            templates.copy(template / "redo", redo, preallocated=True)
+            with ws.doing(f"copying the template datadir to {datadir}"):
+                templates.copy(template / "datadir", datadir, preallocated=True)
+            with ws.doing(f"copying the template redo log to {redo}"):
+                templates.copy(template / "redo", redo, preallocated=True)
         else:
             owned.make_server_dir(datadir, ws.user)
             owned.make_server_dir(redo, ws.user)
@@ -558,12 +561,20 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
         config = home / "my.cnf"
         write_config(config, _options(spec, datadir, ws.socket_dir, redo, table_dirs, connections, temp_dir))
         if template is None:
-            _install(installer, config, ws.user, home)
-        server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])
-        with server.starting(functools.partial(_accepts, ws.socket_dir / SOCKET), "MariaDB"), \
-                _connect(ws.socket_dir / SOCKET, _admin(), None) as conn:
-            version = conn.execute(SERVER_VERSION).fetchone()[0]
-            conn.execute(CREATE_DATABASE)
-            conn.execute(CREATE_WORKLOAD_USER)
-            conn.execute(GRANT_WORKLOAD_USER)
+            with ws.doing("mariadb-install-db"):
+                _install(installer, config, ws.user, home)
+        with ws.doing("MariaDB's start"):
+            server = ws.start([str(server_bin), f"--defaults-file={config}", *_private(ws.socket_dir)])
+            server.wait_answer(functools.partial(_accepts, ws.socket_dir / SOCKET), "MariaDB")
+            conn = _connect(ws.socket_dir / SOCKET, _admin(), None)
+        with conn:
+            version = _set_up(ws, conn, SERVER_VERSION).fetchone()[0]
+            for statement in (CREATE_DATABASE, CREATE_WORKLOAD_USER, GRANT_WORKLOAD_USER):
+                _set_up(ws, conn, statement)
         yield MariadbInstance(spec, ws, table_dirs, version)
+
+
+def _set_up(ws: instances.Workspace, conn: Connection, statement: str) -> pymysql.cursors.Cursor:
+    """One of storlab's first statements to the server: the set-up's step while it runs."""
+    with ws.doing(statement):
+        return conn.execute(statement)

@@ -543,34 +543,45 @@ def provision(engine: instances.Server, spec: InstanceSpec, keep: bool, connecti
     stop = signal.SIGINT if keep else signal.SIGQUIT
     with instances.workspace(engine, spec.placements, keep, stop, spec.settings, spec.caps,
                              spec.memory_bytes) as ws:
-        template = _template(bins, spec)
+        with ws.doing("the template cluster"):
+            template = _template(bins, spec)
         home = ws.roots[spec.home.name]
         pgdata, wal = home / "pgdata", ws.roots[spec.log.name] / "wal"
-        templates.copy(template / "pgdata", pgdata)
+        with ws.doing(f"copying the template cluster to {home}"):
+            templates.copy(template / "pgdata", pgdata)
         # As the server will see it (through a delay layer too): its shared memory names it, and after a
         # kill -9 the layer's mount no longer shows it to `storlab clean`.
         seen = os.stat(pgdata, follow_symlinks=False)
         ws.manifest.data_dirs.append([seen.st_dev, seen.st_ino, seen.st_uid])
         ws.manifest.save()
-        templates.copy(template / "wal", wal)
+        with ws.doing(f"copying the template's WAL to {wal}"):
+            templates.copy(template / "wal", wal)
         (pgdata / "pg_wal").unlink()  # the template's link to its own WAL directory
         (pgdata / "pg_wal").symlink_to(wal)
         preload = wait_sampling_installed(bins)
         safe_files.append(pgdata / "postgresql.auto.conf",
                           "".join(f"{key} = {conf_value(value)}\n" for key, value in _settings(spec, preload, connections).items()))
-        server = ws.start([str(bins / "postgres"), "-D", str(pgdata), *_private(ws.socket_dir),
-                           *_write_authentication(home, ws.user.name)])
         wait_sampling = False
-        with server.starting(functools.partial(_accepts, ws.socket_dir), "PostgreSQL"), \
-                _connect(ws.socket_dir) as conn:
-            version = conn.execute(SERVER_VERSION).fetchone()[0]
+        with ws.doing("PostgreSQL's start"):
+            server = ws.start([str(bins / "postgres"), "-D", str(pgdata), *_private(ws.socket_dir),
+                               *_write_authentication(home, ws.user.name)])
+            server.wait_answer(functools.partial(_accepts, ws.socket_dir), "PostgreSQL")
+            conn = _connect(ws.socket_dir)
+        with conn:
+            version = _set_up(ws, conn, SERVER_VERSION).fetchone()[0]
             for placement in _tablespace_placements(spec):
                 location = owned.make_server_dir(ws.roots[placement.name] / "tablespace", ws.user)
                 name = sql.SQL(_tablespace(placement.name))
-                conn.execute(sql.SQL(CREATE_TABLESPACE).format(name=name, path=sql.Literal(str(location))))
-                conn.execute(sql.SQL(GRANT_TABLESPACE).format(name=name))
+                _set_up(ws, conn, sql.SQL(CREATE_TABLESPACE).format(name=name, path=sql.Literal(str(location))))
+                _set_up(ws, conn, sql.SQL(GRANT_TABLESPACE).format(name=name))
             # Only with the collector running: its reset and views have crashed backends without it.
-            if preload and conn.execute(WAIT_COLLECTOR_RUNNING).fetchone()[0] > 0:
-                conn.execute(CREATE_WAIT_SAMPLING)
+            if preload and _set_up(ws, conn, WAIT_COLLECTOR_RUNNING).fetchone()[0] > 0:
+                _set_up(ws, conn, CREATE_WAIT_SAMPLING)
                 wait_sampling = True
         yield PostgresInstance(spec, ws, version, wait_sampling, bins)
+
+
+def _set_up(ws: instances.Workspace, conn: psycopg.Connection, statement: str | sql.Composable) -> psycopg.Cursor:
+    """One of storlab's first statements to the server: the set-up's step while it runs."""
+    with ws.doing(statement if isinstance(statement, str) else statement.as_string(conn)):
+        return conn.execute(statement)
