@@ -52,10 +52,11 @@ def as_user(user: os_users.OsUser, code: str) -> subprocess.CompletedProcess:
 @needs_root
 @can_delay
 def test_a_folder_swapped_for_a_link_mid_removal_sends_root_nowhere_else(served):
-    """Root holds a folder of the servers' (as a removal's walk does) while they rename it and put a link
-    to a root-only folder in its place: root's unlink through its descriptor removes the file in the
-    renamed folder, on the device, and none of root's files. (A layer resolving the folder's path again
-    by name followed the link: issue 44's High finding.)"""
+    """Root holds a folder of the servers' (as a removal's walk does) while they rename it beneath the
+    layer and put a link to a root-only folder in its place (as issue 44 found they could, through the
+    device's own mount, now out of their reach): root's unlink through its descriptor removes the file in
+    the renamed folder, on the device, and none of root's files. The old layer resolved the folder's
+    path again by name, followed the link and deleted root's first file (the rest failed with EIO)."""
     layer, server, outside = served
     instance = layer.point / "instance"
     instance.mkdir(mode=0o755)
@@ -64,10 +65,11 @@ def test_a_folder_swapped_for_a_link_mid_removal_sends_root_nowhere_else(served)
     assert made.returncode == 0, made.stderr
     held = os.open(instance / "d", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        swapped = as_user(server, f"import os; os.rename('{instance}/d', '{instance}/d2'); os.symlink('{outside}', '{instance}/d')")
+        beneath = layer.source / "instance"
+        swapped = as_user(server, f"import os; os.rename('{beneath}/d', '{beneath}/d2'); os.symlink('{outside}', '{beneath}/d')")
         assert swapped.returncode == 0, swapped.stderr
         for i in range(5):
-            os.unlink(f"root-{i}", dir_fd=held)
+            os.unlink(f"root-{i}", dir_fd=held)  # the layer's node for the folder, whatever its name now
     finally:
         os.close(held)
     assert sorted(p.name for p in outside.iterdir()) == [f"root-{i}" for i in range(5)]
