@@ -605,34 +605,32 @@ static void do_create(const struct request *r, struct node *parent) {
 
 static int direct_fits(size_t size, uint64_t off) { return size % 512 == 0 && off % 512 == 0; }
 
-static __thread char *data_buffer; /* per thread: aligned, as direct IO asks */
+/* Per thread: the buffer the thread reads its requests into, aligned as direct IO asks. Once a request's
+ * arguments are copied out, its data goes there too: one buffer a thread, not two. */
+static __thread char *data_buffer;
 
 static void do_read(const struct request *r) {
-    const struct fuse_read_in *in = (const void *)r->arg;
-    struct handle *h = (struct handle *)(uintptr_t)in->fh;
-    size_t size = in->size > MAX_WRITE ? MAX_WRITE : in->size;
-    ssize_t n = direct_fits(size, in->offset) ? pread(h->fd, data_buffer, size, (off_t)in->offset) : -1;
-    if (n < 0) n = pread(h->buffered_fd >= 0 ? h->buffered_fd : h->fd, data_buffer, size, (off_t)in->offset);
+    const struct fuse_read_in in = *(const struct fuse_read_in *)(const void *)r->arg;
+    struct handle *h = (struct handle *)(uintptr_t)in.fh;
+    size_t size = in.size > MAX_WRITE ? MAX_WRITE : in.size;
+    ssize_t n = direct_fits(size, in.offset) ? pread(h->fd, data_buffer, size, (off_t)in.offset) : -1;
+    if (n < 0) n = pread(h->buffered_fd >= 0 ? h->buffered_fd : h->fd, data_buffer, size, (off_t)in.offset);
     if (n < 0) return reply_error(r, errno);
     hold(&read_delay);
     reply(r, 0, data_buffer, (size_t)n);
 }
 
 static void do_write(const struct request *r) {
-    const struct fuse_write_in *in = (const void *)r->arg;
-    struct handle *h = (struct handle *)(uintptr_t)in->fh;
-    const char *data = r->arg + sizeof *in;
-    size_t size = in->size;
-    if (size > r->arg_len - sizeof *in) return reply_error(r, EINVAL);
-    ssize_t n = -1;
-    if (direct_fits(size, in->offset)) {
-        memcpy(data_buffer, data, size);
-        n = pwrite(h->fd, data_buffer, size, (off_t)in->offset);
-    }
+    const struct fuse_write_in in = *(const struct fuse_write_in *)(const void *)r->arg;
+    struct handle *h = (struct handle *)(uintptr_t)in.fh;
+    size_t size = in.size;
+    if (size > r->arg_len - sizeof in) return reply_error(r, EINVAL);
+    const char *data = memmove(data_buffer, r->arg + sizeof in, size); /* to the buffer's aligned start */
+    ssize_t n = direct_fits(size, in.offset) ? pwrite(h->fd, data, size, (off_t)in.offset) : -1;
     if (n < 0 && h->buffered_fd >= 0) {
         /* What the device cannot take directly still reaches it before the write returns. */
-        n = pwrite(h->buffered_fd, data, size, (off_t)in->offset);
-        if (n > 0 && sync_file_range(h->buffered_fd, (off_t)in->offset, n, SYNC_FILE_RANGE_WAIT_BEFORE |
+        n = pwrite(h->buffered_fd, data, size, (off_t)in.offset);
+        if (n > 0 && sync_file_range(h->buffered_fd, (off_t)in.offset, n, SYNC_FILE_RANGE_WAIT_BEFORE |
                                      SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) < 0)
             n = -1;
     }
@@ -681,11 +679,11 @@ static void do_opendir(const struct request *r, struct node *n) {
 }
 
 static void do_readdir(const struct request *r) {
-    const struct fuse_read_in *in = (const void *)r->arg;
-    DIR *dir = (DIR *)(uintptr_t)in->fh;
-    size_t size = in->size > MAX_WRITE ? MAX_WRITE : in->size, used = 0;
-    if (in->offset == 0) rewinddir(dir);
-    else seekdir(dir, (long)in->offset);
+    const struct fuse_read_in in = *(const struct fuse_read_in *)(const void *)r->arg;
+    DIR *dir = (DIR *)(uintptr_t)in.fh;
+    size_t size = in.size > MAX_WRITE ? MAX_WRITE : in.size, used = 0;
+    if (in.offset == 0) rewinddir(dir);
+    else seekdir(dir, (long)in.offset);
     struct dirent *e;
     while ((errno = 0, e = readdir(dir)) != NULL) {
         size_t len = strlen(e->d_name), rec = FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET + len);
@@ -779,12 +777,12 @@ static void handle(const struct request *r) {
 static void *serve(void *unused) {
     (void)unused;
     prctl(PR_SET_TIMERSLACK, 1UL); /* a sleeping thread otherwise wakes up to 50 us late */
-    char *buffer = NULL, *data = NULL;
-    if (posix_memalign((void **)&buffer, ALIGN, BUFFER) || posix_memalign((void **)&data, ALIGN, MAX_WRITE)) {
+    char *buffer = NULL;
+    if (posix_memalign((void **)&buffer, ALIGN, BUFFER)) {
         fprintf(stderr, "storlab-delayfs: out of memory\n");
         exit(1);
     }
-    data_buffer = data;
+    data_buffer = buffer;
     for (;;) {
         ssize_t got = read(fuse_fd, buffer, BUFFER);
         if (got < 0) {
@@ -794,8 +792,9 @@ static void *serve(void *unused) {
             exit(1);
         }
         if ((size_t)got < sizeof(struct fuse_in_header)) continue;
-        struct request r = {(struct fuse_in_header *)(void *)buffer, buffer + sizeof(struct fuse_in_header),
-                            (size_t)got - sizeof(struct fuse_in_header)};
+        struct fuse_in_header header; /* its own copy: a read's data goes over the buffer */
+        memcpy(&header, buffer, sizeof header);
+        struct request r = {&header, buffer + sizeof header, (size_t)got - sizeof header};
         handle(&r);
     }
     return NULL;

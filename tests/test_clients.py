@@ -136,10 +136,14 @@ def watch_clients(run: subprocess.Popen, program: str, seconds: float) -> dict[i
     while time.monotonic() < deadline and run.poll() is None:
         for process in psutil.Process(run.pid).children(recursive=True):
             try:
-                if process.pid not in seen and process.name() == program:
-                    seen[process.pid] = (process.uids().real, Path(f"/proc/{process.pid}/cgroup").read_text(),
-                                         " ".join(process.cmdline()))
-            except (psutil.NoSuchProcess, FileNotFoundError):
+                if process.pid in seen or process.name() != program:
+                    continue
+                # Its command line first: an ended process (a zombie) has none, and pgreplay's parse
+                # check as nobody, ended between two readings, would pass for a load.
+                cmdline = " ".join(process.cmdline())
+                if cmdline:
+                    seen[process.pid] = (process.uids().real, Path(f"/proc/{process.pid}/cgroup").read_text(), cmdline)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError):
                 continue  # a set-up tool that has just ended
         time.sleep(0.02)
     return seen
