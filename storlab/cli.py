@@ -169,7 +169,8 @@ def io_command(target: str, preset: str | None, size: str, duration: str, buffer
     job says whether its cap held; with a credit bucket (--iops-bucket 300/3000/30000), each job starts
     with the bucket's credits and says when it ran dry and whether the kernel let through no more than
     the bucket allowed. With a latency (--read-latency 2…), each job runs on the device alone and then
-    through the delay layer holding it, and says whether the latency held."""
+    through the delay layer holding it, and says whether the latency held; beside caps or a bucket (a
+    volume class whole), a depth where the cap binds first is judged against the cap."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
     from storlab.results.store import Store

@@ -152,6 +152,22 @@ def test_the_held_verdict_rarely_fails_a_layer_that_holds_and_always_fails_one_2
     assert said[1.0] >= 0.98 and said[1.25] <= 0.02, said
 
 
+def test_a_depth_the_cap_binds_is_held_at_the_cap_and_not_when_the_layers_io_escapes_it():
+    """The capped branch's error rates, simulated: 300 jobs of 4 s at depth 8 through 1 ms declared and a
+    2,000 IOPS cap (the latency alone would allow some 7,500). The kernel passes the cap's IOs in 0.1 s
+    slices, and a job starts and ends anywhere in one: its IOPS fall within a slice's worth under the cap,
+    said held every time. A layer whose IO escaped the group (25 % over the cap) is never said held, nor
+    one held 25 % under it."""
+    rng = np.random.default_rng(45)
+    declared, own, cap, seconds = Latency(1, 1), (0.06, 0.2, 14_000.0), 2000.0, 4
+    said = {"at the cap": 0, "escaped": 0, "under": 0}
+    for _ in range(300):
+        at_cap = (cap * 0.1 * (seconds / 0.1 - 1 + rng.uniform()) + rng.integers(0, 8)) / seconds
+        for name, iops in (("at the cap", at_cap), ("escaped", at_cap * 1.25), ("under", at_cap * 0.75)):
+            said[name] += held_latency.judge("read", declared, 8, own, (1.07, 70.0, iops), cap).held
+    assert said == {"at the cap": 300, "escaped": 0, "under": 0}, said
+
+
 @needs_root
 @can_delay
 def test_check_says_how_latency_is_held_and_a_latency_under_the_fixed_floor_is_refused(lab_root, images):
