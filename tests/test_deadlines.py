@@ -31,14 +31,13 @@ from tests.devicetools import attached, mounted, wait_gone
 
 can_delay = pytest.mark.skipif(latency.unavailable() is not None, reason=f"no delay layer here: {latency.unavailable()}")
 
-SLOW_SET_UP = """
-name = "slowsetup"
+# One small insert load on a directory placement; each test adds its name, its own keys and settings.
+EXPERIMENT = """
+name = "{name}"
 engine = "postgres"
-repetitions = 1
-order_seed = 1
-
+{top}
 [placements]
-disk = "{disk}"
+disk = "{{disk}}"
 
 [layout]
 data_on = "disk"
@@ -48,11 +47,11 @@ kind = "random-insert"
 connections = 1
 rows_per_connection = 100
 batch = 100
-run_limit_s = 10
-
-[engine_settings]
-synchronous_standby_names = ["", "*"]
+{workload}
 """
+
+SLOW_SET_UP = EXPERIMENT.format(name="slowsetup", top="repetitions = 1\norder_seed = 1\n", workload="run_limit_s = 10") + \
+    '\n[engine_settings]\nsynchronous_standby_names = ["", "*"]\n'
 
 
 def running_until_done(proc: subprocess.Popen, seen: dict[str, float]) -> tuple[str, str]:
@@ -95,23 +94,7 @@ def test_a_set_up_slower_than_the_run_limit_fails_within_it_naming_the_step(writ
     assert storlab_processes() == [] and owned.Manifest.all() == [] and list(lab_dir.iterdir()) == []
 
 
-STOPPING = """
-name = "stopping"
-engine = "postgres"
-
-[placements]
-disk = "{disk}"
-
-[layout]
-data_on = "disk"
-
-[workload]
-kind = "random-insert"
-connections = 1
-rows_per_connection = 100
-batch = 100
-stall_after_s = 3
-"""
+STOPPING = EXPERIMENT.format(name="stopping", top="", workload="stall_after_s = 3")
 
 
 def cgroup2() -> Path | None:
