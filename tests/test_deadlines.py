@@ -90,7 +90,8 @@ def test_a_set_up_slower_than_the_run_limit_fails_within_it_naming_the_step(writ
     assert f'synchronous_standby_names="*" #1: {message}' in " ".join(output.split())
     assert kept == 'synchronous_standby_names=""'
     set_up_at = max(seen.values())  # order_seed 1 runs the cell that answers first
-    assert 10 <= at - set_up_at < 10 + 5
+    # The limit counts from the set-up's start, a moment before its manifest is written and seen here.
+    assert 10 - 1 <= at - set_up_at < 10 + 5
     assert storlab_processes() == [] and owned.Manifest.all() == [] and list(lab_dir.iterdir()) == []
 
 
