@@ -10,6 +10,7 @@ import stat
 import sys
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -134,7 +135,19 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
         click.get_current_context().exit(2)
 
 
-@main.command("io")
+class _VolumeOptions(click.Command):
+    """`storlab io`'s options for a volume's keys, one per key with a flag, read from the registry when
+    the command line is read (a property added to it has its options)."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        from storlab.volume import registry
+
+        own = super().get_params(ctx)
+        return own[:-1] + [click.Option([f"--{key.flag}", key.name], metavar=key.metavar, help=key.help)
+                           for _, key in registry.keys() if key.flag] + own[-1:]
+
+
+@main.command("io", cls=_VolumeOptions)
 @click.argument("target", metavar="PLACEMENT_OR_PATH")
 @click.option("--preset", help="The job matrix: sqlio (seed 004's; the default), latency (4 KiB random reads and "
               "writes at queue depth 1 and 8; the default with a read or write latency), or commit (a log's "
@@ -144,53 +157,34 @@ def check_command(targets: tuple[str, ...], as_json: bool) -> None:
 @click.option("--duration", default="10s", show_default=True, help="Time per job: a number with s, m or h (10s, 2m).")
 @click.option("--buffered", is_flag=True, help="Through the page cache instead of direct IO.")
 @click.option("--out", callback=_out, help="Results folder (default results/io-<path>).")
-@click.option("--read-iops", type=int, help="Cap reads at this many IOs a second on the device (as a placement's read_iops).")
-@click.option("--write-iops", type=int, help="Cap writes at this many IOs a second (a placement's write_iops).")
-@click.option("--iops", type=int, help="Cap reads and writes alike (a placement's iops).")
-@click.option("--read-mb-s", type=float, help="Cap reads at this many MiB a second (a placement's read_mb_s).")
-@click.option("--write-mb-s", type=float, help="Cap writes at this many MiB a second (a placement's write_mb_s).")
-@click.option("--mb-s", type=float, help="Cap reads and writes alike (a placement's mb_s).")
-@click.option("--iops-bucket", metavar="BASELINE/BURST/SIZE[/START]", help="A credit bucket on the IOPS of both "
-              "directions (a placement's iops_bucket): earned at BASELINE a second, spent up to BURST, SIZE IOs, "
-              "START of them when each job starts (full if left out).")
-@click.option("--mb-s-bucket", metavar="BASELINE/BURST/SIZE[/START]", help="A credit bucket on the MiB/s of both "
-              "directions, in MiB (a placement's mb_s_bucket).")
-@click.option("--read-latency", metavar="MS", help='Add this latency to each read: milliseconds, fixed ("2") or a '
-              'p50/p99 pair ("1/4") (a placement\'s read_latency_ms).')
-@click.option("--write-latency", metavar="MS", help="Add this latency to each write (a placement's write_latency_ms).")
-@click.option("--flush-latency", metavar="MS", help="Add this latency to each fsync/fdatasync (a placement's "
-              "flush_latency_ms).")
 def io_command(target: str, preset: str | None, size: str, duration: str, buffered: bool, out: Path | None,
-               read_iops: int | None, write_iops: int | None, iops: int | None, read_mb_s: float | None,
-               write_mb_s: float | None, mb_s: float | None, iops_bucket: str | None, mb_s_bucket: str | None,
-               read_latency: str | None, write_latency: str | None, flush_latency: str | None) -> None:
+               **given: str | None) -> None:
     """Raw capability of the device behind PLACEMENT_OR_PATH: IOPS, MB/s and latency per job (fio).
-    With caps (--write-iops 3000…), fio runs inside them, as an experiment's server would, and each
-    job says whether its cap held; with a credit bucket (--iops-bucket 300/3000/30000), each job starts
-    with the bucket's credits and says when it ran dry and whether the kernel let through no more than
-    the bucket allowed. With a latency (--read-latency 2…), each job runs on the device alone and then
-    through the delay layer holding it, and says whether the latency held; beside caps or a bucket (a
-    volume class whole), a depth where the cap binds first is judged against the cap."""
+    The options after --out are a placement's keys (--write-iops 3000 is write_iops = 3000), checked as
+    the file's are, and fio runs through the volume they declare, each job saying whether what binds
+    it held: with caps, fio runs inside them, as an experiment's server would; with a credit bucket
+    (--iops-bucket 300/3000/30000), each job starts with the bucket's credits and says when it ran dry
+    and whether the kernel let through no more than it allowed; with a latency (--read-latency 2, or
+    a p50/p99 pair 1/4), each job runs on the device alone and then through the delay layer holding
+    it; beside caps or a bucket (a volume class whole), a depth where the cap binds first is judged
+    against the cap. Without --preset, the jobs are those that show the declared keys held (seed
+    004's matrix when none is declared)."""
     from storlab.machine import iobench, system
     from storlab.results import folder_lock
     from storlab.results.store import Store
 
-    declared = _io_latency(read_latency, write_latency, flush_latency)
-    jobs = [job for name in ([preset] if preset else iobench.default_presets(declared))
-            for job in iobench.preset(name, buffered)]
+    declared = _io_volume(given)
+    jobs = iobench.preset(preset, buffered) if preset else iobench.default_jobs(declared, buffered)
     size_bytes, seconds = iobench.parse_size(size), iobench.parse_duration(duration)
-    held = _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s, iops_bucket, mb_s_bucket)
     path = _placement_path(target)
-    iobench.check_target(path)  # before its results folder is made
-    iobench.check_latency(path, declared, held)
-    iobench.cap_limits(path, held)
+    iobench.check_volume(path, declared)  # before its results folder is made
     console = _console()
     folder = out or _results_folder(iobench.default_folder(path), "the results folder")
     # One writer per results folder (a run beside it would distort both); the store opened before fio
     # runs, so one it cannot write (damaged, immutable) is said before the minutes fio takes, not after.
     with folder_lock.writing(folder), Store.open(folder) as store:
         facts = system.collect_facts([path])
-        results = iobench.run(path, jobs, size_bytes, seconds, console, held, declared)
+        results = iobench.run(path, jobs, size_bytes, seconds, console, declared)
         store.record_io(results, target=str(path), facts=facts, comparable=system.comparable(facts))
     console.print(iobench.table(results))
     for line in iobench.flag_lines(results):
@@ -198,63 +192,25 @@ def io_command(target: str, preset: str | None, size: str, duration: str, buffer
     console.print(f"results: {folder}", markup=False)
 
 
-def _io_latency(read: str | None, write: str | None, flush: str | None):
-    """The latency `storlab io` was given ("2" or "1/4" ms), checked as a placement's is."""
-    from storlab.experiment import places
-    from storlab.lab import latency
+def _io_volume(given: dict[str, str | None]) -> dict[str, Any]:
+    """The volume `storlab io` was given, each option read as its key's value and checked as the file's
+    is (storlab.volume), then the keys together."""
+    from storlab.volume import registry
 
-    given = {}
-    for direction, text in (("read", read), ("write", write), ("flush", flush)):
+    declared = {}
+    for name, text in given.items():
         if text is None:
             continue
+        _, key = registry.owner(name)
         try:
-            numbers = [float(n) for n in text.split("/")]
-        except ValueError:
-            numbers = []
-        if not 1 <= len(numbers) <= 2:
-            raise UserError(f'--{direction}-latency {text[:40]!r}: expected milliseconds ("2") or a p50/p99 pair '
-                            '("1/4")')
-        try:
-            value = places.latency_value({"p50": numbers[0], "p99": numbers[1]} if len(numbers) == 2 else numbers[0])
+            value = key.from_flag(text) if key.from_flag else text
+            declared[name] = key.check(value, key.what)
         except ValueError as exc:
-            raise UserError(f"--{direction}-latency {text[:40]!r}: {str(exc).replace(' or a list of them', '')}") from None
-        given[direction] = latency.parse(value)
-    return latency.DeviceLatency(**given) if given else None
-
-
-def _io_caps(read_iops, write_iops, iops, read_mb_s, write_mb_s, mb_s, iops_bucket=None, mb_s_bucket=None):
-    """The caps `storlab io` was given, checked as a placement's are (storlab.experiment.places)."""
-    from storlab.experiment import places
-    from storlab.factors import KeyProblem
-
-    given = {key: value for key, value in (("read_iops", read_iops), ("write_iops", write_iops), ("iops", iops),
-                                           ("read_mb_s", read_mb_s), ("write_mb_s", write_mb_s), ("mb_s", mb_s),
-                                           ("iops_bucket", _bucket_option("iops-bucket", iops_bucket)),
-                                           ("mb_s_bucket", _bucket_option("mb-s-bucket", mb_s_bucket)))
-             if value is not None}
-    if not given:
-        return None
-    try:
-        return places.CapKeys.model_validate(given).caps()
-    except ValueError as exc:
-        cause = exc.errors()[0] if hasattr(exc, "errors") else None
-        error = (cause.get("ctx") or {}).get("error") if cause else exc
-        key = error.loc[0] if isinstance(error, KeyProblem) else cause["loc"][0]
-        said = str(error if error is not None else cause["msg"]).replace(" or a list of them", "")
-        raise UserError(f"--{key.replace('_', '-')}: {said}") from None
-
-
-def _bucket_option(option: str, text: str | None) -> dict[str, float] | None:
-    """"300/3000/54000[/START]" as a placement's bucket table (checked with the caps)."""
-    if text is None:
-        return None
-    try:
-        numbers = [float(n) for n in text.split("/")]
-    except ValueError:
-        numbers = []
-    if len(numbers) not in (3, 4):
-        raise UserError(f"--{option} {text[:40]!r}: expected BASELINE/BURST/SIZE or BASELINE/BURST/SIZE/START")
-    return dict(zip(("baseline", "burst", "size", "start"), (int(n) if n.is_integer() else n for n in numbers)))
+            raise UserError(f"--{key.flag} {text[:40]!r}: {str(exc).replace(' or a list of them', '')}") from None
+    problem = registry.conflict(declared)
+    if problem is not None:
+        raise UserError(f"--{registry.owner(problem.loc[0])[1].flag}: {problem}")
+    return declared
 
 
 # -- experiment commands ---------------------------------------------------------------------
@@ -463,9 +419,10 @@ def run(experiment_file: str, out: Path | None, dsn: str | None, host: str | Non
               help="Take client scripts that run a program on this machine (as storlab run's).")
 def capture(experiment_file: str, log: Path, cell: str | None, keep: bool, allow_server_programs: bool,
             allow_client_programs: bool) -> None:
-    """Run one cell of EXPERIMENT_FILE (PostgreSQL) once with every statement of its workload logged, and
-    write the statement log the replay kind replays (stderr format, log_line_prefix '%m|%u|%d|%c|'). The
-    workload's prepare runs before the log starts: the replay's setup must build what it built."""
+    """Run one cell of EXPERIMENT_FILE once with every statement of its workload logged, and write the
+    statement log the replay kind replays: on PostgreSQL its stderr log (log_line_prefix '%m|%u|%d|%c|'),
+    on MariaDB its general log written as a table and dumped (microseconds). The workload's prepare runs
+    before the log starts: the replay's setup must build what it built."""
     from storlab.running import capture as capturing
 
     if log.name in ("", ".", ".."):
@@ -483,16 +440,24 @@ def capture(experiment_file: str, log: Path, cell: str | None, keep: bool, allow
 @_store_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole answer as JSON (docs/answer-json.md; its "
                                                       "schema: storlab schema --answer).")
-def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: bool) -> None:
-    """The answer: what each factor does (each level against its reference, with its verdict), then
-    one row per cell, mean elapsed ± 95 % CI, the best cell."""
+@click.option("--details", is_flag=True, help="Also the workload's figures and the runs in the ranking, the interactions "
+                                              "that are not significant, the noise, each cell a race dropped, and every "
+                                              "sentence behind the warnings: each cell's noise and the noise split, each "
+                                              "run's steady state and checkpoints, the IO caps, buckets and memory limits, "
+                                              "what every run started from, the machine, the probes' cost.")
+def show(folder: str | None, dsn: str | None, experiment: str | None, as_json: bool, details: bool) -> None:
+    """The answer on one screen: what each factor does (each level against its reference, with its
+    verdict) and the interactions that matter, then one row per cell, mean ± 95 % CI, the best cell, and
+    one line per kind of warning naming the cells it concerns (the sentences behind them: --details)."""
     from storlab.show import terminal
 
+    if as_json and details:
+        raise UserError("--details: --json holds every detail already; give one of them")
     answer = _answer(folder, dsn, experiment)
     if as_json:
         click.echo(answer.model_dump_json(indent=2))
         return
-    terminal.show(answer, _console())
+    terminal.show(answer, _console(), details)
 
 
 @main.command()

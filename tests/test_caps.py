@@ -28,6 +28,7 @@ from tests.commands import invoke, start, storlab
 from tests.experiments import CAPPED, write_capped as write
 from tests.conftest import instances_up, recorded, start_worker, stop_storlab, storlab_processes
 from tests.devicetools import attached, mounted, needs_root, wait_gone
+from tests.test_report_tables import tables
 
 can_cap = pytest.mark.skipif(cgroups.limits_unavailable(True, True) is not None,
                              reason=f"IO caps and memory limits cannot be set here: {cgroups.limits_unavailable(True, True)}")
@@ -144,7 +145,7 @@ def test_a_host_that_cannot_cap_refuses_before_anything_starts(lab_root, placeme
 
 
 def test_io_caps_on_the_command_line_are_checked_as_the_files_are(tmp_path):
-    for args, said in ((["--write-iops", "0"], "--write-iops: expected a whole number of IOs a second from 1 to 10,000,000 "
+    for args, said in ((["--write-iops", "0"], "--write-iops '0': expected a whole number of IOs a second from 1 to 10,000,000 "
                                               '(or "max": uncapped), got 0'),
                        (["--mb-s", "10", "--write-mb-s", "5"], "--mb-s: mb_s caps reads and writes alike, and write_mb_s "
                                                               "is given too; give mb_s, or read_mb_s and write_mb_s"),
@@ -335,12 +336,22 @@ def test_a_write_iops_cap_slows_pgbench_and_show_says_how_long_it_held(lab_root,
         held = db.execute("SELECT count(*), max(value) FROM timeline WHERE metric = ?", (timeline.CAP_USE.of("vol"),)).fetchone()
     assert charged / run_s <= 100 * 1.05  # the kernel's own count of what it let through
     assert held[0] > 0  # each half second's share of the cap: the throttle lets IO through in slices
-    assert "IO caps, per run (cgroup v1: a cap holds IO the servers submit themselves" in done.stdout or \
-        "IO caps, per run (cgroup v2" in done.stdout
-    assert "vol.write_iops=100" in done.stdout and "vol on loop" in done.stdout and "at its cap" in done.stdout
+    assert "vol.write_iops=100" in done.stdout  # the answer run prints: its ranking
+    detailed = storlab("show", tmp_path / "r", "--details")  # the caps' sentences: behind --details
+    assert detailed.returncode == 0, detailed.stderr
+    assert "IO caps, per run (cgroup v1: a cap holds IO the servers submit themselves" in detailed.stdout or \
+        "IO caps, per run (cgroup v2" in detailed.stdout
+    said = " ".join(detailed.stdout.split())  # wherever the terminal wrapped its lines
+    assert " ".join(f"vol.write_iops=100 ({row['cell']}): {row['said']}".split()) in said
+    assert "vol on loop" in row["said"] and "at its cap" in row["said"]
     assert storlab("report", tmp_path / "r").returncode == 0
     page = (tmp_path / "r" / "report.html").read_text()
-    assert "IO against its cap over time" in page and "IO caps and the server&#x27;s memory" in page
+    assert "IO against its cap over time" in page
+    found = tables(page)["IO caps, credit buckets and the server's memory"]
+    assert found[0][:4] == ["cell", "placement", "caps", "at its cap"]
+    (capped,) = [r for r in found[1:] if r[1] == f"vol on {row['device']}"]
+    assert capped[0] == row["label"] == "vol.write_iops=100" and capped[2] == "write 100 IOPS"
+    assert capped[3] == f"{100 * row['at_cap_share']:.0f} %"
 
 
 @pytest.mark.engine
@@ -367,7 +378,11 @@ def test_a_memory_limit_makes_a_select_only_load_read_its_device(lab_root, image
     # that may not fail: once one 4 KiB page in a full suite); a few such pages are the kernel's, a
     # limit that did not hold would be off by far more than 64.
     assert limit == 64 * 2**20 and hits > 0 and peak <= limit + 64 * 4096, (limit, hits, peak)
-    said = " ".join(done.stdout.split())  # wherever the terminal wrapped its lines
+    assert "server_memory=64MB" in done.stdout  # the answer run prints: its ranking
+    # The memory limit's sentence and the conditions' (what the group held before the run): --details.
+    detailed = storlab("show", tmp_path / "r", "--details")
+    assert detailed.returncode == 0, detailed.stderr
+    said = " ".join(detailed.stdout.split())  # wherever the terminal wrapped its lines
     assert "server_memory=64MB" in said and "64 MiB limit reached in 1 of 1 run" in said
     assert "its control group then held" in said
 
@@ -439,7 +454,7 @@ def test_the_fleet_runs_a_capped_experiment_as_run_does(store_server, lab_root, 
             "SELECT write_iops, charged_write_ios, run_s FROM storlab_experiment_1.io_caps").fetchall()
         (limit,), = conn.execute("SELECT limit_bytes FROM storlab_experiment_1.memory_limit").fetchall()
     assert write_iops == 200 and charged / run_s <= 200 * 1.05 and limit == 256 * 2**20
-    shown = storlab("show", "--store", store_server.dsn, env=store_server.env())
+    shown = storlab("show", "--store", store_server.dsn, "--details", env=store_server.env())
     assert shown.returncode == 0, shown.stderr
     assert "IO caps, per run" in shown.stdout and "256 MiB limit reached in" in shown.stdout
     assert not attached(images) and not mounted(images)

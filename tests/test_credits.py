@@ -6,7 +6,6 @@ timeline, the kernel lets through no more than the bucket allows, and show and t
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import sqlite3
@@ -21,6 +20,7 @@ from storlab.lab.caps import Bucket, DeviceCap, IoCaps, IoCount
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, needs_root
 from tests.experiments import write_capped as write
+from tests.test_report_tables import tables
 
 BUCKET = Bucket("iops", baseline=20, burst=200, size=900, start=900)
 
@@ -188,20 +188,31 @@ def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_say
     assert left[0] == 100 and min(left) == 0
     # The kernel let through no more than the bucket allows (a settling period's overdraft aside).
     assert charged <= 1350 + 30 * run_s * 1.05 + 300 * 2 * credits.PERIOD_S
-    assert "credit buckets, per run" in done.stdout and "ran dry in 1 of 1 run (round 1 at" in done.stdout
+    detailed = storlab("show", tmp_path / "r", "--details")  # the limits' sentences: behind --details
+    assert detailed.returncode == 0, detailed.stderr
+    shown = " ".join(detailed.stdout.split())
+    assert "credit buckets, per run" in shown and "ran dry in 1 of 1 run (round 1 at" in shown
     assert storlab("report", tmp_path / "r").returncode == 0
     page = (tmp_path / "r" / "report.html").read_text()
     assert "Credit buckets over time" in page and "credit bucket" in page
     # every file the report wrote is one it claims before writing any (so a refusal comes before the first)
     assert {p.name for p in (tmp_path / "r").glob("*.png")} <= set(report_page.FILES)
     # One answer, three renderers: what the caps and the bucket did, as the JSON says it, is what the
-    # terminal and the report say, with the time it ran dry to the tenth of a second.
-    shown = " ".join(storlab("show", tmp_path / "r").stdout.split())
-    page = " ".join(html.unescape(page).split())
+    # terminal says (show --details) and the report's table holds, with the time it ran dry to the tenth
+    # of a second.
     assert any(f"round 1 at {dry['at_s']:.1f} s" in line for line in answer["limits"]["lines"])
     for line in answer["limits"]["lines"]:
         line = " ".join(line.split())
-        assert line in shown and line in page, line
+        assert line in shown, line
+    found = tables(page)["IO caps, credit buckets and the server's memory"]
+    (bucketed,) = [r for r in found if r[1] == f"vol on {row['device']}" and len(r) == 7]
+    assert bucketed[0] == row["label"] and bucketed[2] == Bucket("iops", 30, 300, 1350, 1350).text()
+    assert bucketed[3] == "1 of 1" and bucketed[4] == f"round 1 at {dry['at_s']:.1f} s"
+    assert bucketed[5] == f"{100 * row['dry_share']:.0f} %" and bucketed[6] == f"{row['spent_per_run']:,.0f}"
+    for cap in answer["limits"]["caps"]:  # the caps a bucket sets, if the answer names them: a row each
+        assert any(r[0] == cap["label"] and r[1] == f"{', '.join(cap['placements'])} on {cap['device']}" and
+                   r[3] == ("—" if cap["at_cap_share"] is None else f"{100 * cap['at_cap_share']:.0f} %")
+                   for r in found if len(r) == 9), cap
 
 
 @pytest.mark.device

@@ -13,9 +13,10 @@ import pytest
 
 from storlab.engines.postgres.settings import checkpoint_timeout_s
 from storlab.experiment import file as experiment
-from storlab.experiment import matrix, places
+from storlab.experiment import matrix
 from storlab.lab import latency
 from storlab.machine import system
+from storlab.volume import added_latency, rates
 from tests.commands import invoke
 from tests.devicetools import needs_root
 from tests.experiments import write_capped
@@ -56,12 +57,12 @@ def test_a_bucket_below_one_io_or_one_page_a_second_is_refused_by_the_file_and_b
     key = table.split(" ", 1)[0]
     path = write_capped(lab_root, f'vol = {{ loop = "1GB", {table} }}')
     assert refused(path) == f"storlab: caps.toml:6: placements.vol.{key}: {expected}\n"
-    assert io_refused(tmp_path, *flag) == f"storlab: {flag[0]}: {expected}\n"  # one check, the same words
+    assert io_refused(tmp_path, *flag) == f"storlab: {flag[0]} {flag[1]!r}: {expected}\n"  # one check, the same words
 
 
 def test_a_bucket_of_one_io_or_one_page_a_second_is_taken(lab_root):
     path = write_capped(lab_root, 'vol = { loop = "1GB", iops_bucket = { baseline = 1, burst = 2, size = 1 } }\n'
-                                  f'wal = {{ loop = "1GB", mb_s_bucket = {{ baseline = {places.MIN_MB_S}, burst = 1, size = 1 }} }}')
+                                  f'wal = {{ loop = "1GB", mb_s_bucket = {{ baseline = {rates.MIN_MB_S}, burst = 1, size = 1 }} }}')
     exp = experiment.parse(path, path.read_text(), check_placements=False)
     assert exp.capped["vol"].caps().write_iops == 2 and exp.capped["wal"].caps().write_bps == 2**20
 
@@ -70,7 +71,7 @@ def test_a_bucket_of_size_0_says_its_size_must_be_above_0(lab_root, tmp_path):
     path = write_capped(lab_root, 'vol = { loop = "1GB", iops_bucket = { baseline = 300, burst = 3000, size = 0 } }')
     assert refused(path) == "storlab: caps.toml:6: placements.vol.iops_bucket: a bucket's size (0) must be above 0\n"
     assert io_refused(tmp_path, "--iops-bucket", "300/3000/0") == \
-        "storlab: --iops-bucket: a bucket's size (0) must be above 0\n"
+        "storlab: --iops-bucket '300/3000/0': a bucket's size (0) must be above 0\n"
 
 
 # -- 2. inf, nan and -0.0 --------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_a_latency_under_0_1_ms_is_refused_by_the_file_and_by_storlab_io_whateve
     assert refused(path) == f"storlab: caps.toml:6: placements.vol.write_latency_ms: p50 0.05 ms {BELOW}\n"
     assert io_refused(tmp_path, "--flush-latency", "0.05") == f"storlab: --flush-latency '0.05': 0.05 ms {BELOW}\n"
     assert io_refused(tmp_path, "--read-latency", "0.05/1") == f"storlab: --read-latency '0.05/1': p50 0.05 ms {BELOW}\n"
-    assert places.MIN_LATENCY_MS == 0.1
+    assert added_latency.MIN_LATENCY_MS == 0.1
 
 
 @needs_root

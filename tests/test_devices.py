@@ -18,6 +18,8 @@ from storlab.experiment import places
 from storlab.factors import KeyProblem
 from storlab.lab.devices import DeviceFormat, DevicePool, DeviceSpec
 from storlab.running import cleanup
+from storlab.volume import device_format
+from storlab.volume.property import Observed
 from tests.commands import storlab
 from tests.devicetools import (attached, child, device_spec, leftovers, manifests, mounted, needs_root, nothing_left,
                                read_line)
@@ -37,7 +39,7 @@ from tests.devicetools import (attached, child, device_spec, leftovers, manifest
      'placements.fast.mount_options: expected options like "noatime,nodiscard" or a list of them, got "noatime, discard"'),
     ({"loop": "1GB", "image_dir": "img"}, 'placements.fast.image_dir: expected an absolute directory, got "img"'),
     ({"loop": "1GB", "sectors": 512}, "placements.fast.sectors: unknown key; a device placement takes "
-                                      "loop, image_dir, sector, fs, mount_options, read_ahead_kb, max_sectors_kb, allow_tmpfs, "
+                                      "loop, image_dir, allow_tmpfs, sector, fs, mount_options, read_ahead_kb, max_sectors_kb, "
                                       "read_latency_ms, write_latency_ms, flush_latency_ms, read_iops, write_iops, iops, read_mb_s, write_mb_s, "
                                       "mb_s, iops_bucket, mb_s_bucket"),
     ({"loop": "16387KB", "sector": 4096}, 'placements.fast.loop: "16387KB" is not a whole number of 4096-byte sectors'),
@@ -260,14 +262,16 @@ def test_clean_never_touches_a_mount_or_loop_device_it_did_not_make(image_dir):
     assert cleaned[0].removed == [f"deleted {ours}"] and not ours.exists() and foreign.exists()
 
 
-def test_what_each_device_really_was_is_said_under_the_answer():
-    """The device as each run read it back (sysfs, the mount table) is in the line `show` and the report
-    print of what the runs started from, each distinct state once with its count of runs."""
+def test_what_each_device_really_was_is_its_formats_part_of_the_answer():
+    """The device as each run read it back (sysfs, the mount table) is the format's part of the cell's
+    answer (storlab.volume), each distinct state once with its count of runs; the line of what the runs
+    started from says nothing of devices."""
     seen = {"device": "loop3", "logical_sector": 4096, "filesystem": "ext4", "mount_options": "rw,noatime",
             "read_ahead_kb": 128, "direct_io": True}
     runs = [{"page_cache": "evicted", "devices": {"fast": seen}}] * 2 + \
         [{"page_cache": "evicted", "devices": {"fast": {**seen, "read_ahead_kb": 0}}}]
-    assert quiesce.describe(runs) == (
-        "before each run: checkpoint, sync, page cache: evicted; devices as the runs found them (sysfs, the mount "
-        "table): fast: loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 128 KiB, direct IO (2 runs); fast: "
-        "loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 0 KiB, direct IO (1 run)")
+    part = device_format.PROPERTY.part({"sector": 4096}, Observed("fast", "c1", runs))
+    assert part.said == ("loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 128 KiB, direct IO (2 runs); "
+                         "loop3 4096-byte sectors, ext4 (rw,noatime), read-ahead 0 KiB, direct IO (1 run)")
+    assert part.declared == {"sector": 4096} and part.observed == seen | {"runs": 2, "states": 2}
+    assert quiesce.describe(runs) == "before each run: checkpoint, sync, page cache: evicted"

@@ -244,14 +244,18 @@ def test_two_hosts_a_killed_worker_and_every_run_exactly_once(store_server, writ
 
     shown = storlab("show", "--store", store_server.dsn, env=store_server.env())
     assert shown.returncode == 0, shown.stderr
+    detailed = storlab("show", "--store", store_server.dsn, "--details", env=store_server.env())  # the machines
+    assert detailed.returncode == 0, detailed.stderr
     for host in hosts:
         assert f"host={host} data_files=1" in shown.stdout and f"host={host} data_files=2" in shown.stdout
-        assert f"machine {host}: " in shown.stdout and f"{lab_root}/{host}/disk" in shown.stdout
+        assert f"machine {host}: " in detailed.stdout and f"{lab_root}/{host}/disk" in detailed.stdout
     assert "set aside" not in shown.stdout and "verdicts: Holm" in shown.stdout
+    assert "set aside" not in detailed.stdout and "verdicts: Holm" in detailed.stdout
 
     password = store_server.password
     assert "worker --store postgresql://fleet@/fleet" in seen_by_ps and password not in seen_by_ps
-    for text in (submitted.stdout, submitted.stderr, out_again, err_again, out_other, err_other, shown.stdout, shown.stderr):
+    for text in (submitted.stdout, submitted.stderr, out_again, err_again, out_other, err_other, shown.stdout, shown.stderr,
+                 detailed.stdout, detailed.stderr):
         assert password not in text
     assert password not in stored_text(store_server)
 
@@ -274,7 +278,10 @@ def test_run_into_a_store_beside_a_worker_pools_the_hosts(store_server, write_ex
     assert hosts <= {"db1", "db2"} and "db1" in hosts
     if hosts == {"db1", "db2"}:
         assert "hosts" in here.stdout.split("best:")[0]  # the column naming each cell's hosts
-    assert "machine db1" in here.stdout
+    detailed = storlab("show", "--store", store_server.dsn, "--experiment", "fleet", "--details", env=env)
+    assert detailed.returncode == 0, detailed.stderr
+    assert "machine db1" in detailed.stdout  # the machines: behind --details
+    assert store_server.password not in detailed.stdout + detailed.stderr
     for command in (["waits"], ["compare"], ["report", "--out", str(tmp_path / "out")],
                     ["export", "--format", "json", "--out", str(tmp_path / "out")]):
         done = storlab(*command, "--store", store_server.dsn, "--experiment", "fleet", env=env)

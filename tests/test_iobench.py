@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from storlab.errors import RunFailed, UserError
-from storlab.lab import latency
+
 from storlab.machine import iobench
 from storlab.results.store import Store
 from tests.commands import invoke
@@ -42,11 +42,13 @@ def test_commit_preset_is_a_logs_commit_and_a_latency_picks_the_jobs_that_hold_i
         ("4k-commit", "write", 4096, 1, False, True), ("8k-commit", "write", 8192, 1, False, True)]  # buffered always
     assert "--fdatasync=1" in iobench.fio_command(iobench.preset("commit")[0], Path("/x"), 2**20, 1, "libaio")
     assert "--fdatasync=1" not in iobench.fio_command(iobench.preset("latency")[0], Path("/x"), 2**20, 1, "libaio")
-    two, one = latency.parse(2), latency.parse({"p50": 1, "p99": 4})
-    assert iobench.default_presets(None) == ["sqlio"]
-    assert iobench.default_presets(latency.DeviceLatency(read=two)) == ["latency"]
-    assert iobench.default_presets(latency.DeviceLatency(flush=one)) == ["commit"]
-    assert iobench.default_presets(latency.DeviceLatency(write=two, flush=one)) == ["latency", "commit"]
+    two, one = 2.0, {"p50": 1.0, "p99": 4.0}
+    assert iobench.default_jobs({}) == iobench.preset("sqlio")
+    assert iobench.default_jobs({"iops": 2000}) == iobench.preset("sqlio")  # a cap binds any job
+    assert iobench.default_jobs({"read_latency_ms": two}) == iobench.preset("latency")
+    assert iobench.default_jobs({"flush_latency_ms": one}) == iobench.preset("commit")
+    assert iobench.default_jobs({"write_latency_ms": two, "flush_latency_ms": one}) == \
+        iobench.preset("latency") + iobench.preset("commit")
 
 
 def test_a_commits_latency_is_its_flushs():

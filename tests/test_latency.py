@@ -22,7 +22,7 @@ from storlab.experiment import file as experiment
 from storlab.experiment import matrix
 from storlab.lab import devices, latency, owned
 from storlab.lab.latency import DeviceLatency, Latency
-from storlab.machine import held_latency
+from storlab.volume import held_latency
 from tests.commands import invoke, start, storlab, together
 from tests.conftest import instances_up, stop_storlab, storlab_processes
 from tests.devicetools import attached, mounted, needs_root, wait_gone
@@ -171,8 +171,10 @@ def test_a_depth_the_cap_binds_is_held_at_the_cap_and_not_when_the_layers_io_esc
 @needs_root
 @can_delay
 def test_check_says_how_latency_is_held_and_a_latency_under_the_fixed_floor_is_refused(lab_root, images):
+    # What the floor is on this machine is a benchmark's question (it moves with the machine's load:
+    # 2.8 ms once beside a full suite): here, that it is measured, and said by `check`.
     found = latency.floor()
-    assert 0 <= found.added_ms < 1 and found.cpu_us > 0
+    assert math.isfinite(found.added_ms) and found.added_ms >= 0 and found.cpu_us > 0
     checked = invoke("check", "--json", lab_root)
     (item,) = [i for i in json.loads(checked.stdout)["items"] if i["name"] == "device latency"]
     assert item["value"].startswith("held by storlab's FUSE delay layer") and "its floor: +" in item["value"]
@@ -284,8 +286,15 @@ def test_one_session_commits_at_most_once_per_declared_flush(lab_root, images, t
         assert seen["devices"]["wal"]["delay_layer"] and not seen["devices"]["vol"]["delay_layer"]
         assert seen["devices"]["wal"]["filesystem"] == "ext4" and seen["devices"]["wal"]["device"].startswith("loop")
         assert set(seen["delay_layer_cpu_s"]) == {"wal"} and seen["delay_layer_cpu_s"]["wal"] > 0
-    said = " ".join(done.stdout.split())
-    assert "served through storlab's delay layer" in said and "the delay layer's CPU over each load" in said
+    parts = json.loads(storlab("show", tmp_path / "r", "--json").stdout)["volumes"]
+    layered = [p for p in parts if p["property"] == "latency"]
+    assert {p["placement"] for p in layered} == {"wal"} and len(layered) == 2  # one a cell
+    for part in layered:
+        assert part["declared"]["flush_latency_ms"] in (1.0, 4.0) and part["observed"]["mode"] == "passthrough"
+        assert part["observed"]["layer_cpu_s"] > 0 and 0 < part["observed"]["layer_core_share"] < 1
+        assert part["said"].startswith(f"flush {part['declared']['flush_latency_ms']:g} ms, through storlab's "
+                                       "delay layer (passthrough); its CPU ")
+    assert {p["placement"] for p in parts if p["property"] == "format"} == {"vol", "wal"}
     assert not attached(images) and not mounted(images)
 
 

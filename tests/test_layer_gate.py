@@ -9,7 +9,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 

@@ -35,6 +35,7 @@ def store(tmp_path) -> Path:
 
 @pytest.mark.parametrize("args, expected", [
     (["show"], "show.txt"),
+    (["show", "--details"], "show-details.txt"),
     (["waits"], "waits.txt"),
     (["waits", "--cell", "4ca", "--resources"], "waits-resources-4ca.txt"),
     (["compare"], "compare.txt"),

@@ -125,7 +125,9 @@ def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_exp
     assert "rate curve: throughput achieved and latency (p50, p99) at each rate" in shown.stdout
     assert re.search(r"\(one layout\): 1000: [\d,]+ txn/s \(p50 [\d.]+, p99 [\d.]+ ms\); 4000: [\d,]+ txn/s "
                      r"\(p50 [\d.]+, p99 [\d.]+ ms\); max: [\d,]+ txn/s", shown.stdout)
-    assert "client CPU: the load generator used up to" in shown.stdout
+    detailed = storlab("show", str(out), "--details")  # the notes (the client's CPU): behind --details
+    assert detailed.returncode == 0, detailed.stderr
+    assert "client CPU: the load generator used up to" in detailed.stdout
     curves = json.loads(storlab("show", str(out), "--json").stdout)["rate_curves"]
     (layout,) = curves["layouts"]
     assert [p["level"] for p in layout["points"]] == [1000, 4000] and layout["closed"]["level"] == "max"

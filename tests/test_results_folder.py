@@ -62,7 +62,11 @@ def test_user_strings_are_shown_literally(tmp_path):
     for label in labels:
         assert label in shown.stdout
     assert "failed run: cell c0 repetition 3: FATAL: [bold]no[/] $money$" in shown.stdout
-    assert "/var/tmp/[x]: $d$" in shown.stdout
+    detailed = invoke("show", folder, "--details")  # the machine's paths: behind --details
+    assert detailed.exit_code == 0, detailed.output
+    assert all(label in detailed.stdout for label in labels)
+    assert "failed run: cell c0 repetition 3: FATAL: [bold]no[/] $money$" in detailed.stdout
+    assert "/var/tmp/[x]: $d$" in detailed.stdout
     waits = invoke("waits", folder)
     assert waits.exit_code == 0 and 'application_name="[blue]" (c3)' in waits.stdout
     assert "IO:[/]WALWrite $w$" in waits.stdout

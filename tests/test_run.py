@@ -48,7 +48,9 @@ def test_run_show_waits_report_and_resume(tiny, tmp_path):
     assert len(runs_in(out)) == 4
 
     shown = invoke("show", str(out))  # the reading commands in this process: they start no server
-    assert shown.exit_code == 0 and "± " in shown.stdout and "rows/s" in shown.stdout
+    assert shown.exit_code == 0 and "± " in shown.stdout
+    detailed = invoke("show", str(out), "--details")  # the workload's other figures: a column each
+    assert detailed.exit_code == 0 and "± " in detailed.stdout and "rows/s" in detailed.stdout
 
     waits = invoke("waits", str(out))
     assert waits.exit_code == 0 and "source pg_wait_sampling" in waits.stdout and "Wait_S" in waits.stdout

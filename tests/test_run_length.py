@@ -72,8 +72,15 @@ def test_a_run_across_a_checkpoint_holds_it_and_a_short_one_is_said_to_hold_none
     assert not any("without a checkpoint" in line for line in long["lines"])
     assert short["runs"][0]["checkpoints"] == 0 and short["runs"][0]["steady"] is None
     assert "measured without a checkpoint: a 3.0 s run is shorter than checkpoint_timeout 30s" in short["lines"]
+    # At a glance, one line naming the cell without a checkpoint; the sentence per cell behind --details.
+    (none,) = [c for c in found["concerns"] if c["kind"] == "no checkpoint"]
+    assert none["cells"] == [short["cell"]] and (none["runs"], none["of_runs"]) == (1, 2)
     shown = storlab("show", str(tmp_path / "out"))
-    assert "measured without a checkpoint" in shown.stdout
+    assert shown.returncode == 0, shown.stderr
+    assert " ".join(none["line"].split()) in " ".join(shown.stdout.split())
+    detailed = storlab("show", str(tmp_path / "out"), "--details")
+    assert detailed.returncode == 0, detailed.stderr
+    assert "measured without a checkpoint" in detailed.stdout
 
 
 def test_a_short_mariadb_run_is_said_to_hold_no_checkpoint(write_experiment, tmp_path, lab_dir):

@@ -3,6 +3,8 @@ IO, the device the server's files really sat on, and nothing left attached or mo
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import signal
 import subprocess
@@ -61,7 +63,9 @@ def test_read_ahead_makes_the_reads_large_and_the_scan_fast(write_experiment, im
     out = tmp_path / "r"
     done = storlab("run", str(path), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    assert "every repetition scans it cold" in done.stdout
+    detailed = storlab("show", str(out), "--details")  # the conditions: behind --details
+    assert detailed.returncode == 0, detailed.stderr
+    assert "every repetition scans it cold" in " ".join(detailed.stdout.split())
     with Store.open(out, create=False) as store:
         cells = {c.id: c.factors["placements.fast.read_ahead_kb"] for c in store.cells()}
         by_read_ahead: dict[int, list] = {0: [], 128: []}
@@ -113,8 +117,14 @@ def test_the_report_draws_the_sizes_of_the_ios_and_the_scan_against_dop(write_ex
     done = storlab("report", str(out))
     assert done.returncode == 0, done.stderr
     page = (out / "report.html").read_text()
-    assert "The size of the IOs" in page and "Scan time and CPU time against parallel workers" in page
-    assert (out / "io_sizes.png").stat().st_size > 0 and (out / "dop.png").stat().st_size > 0
+    # Beside the headline, the figures in its unit (the scan's CPU s), against the factor swept: the answer's.
+    answer = json.loads(storlab("show", str(out), "--json").stdout)
+    assert answer["swept"] == "dop" and answer["beside_headline"] == ["cpu_s"]
+    labels = [answer["headline"]["label"]] + [f["label"] for f in answer["figures"] if f["name"] == "cpu_s"]
+    title = f"{' and '.join(labels)} against dop"
+    assert title == "elapsed s and CPU s against dop"
+    assert "The size of the IOs" in page and f"<h2>{html.escape(title)}</h2>" in page
+    assert (out / "io_sizes.png").stat().st_size > 0 and (out / "beside_headline.png").stat().st_size > 0
 
 
 def test_a_scan_cannot_race(write_experiment, images):

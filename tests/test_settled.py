@@ -26,6 +26,7 @@ from storlab.results.store import Store
 from storlab.running import fleet
 from tests.commands import invoke, storlab
 from tests.experiments import random_insert
+from tests.test_report_tables import tables
 
 DATA = Path(__file__).parent / "data"
 SCHEMA = json.loads(invoke("schema", "--answer").stdout)  # made from the answer's types
@@ -68,15 +69,24 @@ quickstart on postgres: elapsed s, mean ± 95 % CI
 """
 
 
+# By default the interactions that are not significant and the noise are behind --details.
+AT_A_GLANCE = "".join(line for line in FACTOR_TABLE.splitlines(keepends=True)
+                      if not line.startswith(("no significant interaction: ", "noise: ")))
+
+
 def test_show_opens_with_the_factor_table_exactly(tmp_path):
-    shown = invoke("show", quickstart_store(tmp_path / "q"))
+    folder = quickstart_store(tmp_path / "q")
+    shown = invoke("show", folder)
     assert shown.exit_code == 0, shown.output
-    assert shown.stdout.startswith(FACTOR_TABLE), shown.stdout
+    assert shown.stdout.startswith(AT_A_GLANCE), shown.stdout
+    detailed = invoke("show", folder, "--details")
+    assert detailed.exit_code == 0, detailed.output
+    assert detailed.stdout.startswith(FACTOR_TABLE), detailed.stdout
 
 
 def test_the_ranking_agrees_with_the_factor_table(tmp_path):
     shown = invoke("show", quickstart_store(tmp_path / "q")).stdout
-    ranking = shown[len(FACTOR_TABLE):]
+    ranking = shown[len(AT_A_GLANCE):]
     # log on RAM is different (better): both disk cells are worse than the best, paired by round
     assert ranking.count("(worse)") == 2 and "paired by round" in ranking
     compared = invoke("compare", tmp_path / "q").stdout
@@ -133,22 +143,46 @@ def test_every_key_of_the_answer_is_documented():
 
 def test_the_terminal_the_json_and_the_report_show_the_same_answer(tmp_path):
     """One answer, three renderers: every figure of the factor table and the ranking, and every line
-    the answer says, is in the terminal's text and the report's page as the JSON holds it."""
+    the answer says, is in the terminal's text and the report's page as the JSON holds it: at a glance
+    the verdicts, the best cell, the significant interactions and a line per kind of warning; the
+    noise, the other interactions and the notes under `show --details`; each warning a row of the
+    report's table of them."""
     folder = quickstart_store(tmp_path / "q")
     answer = json.loads(invoke("show", folder, "--json").stdout)
     shown = " ".join(invoke("show", folder).stdout.split())
+    detailed = " ".join(invoke("show", folder, "--details").stdout.split())
     assert invoke("report", folder).exit_code == 0
-    page = html.unescape(" ".join((folder / "report.html").read_text().split()))
-    said = [e["said"] for e in answer["factor_effects"]["effects"]] + answer["best"] + answer["notes"]
-    said += [answer["noise"]["line"], answer["status"]] + answer["factor_effects"]["interaction_lines"]
-    numbers = [f"{e['ratio']:.2f}x" for e in answer["factor_effects"]["effects"]]
-    numbers += [f"[{e['ci_low']:.2f}, {e['ci_high']:.2f}]" for e in answer["factor_effects"]["effects"]]
+    raw = (folder / "report.html").read_text()
+    page = html.unescape(" ".join(raw.split()))
+    factors = answer["factor_effects"]
+    significant = [line for line, i in zip(factors["interaction_lines"], factors["interactions"]) if i["significant"]]
+    glance = [e["said"] for e in factors["effects"]] + answer["best"] + [answer["status"]] + significant
+    details = answer["notes"] + [answer["noise"]["line"]] + factors["interaction_lines"] + answer["noise"]["cells"]
+    numbers = [f"{e['ratio']:.2f}x" for e in factors["effects"]]
+    numbers += [f"[{e['ci_low']:.2f}, {e['ci_high']:.2f}]" for e in factors["effects"]]
     numbers += [f"{r['mean']:.3f} ± {r['ci_half_width']:.3f}" for r in answer["ranking"]]
     numbers += [f"{r['distance_percent']:+.1f} % ({r['verdict']})" for r in answer["ranking"][1:]]
-    for text in said + numbers:
+    assert answer["concerns"] and answer["notes"] and answer["noise"]["line"] and factors["interaction_lines"]
+    for text in glance + numbers:
         text = " ".join(text.split())
         assert text in shown, text
+        assert text in detailed, text
+    for text in details:
+        text = " ".join(text.split())
+        assert text not in shown, text  # one screen: behind --details
+        assert text in detailed, text
+    for text in [e["said"] for e in factors["effects"]] + answer["best"] + [answer["status"]] + numbers \
+            + answer["notes"] + [answer["noise"]["line"]] + factors["interaction_lines"]:
+        text = " ".join(text.split())
         assert text in page, text
+    # The warnings: a line each at a glance (each noisy cell's sentence under --details), a row each in
+    # the report.
+    for text in [c["line"] for c in answer["concerns"]]:
+        assert " ".join(text.split()) in shown, text
+    labels = answer["labels"]
+    assert tables(raw)["What to keep in mind"][1:] == [
+        [c["kind"], ", ".join(f"{labels[cell]} ({cell})" for cell in c["cells"]),
+         "—" if c["runs"] is None else f"{c['runs']} of {c['of_runs']}", c["meaning"]] for c in answer["concerns"]]
 
 
 def test_report_opens_with_the_forest_plot(tmp_path):

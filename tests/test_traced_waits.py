@@ -205,7 +205,7 @@ def test_the_twin_records_counts_waits_and_wal_files_and_exports_them(twin):
     wal = [r for r in rows if r[0] == "WAL"]
     assert wal and all(r[3:7] == ["—"] * 4 for r in wal), shown.stdout  # no reads shown as 0
     assert all(r[3] != "—" and r[5:7] == ["—"] * 2 for r in rows if r[0].startswith("lab_insert")), shown.stdout
-    said = " ".join(storlab("show", twin).stdout.split())
+    said = " ".join(storlab("show", twin, "--details").stdout.split())  # the probes' cost: behind --details
     assert f"{probe_costs.COLLECTOR}; {probe_costs.SAMPLERS}; {probe_costs.TRACES_IO}" in said
     done = storlab("export", twin, "--format", "json")
     assert done.returncode == 0, done.stderr
@@ -287,7 +287,7 @@ def test_waits_say_why_counts_are_unavailable(tmp_path):
     assert "source pg_wait_sampling (counts unavailable: tracing needs root)" in said
     assert "no traced lock waits: counts unavailable (tracing needs root)" in said
     assert "no per-file IO: counts unavailable (tracing needs root)" in said
-    shown = invoke("show", tmp_path)
+    shown = invoke("show", tmp_path, "--details")  # the traces line: behind --details
     assert shown.exit_code == 0, shown.output
     assert "lock waits by relation and traced IO per file unavailable: tracing needs root (sampled waits kept)" in \
         " ".join(shown.stdout.split())
@@ -419,7 +419,7 @@ def test_no_trace_runs_no_bpftrace_and_says_so(tmp_path_factory):
     # The server's own counts of each relation's reads, without a trace: untimed, no writes.
     assert "IO per file, per run (pg_statio, reads untimed (storlab run --trace-reads), writes not traced " \
         "(storlab run --trace-io), 1 of 1 runs)" in said
-    shown = storlab("show", out)
+    shown = storlab("show", out, "--details")  # the traces line and the probes' cost: behind --details
     assert shown.returncode == 0, shown.stderr
     assert "traced IO per file unavailable: traces turned off (--no-trace) (sampled waits kept)" in \
         " ".join(shown.stdout.split())

@@ -8,8 +8,8 @@ import math
 from typing import Any
 
 from storlab import engines
-from storlab.answer import (capability, chart_order, client_cpu, drawn_runs, effects, explain, io_sizes, machines, model,
-                            noise_split, rate_curve, screening, steadiness, steady)
+from storlab.answer import (capability, chart_order, client_cpu, concerns, drawn_runs, effects, explain, io_sizes, machines,
+                            model, noise_split, rate_curve, screening, steadiness, steady, volumes)
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
@@ -406,8 +406,10 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
     return model.Steadiness(rule=steadiness.RULE, cells=cells, lines=lines)
 
 
-def split_answer(results: Results) -> model.NoiseSplit | None:
-    """The noise between runs and inside a run, from each run's measured per-second throughput."""
+def split_answer(results: Results, effects: model.FactorEffects | None = None) -> model.NoiseSplit | None:
+    """The noise between runs and inside a run, from each run's measured per-second throughput; with
+    the factor table, the cheaper way to what its undecided levels need (more rounds or longer runs),
+    within the budget left; nothing planned for a settled answer."""
     series: dict[str, list] = {}
     timing = []
     for c in results.measured:
@@ -418,7 +420,14 @@ def split_answer(results: Results) -> model.NoiseSplit | None:
             t, x = kept.series[name]
             series.setdefault(c.cell.id, []).append(x[t >= kept.warmup_s])
             timing.append((run.started_at, kept.warmup_s + (kept.measured_s or 0.0)))
-    found = noise_split.split(series, noise_split.run_cost(timing))
+    undecided = [e for e in effects.effects + effects.conditional if e.verdict == "undecided"] if effects else []
+    need = None
+    if undecided and not results.settled:
+        budget = results.settling.budget_s if results.settling else None
+        used = max(s + n for s, n in timing) - min(s for s, _ in timing) if timing else 0.0
+        need = noise_split.Need(noise_split.narrowing(undecided, effects.margin), cells=len(results.measured),
+                                rounds=results.rounds, budget_left_s=None if budget is None else max(budget - used, 0.0))
+    found = noise_split.split(series, noise_split.run_cost(timing), need, settled=results.settled)
     if found is None:
         return None
     return model.NoiseSplit(between_runs=found.between_runs, inside_run=found.inside_run, runs=found.runs,
@@ -446,6 +455,36 @@ def probe_summaries(results: Results) -> dict[str, Any]:
             for probe in PROBES if probe.summary}
 
 
+def waits_ranked(cells: list[model.CellWaits]) -> list[str]:
+    """Every wait in some cell's top 95 %, the most seconds over the cells first (ties by name): the rank
+    every chart gives a wait its colour by."""
+    totals: dict[str, float] = {}
+    for c in cells:
+        for row in c.waits:
+            totals[row.wait_type] = totals.get(row.wait_type, 0.0) + row.wait_s
+    return sorted(totals, key=lambda name: (-totals[name], name))
+
+
+# A swept factor whose values span this factor or more is drawn on a log axis: 1, 2, 4, 8 data files
+# evenly spaced, as each doubling is.
+LOG_SPAN = 8
+
+
+def swept_log(results: Results, swept: str | None) -> bool:
+    """The swept factor's values all above 0 and spanning LOG_SPAN or more."""
+    values = results.factors.get(swept, []) if swept else []
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return len(numbers) == len(values) > 1 and min(numbers) > 0 and max(numbers) / min(numbers) >= LOG_SPAN
+
+
+def beside_headline(results: Results, swept: str | None) -> list[str]:
+    """The shown figures counted in the headline's unit (a scan's CPU s beside its elapsed s): what the
+    report draws beside the headline against the swept factor."""
+    if swept is None:
+        return []
+    return [f.name for f in shown_figures(results) if f.unit == results.headline.unit]
+
+
 def compose(results: Results, over_time: str | None = None) -> model.Answer:
     """`over_time`: the cell (an id or a unique prefix) whose median run the waits over time draw;
     default the best cell."""
@@ -459,6 +498,10 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
     curves = rate_curve.typed(curve) if curve else None
     notes += [line for line in (traces_line(results), probe_costs_line(results)) if line]
     swept, ordered = chart_order.swept_factor(results), chart_order.in_factor_order(results)
+    held = steadiness_answer(results)
+    waits = [cell_waits(c) for c in results.measured]
+    fx = None if answer is None else factor_effects(answer, results.design.aliases if results.design else None)
+    probed = probe_summaries(results)
     return model.Answer(
         experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
                                     factors={short_name(k): v for k, v in results.factors.items()},
@@ -473,19 +516,19 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
         unavailable_line(results) if results.no_ratios is not None else None, stopped=results.stopped,
         until_settled=None if settling is None else model.UntilSettled(
             min_rounds=settling.min_rounds, max_rounds=settling.max_rounds, budget_s=settling.budget_s),
-        factor_effects=None if answer is None else factor_effects(answer, results.design.aliases if results.design else None),
+        factor_effects=fx,
         noise=model.Noise(residual_cv=None if answer is None else _number(answer.residual_cv),
                           rounds_needed={} if answer is None else rounds_needed(answer),
                           hidden={} if answer is None else hidden_effects(answer),
                           line=None if answer is None else noise_line(answer), cells=cell_noise_lines(results),
-                          split=split_answer(results)),
+                          split=split_answer(results, fx)),
         ranking=ranking, ranking_correction=correction, best=_best_lines(results),
         not_run=[c.cell.id for c in results.cells if c.headline is None],
         labels={c.cell.id: c.cell.label for c in results.cells},
         race=race_lines(results), rate=rate_curve.lines(curves) if curves else [], rate_curves=curves,
         failures=[model.Failure(cell=cell, repetition=rep, message=message) for cell, rep, message in results.failures],
         warnings=list(results.facts_notes), notes=notes,
-        cells=[cell_waits(c) for c in results.measured],
+        cells=waits, volumes=volumes.parts(results.experiment, results.measured, probed.get("limits")),
         swept=None if swept is None else short_name(swept),
         chart_order=[c.cell.id for c in ordered],
         io_sizes=[sizes for c in ordered if (sizes := io_sizes.cell_sizes(c))],
@@ -496,8 +539,12 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
         first_runs=drawn_runs.first_runs(ordered),
         explanations=explanations(results),
         design=design_answer(results),
-        steadiness=steadiness_answer(results),
-        **probe_summaries(results),
+        steadiness=held,
+        concerns=concerns.concerns(results, ranking, held),
+        waits_ranked=waits_ranked(waits),
+        swept_log=swept_log(results, swept),
+        beside_headline=beside_headline(results, swept),
+        **probed,
     )
 
 

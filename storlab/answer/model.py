@@ -17,6 +17,7 @@ from typing import Any, Callable, Literal
 from storlab.probes.limits import Limits
 from storlab.probes.pressure import Pressure
 from storlab.typed import Typed
+from storlab.volume.property import Part as VolumePart
 
 SCHEMA_VERSION = 3
 Verdict = Literal["different", "equivalent", "undecided"]
@@ -392,6 +393,7 @@ class RatePoint(Typed):
     achieved: float  # transactions a second
     latency_ms: dict[str, float]  # "p50", "p95", "p99" -> the runs' percentile, their mean
     sustained: float | None  # the share of its runs that kept up with the schedule; None for "max"
+    kept_up: bool | None = None  # sustained in most of its runs: a point of its curve (the knee reads only these); None for "max"
 
 
 class RateGoal(Typed):
@@ -440,6 +442,18 @@ class Failure(Typed):
     message: str
 
 
+class Concern(Typed):
+    """One kind of warning over the cells it concerns (storlab.answer.concerns): `show` says each in one
+    line by default, the sentences per cell and run behind --details."""
+
+    kind: str  # not steady, not judged steady, no checkpoint, unequal checkpoints, noisy, outliers kept, client-bound
+    cells: list[str]  # the cells it concerns (ids), in the ranking's order
+    runs: int | None  # the runs it concerns; None: a warning about cells, not runs
+    of_runs: int | None  # out of the runs it could concern
+    meaning: str  # what it does to the figures: "their means mix two states, their verdicts hold for runs of this length only"
+    line: str  # all of it in words: "not steady: 2 cells (84c14c9a, 0e002ca6), 3 of 8 runs: their means mix two states, …"
+
+
 class SeriesState(Typed):
     """One per-second series of one run, judged for a steady state (storlab.answer.steady)."""
 
@@ -474,6 +488,10 @@ class RunSteadiness(Typed):
     checkpoint_cycle_s: float | None  # the setting in seconds, where it is a time
     checkpoint_cycle_bytes: float | None  # in bytes of log, where it is a size (InnoDB's redo log)
     log_bytes: float | None  # the WAL or redo the run wrote, its warm-up included
+    # warmup_s = "found": declared_warmup_s is the warm-up found (MSER-5) and cut from the run's figures.
+    warmup_found: bool = False
+    stopped_by: str | None = None  # until = "steady": "steady" (the rule held) or "max" (its cap reached)
+    stopped_at_s: float | None = None  # where it ended, on the run's axis
 
 
 class CellSteadiness(Typed):
@@ -528,6 +546,12 @@ class Answer(Typed):
     # by the headline, or of the cell `storlab report --cell` names; None without a measured cell.
     waits_over_time: DrawnRun | None = None
     first_runs: list[DrawnRun] = []  # each measured cell's first run, in chart order: the runs the timelines draw
+    concerns: list[Concern] = []  # each kind of warning and the cells it concerns: what runs held, then the noise, then the client
+    waits_ranked: list[str] = []  # every wait in some cell's top 95 %, the most seconds over the cells first: its colour's rank
+    # Each measured cell's volumes: every property's part of each placement it declares (storlab.volume).
+    volumes: list[VolumePart] = []
+    swept_log: bool = False  # the swept factor's values are positive and span 8x or more: drawn on a log axis (base 2)
+    beside_headline: list[str] = []  # the shown figures in the headline's unit (a scan's CPU s): drawn beside it against the swept factor
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------
@@ -553,6 +577,7 @@ class Column:
     text: Callable[[Ranked, Answer], str]
     left: bool = False
     shown: Callable[[Answer], bool] = lambda answer: True
+    glance: bool = True  # in the ranking `show` prints by default; False: with --details and in the report only
 
 
 def _mean(row: Ranked, answer: Answer) -> str:
@@ -575,7 +600,7 @@ def _figure_column(name: str) -> Column:
     def text(row: Ranked, answer: Answer) -> str:
         return figure(row.figures.get(name), next(f.unit for f in answer.figures if f.name == name))
 
-    return Column(title, text)
+    return Column(title, text, glance=False)
 
 
 def columns(answer: Answer) -> list[Column]:
@@ -588,7 +613,7 @@ def columns(answer: Answer) -> list[Column]:
         Column(lambda a: "CV", lambda r, a: "—" if r.cv is None else f"{100 * r.cv:.1f} %" + (" !" if r.noisy else "")),
     ]
     after = [
-        Column(lambda a: "runs", lambda r, a: str(r.runs)),
+        Column(lambda a: "runs", lambda r, a: str(r.runs), glance=False),
         Column(lambda a: "vs best", _versus),
         Column(lambda a: "top wait", lambda r, a: r.top_wait, left=True),
         Column(lambda a: "hosts", lambda r, a: ", ".join(r.hosts), left=True, shown=lambda a: any(r.hosts for r in a.ranking)),

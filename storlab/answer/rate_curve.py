@@ -82,9 +82,15 @@ class RateAnswer:
     notes: list[str] = field(default_factory=list)
 
 
+def kept_up(p: Point) -> bool:
+    """A point of its layout's curve: sustained in most of its runs. The knee reads only these, and the
+    report draws only these on the curve (the rest apart, where they ended up)."""
+    return (p.sustained or 0) > 0.5
+
+
 def knee(points: list[Point], figure: str = rates.P99.name) -> Point | None:
     """Kneedle on the sustained open-loop points (module docstring)."""
-    kept = [p for p in points if (p.sustained or 0) > 0.5 and figure in p.latency]
+    kept = [p for p in points if kept_up(p) and figure in p.latency]
     if len(kept) < MIN_KNEE_POINTS:
         return None
     xs = np.array([p.achieved.mean for p in kept])
@@ -196,7 +202,8 @@ def _number(value: float) -> float | None:
 
 def _typed_point(p: Point) -> model.RatePoint:
     return model.RatePoint(level=p.level, cell=p.cell.cell.id, target=p.target, achieved=p.achieved.mean,
-                           latency_ms={name.split("_")[1]: s.mean for name, s in p.latency.items()}, sustained=p.sustained)
+                           latency_ms={name.split("_")[1]: s.mean for name, s in p.latency.items()}, sustained=p.sustained,
+                           kept_up=None if p.target is None else kept_up(p))
 
 
 def _typed_goal(g: Goal) -> model.RateGoal:
@@ -228,13 +235,19 @@ def _txn(value: float) -> str:
     return f"{value:,.0f} txn/s"
 
 
+def sustained_words(p: model.RatePoint) -> str:
+    """'not sustained', 'sustained in 50 % of runs'; '' for a rate sustained in every run, or "max"."""
+    if p.sustained is None or p.sustained >= 1:
+        return ""
+    return "not sustained" if p.sustained == 0 else f"sustained in {100 * p.sustained:.0f} % of runs"
+
+
 def _point(p: model.RatePoint) -> str:
     said = f"{format_value(p.level)}: {_txn(p.achieved)}"
     latency = ", ".join(f"{name} {p.latency_ms[name]:.1f}" for name in ("p50", "p99") if name in p.latency_ms)
     said += f" ({latency} ms)" if latency else ""
-    if p.sustained is not None and p.sustained < 1:
-        said += " not sustained" if p.sustained == 0 else f" sustained in {100 * p.sustained:.0f} % of runs"
-    return said
+    words = sustained_words(p)
+    return said + (f" {words}" if words else "")
 
 
 def lines(found: model.RateCurves) -> list[str]:

@@ -23,7 +23,7 @@ from storlab.experiment import places, repetitions
 from storlab.experiment.design import check_design
 from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
 from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, image_space_problem,
-                                             limits_problem, placements_problem)
+                                             limits_problem, placements_problem, volume_problem)
 from storlab.experiment.sql_files import confined, read_sql
 from storlab.experiment.swept import check_excludes, check_factors, check_memory, check_reference, short_name, swept
 from storlab.experiment.text import MAX_DEPTH, MAX_FILE_BYTES, control_character, first_error, read_text, too_deep, where
@@ -98,7 +98,7 @@ class Experiment:
         return [name for name, raw in self.model.placements.items() if places.path_text(raw) is not None]
 
     @property
-    def capped(self) -> dict[str, places.CapKeys]:
+    def capped(self) -> dict[str, places.VolumeKeys]:
         """The placements with IO caps on their device, by name: their tables."""
         return {name: table for name, raw in self.model.placements.items() if (table := places.cap_table(raw))}
 
@@ -210,7 +210,7 @@ def parse(path: Path, text: str, files: dict[str, str] | None = None, check_plac
         raise fail(("workload", found.key), f"{found.file} line {found.line}: {found.what} runs a program on this "
                    f"machine; taken only with {CLIENT_PROGRAMS_ALLOWED_WITH} (a fleet worker never takes it)")
     experiment = Experiment(model=model, path=path.resolve(), source=text, factors=declared, sql=sql)
-    problem = (limits_problem(experiment) or placements_problem(experiment) or image_space_problem(experiment)
+    problem = (volume_problem(experiment) or limits_problem(experiment) or placements_problem(experiment) or image_space_problem(experiment)
                or data_folders_problem(experiment) or capped_devices_problem(experiment)) if check_placements else None
     if problem:
         raise fail(*problem)

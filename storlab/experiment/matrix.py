@@ -16,7 +16,7 @@ from storlab import engines
 from storlab.errors import UserError
 from storlab.experiment import design, design_key
 from storlab.experiment.file import Experiment
-from storlab.experiment.places import CAP_KEYS, UNCAPPED
+from storlab.experiment.places import CAP_KEYS, UNCAPPED, VolumeKeys
 from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, canonical, excluded, nested_in, short_name
 from storlab.lab.caps import IoCaps
 from storlab.lab.devices import DeviceSpec
@@ -136,7 +136,7 @@ def _cells(experiment: Experiment) -> list[Cell]:
             "layout": model.layout.model_dump(),
             "workload": {},
             "engine_settings": model.settings_for(version),
-            "placements": {name: {} for name in {**experiment.devices, **experiment.capped}},
+            "placements": {name: {} for name, raw in model.placements.items() if isinstance(raw, VolumeKeys)},
         }
         for dotted, value in factors.items():
             section, key = dotted.split(".", 1)

@@ -13,6 +13,7 @@ from storlab import engines, factors
 from storlab.experiment import places
 from storlab.experiment.model import ExperimentModel
 from storlab.lab import caps, cgroups, devices, mounts, os_users, placements
+from storlab.volume import registry
 
 
 class Experiment(Protocol):
@@ -28,7 +29,7 @@ class Experiment(Protocol):
     def directories(self) -> list[str]: ...
 
     @property
-    def capped(self) -> dict[str, places.CapKeys]: ...
+    def capped(self) -> dict[str, places.VolumeKeys]: ...
 
     def placement_path(self, name: str) -> Path: ...
 
@@ -116,18 +117,25 @@ def image_space_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
+def volume_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+    """What each property of a placement's volume needs of this host (storlab.volume: a control group
+    that holds IO caps, the delay layer), said by the property, before anything else is looked at."""
+    for name, raw in experiment.model.placements.items():
+        if isinstance(raw, places.VolumeKeys):
+            for prop in registry.PROPERTIES:
+                found = prop.host_problem(raw.volume)
+                if found is not None:
+                    return ("placements", name, found[0]), found[1]
+    return None
+
+
 def limits_problem(experiment: Experiment) -> tuple[tuple, str] | None:
-    """IO caps and a server memory limit can be set here (cgroups), before anything else is looked at."""
-    capped = experiment.capped
+    """A server memory limit can be set here (cgroups) beside the IO caps asked."""
     memory = any(m not in (None, places.UNCAPPED) for m in factors.values(experiment.model.layout.server_memory))
-    why = cgroups.limits_unavailable(bool(capped), memory) if capped or memory else None
+    why = cgroups.limits_unavailable(bool(experiment.capped), memory) if memory else None
     if why is None:
         return _memory_on_ram(experiment) if memory else None
-    if not capped:
-        return ("layout", "server_memory"), f"a server memory limit cannot be set here: {why}"
-    name, table = next(iter(capped.items()))
-    key = next(k for k in places.CAP_KEYS if getattr(table, k) is not None)
-    return ("placements", name, key), f"IO caps cannot be set here: {why}"
+    return ("layout", "server_memory"), f"a server memory limit cannot be set here: {why}"
 
 
 # Filesystems whose files are memory: under a server memory limit they would be charged to whichever

@@ -47,10 +47,8 @@ def swept(model: ExperimentModel) -> dict[str, list[Any]]:
     if isinstance(model.engine_version, list):
         found[VERSION_FACTOR] = list(model.engine_version)
     for name, raw in model.placements.items():
-        if isinstance(raw, places.DevicePlacement):
+        if isinstance(raw, places.VolumeKeys):
             found.update({f"placements.{name}.{key}": values for key, values in raw.factors().items()})
-        elif isinstance(raw, places.DirectoryPlacement):
-            found.update({f"placements.{name}.{key}": values for key, values in raw.cap_factors().items()})
     for section in ("layout", "workload"):
         for key, value in getattr(model, section).model_dump().items():
             if isinstance(value, list):

@@ -123,8 +123,6 @@ def check_host(placement: str, spec: DeviceSpec) -> None:
     if os.geteuid() != 0:
         raise DeviceRefused(placement, "loop", "a device placement needs root (losetup, mkfs and mount); "
                             "run storlab as root or use a directory placement")
-    if spec.latency is not None and (why := latency.unavailable()) is not None:
-        raise DeviceRefused(placement, _declared_key(spec.latency), f"a latency cannot be held here: {why}")
     fmt = spec.format
     for tool in ("losetup", f"mkfs.{fmt.fs}", "mount", "umount"):
         if shutil.which(tool) is None:
@@ -146,11 +144,6 @@ def check_host(placement: str, spec: DeviceSpec) -> None:
     if free < fmt.size_bytes:
         raise DeviceRefused(placement, "loop", f"the image needs {fmt.size_bytes / 2**30:.1f} GiB and "
                             f"{where} has {free / 2**30:.1f} GiB free")
-
-
-def _declared_key(declared: latency.DeviceLatency) -> str:
-    return next((k for k, d in zip(latency.KEYS, latency.DIRECTIONS) if getattr(declared, d) != latency.NONE),
-                latency.KEYS[0])
 
 
 # -- what a path sits on -----------------------------------------------------------------------

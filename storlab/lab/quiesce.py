@@ -68,37 +68,8 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
         amount = format_bytes(min(held)) + ("" if min(held) == max(held) else f" to {format_bytes(max(held))}")
         line += (f"; under a server memory limit its control group then held {amount} (the servers' own memory: "
                  "the instance's files no longer charged to it)")
-    found: dict[str, int] = {}
-    for c in conditions:
-        for name, seen in sorted((c.get("devices") or {}).items()):
-            text = f"{name}: {_device(seen)}"
-            found[text] = found.get(text, 0) + 1
-    if found:
-        line += "; devices as the runs found them (sysfs, the mount table): " + "; ".join(
-            f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in found.items())
-    layer_cpu: dict[str, list[float]] = {}
-    for c in conditions:
-        for name, seconds in sorted((c.get("delay_layer_cpu_s") or {}).items()):
-            layer_cpu.setdefault(name, []).append(seconds)
-    if layer_cpu:
-        line += "; the delay layer's CPU over each load (the lab's, not the servers'): " + "; ".join(
-            f"{name} {sum(s) / len(s):.2f} s a run on average, at most {max(s):.2f}" for name, s in layer_cpu.items())
     return line
 
 
 _TRACED = {"off": "nothing (--no-trace)", "on": "lock waits and events", "io": "waits, writes and syncs (--trace-io)",
            "reads": "waits, writes, syncs and reads (--trace-reads)"}
-
-
-def _device(seen: dict[str, Any]) -> str:
-    """What a device placement really was in a run (devices.SeenFormat, as the run recorded it)."""
-    parts = [f"{seen.get('logical_sector')}-byte sectors" if seen.get("logical_sector") else "sectors unknown",
-             f"{seen.get('filesystem') or '?'} ({seen.get('mount_options') or 'options unknown'})",
-             f"read-ahead {seen.get('read_ahead_kb')} KiB" if seen.get("read_ahead_kb") is not None else "read-ahead unknown"]
-    if seen.get("direct_io") is not None:
-        parts.append("direct IO" if seen["direct_io"] else "buffered IO (not direct)")
-    if seen.get("max_sectors_kb") is not None:
-        parts.append(f"requests up to {seen['max_sectors_kb']} KiB")
-    if seen.get("delay_layer"):
-        parts.append("served through storlab's delay layer")
-    return f"{seen.get('device') or '?'} " + ", ".join(parts)

@@ -26,7 +26,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 import psutil
 from rich.console import Console
@@ -36,19 +36,10 @@ from rich.table import Table
 from storlab import interrupts, processes, sizes
 from storlab.errors import RunFailed, UserError
 from storlab.lab import caps, cgroups, credits, latency, mounts, os_users, owned, placements
-from storlab.machine import held_latency
+from storlab.volume import added_latency, io_caps, registry
+from storlab.volume.property import Calibrated, Job, Measured
 
 FIO = "fio"
-
-
-@dataclass(frozen=True)
-class Job:
-    name: str
-    rw: str  # fio's words: randread, randwrite, read (sequential), write (sequential)
-    block_size: int
-    iodepth: int
-    direct: bool = True
-    synced: bool = False  # an fdatasync after each write: a commit; its latency is the flush's
 
 
 def _sqlio(direct: bool = True) -> list[Job]:
@@ -57,20 +48,7 @@ def _sqlio(direct: bool = True) -> list[Job]:
             for bs in (8192, 65536) for rw in ("randread", "randwrite", "read", "write")]
 
 
-def _latency(direct: bool = True) -> list[Job]:
-    # What a declared latency is held against: 4 KiB random IO each way, one IO in flight and eight.
-    return [Job(f"4k-{rw}-qd{depth}", rw, 4096, depth, direct) for rw in ("randread", "randwrite") for depth in (1, 8)]
-
-
-def _commit(direct: bool = True) -> list[Job]:
-    # A log's commit as the engines make it by default: a sequential write through the page cache, then
-    # fdatasync, one at a time (PostgreSQL's wal_sync_method fdatasync, 8 KiB WAL pages; InnoDB's redo
-    # with innodb_flush_log_at_trx_commit = 1, 4 KiB blocks). Buffered whatever --buffered says: the
-    # flush, not the write, is what reaches the device.
-    return [Job(f"{bs // 1024}k-commit", "write", bs, 1, direct=False, synced=True) for bs in (4096, 8192)]
-
-
-PRESETS = {"sqlio": _sqlio, "latency": _latency, "commit": _commit}
+PRESETS = {"sqlio": _sqlio, "latency": added_latency.depth_jobs, "commit": added_latency.commit_jobs}
 
 
 def preset(name: str, buffered: bool = False) -> list[Job]:
@@ -79,13 +57,11 @@ def preset(name: str, buffered: bool = False) -> list[Job]:
     return PRESETS[name](direct=not buffered)
 
 
-def default_presets(declared: latency.DeviceLatency | None) -> list[str]:
-    """The jobs when --preset is not given: seed 004's matrix; with a latency, the jobs that hold it,
-    reads and writes by the latency preset and a flush by the commit preset."""
-    if declared is None:
-        return ["sqlio"]
-    reads_or_writes = declared.read != latency.NONE or declared.write != latency.NONE
-    return (["latency"] if reads_or_writes else []) + (["commit"] if declared.flush != latency.NONE else [])
+def default_jobs(declared: Mapping[str, Any], buffered: bool = False) -> list[Job]:
+    """The jobs when --preset is not given: those that show each declared property held (storlab.volume),
+    or seed 004's matrix where none has jobs of its own."""
+    jobs = [job for prop in registry.PROPERTIES for job in prop.io_jobs(declared, not buffered)]
+    return jobs or _sqlio(not buffered)
 
 
 def parse_size(text: str) -> int:
@@ -130,14 +106,6 @@ def _layout_command(file: Path, size: int) -> list[str]:
 
 
 # -- fio's JSON ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    iops: float
-    mb_s: float
-    lat_ms: dict[str, float]  # "50", "99", "99.9" -> milliseconds
-    depth_share: float  # share of time at or above the requested queue depth, from fio's iodepth distribution
 
 
 def parse_json(text: str) -> dict:
@@ -194,36 +162,6 @@ def measured(report: dict, iodepth: int, synced: bool = False) -> Measured:
     )
 
 
-# A job through its cap reaches it (the throttle lets IO through in slices: a little under it); well
-# under it, the device or the queue depth was the limit, not the cap; beyond it, the cap did not hold.
-CAP_REACHED = 0.9
-CAP_PASSED = 1.02
-
-
-def binding_cap(job: Job, held: caps.IoCaps) -> tuple[str, float] | None:
-    """The cap that limits `job` (its direction's IOPS, or its MiB/s at the job's block size, the
-    tighter), in words and in IOs a second; None when its direction is uncapped."""
-    reads = job.rw in ("read", "randread")
-    iops, bps = (held.read_iops, held.read_bps) if reads else (held.write_iops, held.write_bps)
-    direction = "read" if reads else "write"
-    found = [(f"{direction} {iops:,} IOPS", float(iops))] if iops else []
-    if bps:
-        found.append((f"{direction} {bps / 2**20:,g} MiB/s", bps / job.block_size))
-    return min(found, key=lambda c: c[1]) if found else None
-
-
-def cap_flag(job: Job, result: Measured, held: caps.IoCaps, device: str) -> tuple[str, float] | None:
-    """The job's flag through its cap, and its share of the cap reached."""
-    binding = binding_cap(job, held)
-    if binding is None:
-        return None
-    name, limit = binding
-    share = result.iops / limit
-    verdict = ("held" if share <= CAP_PASSED else "beyond its cap: the kernel did not hold it") if share >= CAP_REACHED \
-        else "under its cap: the device or the queue depth, not the cap, was the limit"
-    return f"capped: {name} on {device}: reached {100 * share:.0f} % of it, {verdict}; this measures the cap", share
-
-
 def flags(job: Job, result: Measured, filesystem: str | None, file_size: int, memory_bytes: int) -> list[str]:
     """Why this number may not measure the device."""
     found = []
@@ -252,7 +190,6 @@ class IoResult:
     lat_p99_ms: float
     lat_p999_ms: float
     flags: list[str] = field(default_factory=list)
-    cap_share: float | None = None  # through an IO cap: the share of it reached (1.0: at the cap)
 
     def as_row(self) -> dict:
         return {"target": self.target, "job": self.job, "rw": self.rw, "block_size": self.block_size,
@@ -363,50 +300,50 @@ def check_target(target: Path) -> None:
         raise UserError(problem)
 
 
-def check_latency(target: Path, declared: latency.DeviceLatency | None, held: caps.IoCaps | None) -> None:
-    """A latency can be added here (UserError otherwise): a device under `target`, the layer on this
-    host."""
-    if declared is None:
-        return
-    if caps.device_of(target) is None:
+def check_volume(target: Path, declared: Mapping[str, Any]) -> None:
+    """fio may run here through the volume `declared` (storlab.volume's keys): a directory that may
+    hold a server's files, a device under it to cap or delay, and a host that can (UserError otherwise)."""
+    check_target(target)
+    for prop in registry.PROPERTIES:
+        found = prop.host_problem(declared)
+        if found is not None:
+            raise UserError(found[1])
+    if added_latency.held(declared) is not None and caps.device_of(target) is None:
         raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): a latency is "
                         "added to a device's own")
-    why = latency.unavailable()
-    if why is not None:
-        raise UserError(f"a latency cannot be held here: {why}")
+    _cap_limits(target, io_caps.held(declared))
 
 
-def cap_limits(target: Path, held: caps.IoCaps | None) -> caps.Limits:
-    """The caps on the device under `target` (UserError where there is none, or caps cannot be set here)."""
+def _cap_limits(target: Path, held: caps.IoCaps) -> caps.Limits:
+    """The caps on the device under `target` (UserError where there is none)."""
     if not held:
         return caps.Limits()
     found = caps.device_of(target)
     if found is None:
         raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): there is no device to cap")
-    why = cgroups.limits_unavailable(io=True, memory=False)
-    if why is not None:
-        raise UserError(f"IO caps cannot be set here: {why}")
     return caps.Limits((caps.DeviceCap(("io",), found[0], found[1], held),))
 
 
 def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None,
-        held: caps.IoCaps | None = None, declared: latency.DeviceLatency | None = None) -> list[IoResult]:
-    """Each job in turn on one test file of `size` bytes in a fresh directory under `target`; with
-    `held`, inside those IO caps on the device under it; with `declared`, each job on the device alone
-    and then through the delay layer holding that latency (its name ending "+latency")."""
-    target = Path(target)
-    check_target(target)
-    check_latency(target, declared, held)
-    limits = cap_limits(target, held)
+        declared: Mapping[str, Any] | None = None) -> list[IoResult]:
+    """Each job in turn on one test file of `size` bytes in a fresh directory under `target`, through
+    the volume `declared` (storlab.volume's keys): inside its IO caps and credits on the device under
+    it, and with a latency each job on the device alone and then through the delay layer holding it
+    (its name ending "+latency"); each job's flags say whether what binds it held."""
+    target, declared = Path(target), dict(declared or {})
+    check_volume(target, declared)
+    limits = _cap_limits(target, io_caps.held(declared))
+    delay = added_latency.held(declared)
     free = shutil.disk_usage(target).free
     if size > free:
         raise UserError(f"--size: {size / 2**20:.0f} MiB does not fit in the {free / 2**20:.0f} MiB free on {target}")
     engine = ioengine()
     filesystem = (mounts.mount_of(target) or {}).get("filesystem")
+    device = (caps.device_of(target) or ("?",))[0]
     memory = psutil.virtual_memory().total
     # A slow device lays out the file at a few MB/s at worst; beyond that something is stuck.
     layout_timeout = 60 + size / 2**20
-    with _scratch(target, limits, declared) as scratch:
+    with _scratch(target, limits, delay) as scratch:
         file = scratch.directory / "storlab-io.dat"
         bar = (Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeRemainingColumn(), console=console)
                if console else nullcontext())
@@ -432,47 +369,22 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
                     progress.update(task, completed=seconds)
                 return measured(parse_json(text), job.iodepth, job.synced), spent
 
+            def result(name: str, job: Job, m: Measured, flagged: list[str]) -> IoResult:
+                return IoResult(str(target), name, job.rw, job.block_size, job.iodepth, m.iops, m.mb_s,
+                                m.lat_ms["50"], m.lat_ms["99"], m.lat_ms["99.9"], flagged)
+
+            def verdicts(calibrated: Calibrated) -> list[str]:
+                return [flag for prop in registry.PROPERTIES for flag in prop.io_flags(declared, calibrated)]
+
             for job in jobs:
                 m, spent = one(job, file, job.name)
-                # A bucket's cap changes during the job: it is judged by what the bucket allowed.
-                capped = (bucket_flags(spent, limits.devices[0].device), None) if spent else \
-                    cap_flag(job, m, held, limits.devices[0].device) if held else None
-                results.append(IoResult(str(target), job.name, job.rw, job.block_size, job.iodepth, m.iops, m.mb_s,
-                                        m.lat_ms["50"], m.lat_ms["99"], m.lat_ms["99.9"],
-                                        flags(job, m, filesystem, size, memory) + ([capped[0]] if capped else []),
-                                        None if capped is None else capped[1]))
+                results.append(result(job.name, job, m, flags(job, m, filesystem, size, memory) +
+                                      verdicts(Calibrated(job, m, device, spent=tuple(spent)))))
                 if scratch.delayed is not None:
-                    binding = binding_cap(job, held) if held and not spent else None
-                    results.append(_through_layer(job, m, one(job, scratch.delayed / file.name, job.name + "+latency")[0],
-                                                  declared, str(target), binding[1] if binding else None))
+                    seen, through = one(job, scratch.delayed / file.name, job.name + "+latency")
+                    results.append(result(job.name + "+latency", job, seen,
+                                          verdicts(Calibrated(job, seen, device, m, tuple(through), tuple(spent)))))
         return results
-
-
-def bucket_flags(spent: list[credits.BucketUse], device: str) -> str:
-    """A job's flag through its credit buckets: when each ran dry, and whether the kernel let through no
-    more than the bucket allowed (its start, the baseline over the job, and one settling period's
-    overdraft at the burst rate, with the kernel's slack of its slices)."""
-    said = []
-    for use in spent:
-        b = use.bucket
-        allowed = b.start + b.baseline * use.run_s + b.burst * credits.PERIOD_S
-        verdict = "held" if use.spent <= allowed * CAP_PASSED else "beyond the bucket: the kernel did not hold it"
-        dry = f"ran dry at {use.dry_at_s:.1f} s, the baseline held {use.dry_s:.1f} s" if use.dry_at_s is not None \
-            else "never ran dry"
-        said.append(f"bucket on {device} ({b.text()}): {dry}; {use.spent:,.0f} {caps.CREDIT[b.unit]} charged of the "
-                    f"{allowed:,.0f} it allowed, {verdict}")
-    return "; ".join(said)
-
-
-def _through_layer(job: Job, own: Measured, seen: Measured, declared: latency.DeviceLatency, target: str,
-                   cap_iops: float | None) -> IoResult:
-    direction = "flush" if job.synced else "read" if job.rw in ("read", "randread") else "write"
-    verdict = held_latency.judge(direction, getattr(declared, direction), job.iodepth,
-                                 (own.lat_ms["50"], own.lat_ms["99"], own.iops),
-                                 (seen.lat_ms["50"], seen.lat_ms["99"], seen.iops), cap_iops)
-    return IoResult(target, job.name + "+latency", job.rw, job.block_size, job.iodepth, seen.iops, seen.mb_s,
-                    seen.lat_ms["50"], seen.lat_ms["99"], seen.lat_ms["99.9"], [verdict.flag])
-
 
 
 def default_folder(target: Path) -> Path:

@@ -19,7 +19,7 @@ import psutil
 
 from storlab import processes
 from storlab.errors import UserError
-from storlab.experiment.places import MIN_LATENCY_MS
+from storlab.volume.added_latency import MIN_LATENCY_MS
 from storlab.lab import caps, cgroups, latency
 from storlab.lab.mounts import block_device_of, mount_of
 from storlab.sizes import format_bytes
@@ -454,7 +454,7 @@ def lab_items() -> list[Item]:
 def latency_items() -> list[Item]:
     """Which way a device placement's declared latency is held here, and the layer's measured floor: a
     fact, which moves with the machine's load; what a file may declare is the fixed
-    places.MIN_LATENCY_MS. Not a fitness question."""
+    added_latency.MIN_LATENCY_MS. Not a fitness question."""
     dm = ("device-mapper's delay target is here too (storlab does not use it yet)" if latency.device_mapper_delay()
           else "no device-mapper delay target here")
     why = latency.unavailable()

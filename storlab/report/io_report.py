@@ -1,6 +1,6 @@
 """The report's charts of a scan's evidence (seed 002): a histogram of the size of the IOs each
-placement's device served, per direction, the cells side by side, and the scan's elapsed and CPU time
-against its degree of parallelism."""
+placement's device served, per direction, the cells side by side, and the headline with the figures
+counted in its unit (a scan's CPU time) against the swept factor (a scan's degree of parallelism)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from storlab.experiment.matrix import format_value
 from storlab.report.charts import PALETTE, plt, svg
 from storlab.sizes import format_bytes
 
-DOP = "dop"
+BESIDE_FILE = "beside_headline.png"
 
 
 @dataclass
@@ -103,28 +103,31 @@ def sizes_chart(answer: model.Answer, png: Path) -> tuple[str, str] | None:
     return caption, svg(fig, png)
 
 
-def dop_chart(answer: model.Answer, png: Path) -> str | None:
-    """Elapsed and CPU time against the degree of parallelism, one line per value of the other factors."""
-    if DOP not in answer.experiment.factors:
+def beside_chart(answer: model.Answer, png: Path) -> tuple[str, str] | None:
+    """The headline and each figure the answer counts in its unit (a scan's CPU s beside its elapsed s)
+    against the swept factor, a panel each, one line per value of the other factors. Returns (title, svg)."""
+    if answer.swept is None or not answer.beside_headline:
         return None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    swept = answer.swept
+    figures = [(answer.headline.name, answer.headline.label)] + [(f.name, f.label) for f in answer.figures
+                                                                 if f.name in answer.beside_headline]
+    fig, axes = plt.subplots(1, len(figures), figsize=(5 * len(figures), 4), squeeze=False)
     lines: dict[str, list[model.Ranked]] = defaultdict(list)
     ranked = {r.cell: r for r in answer.ranking}
     for r in (ranked[cell] for cell in answer.chart_order if cell in ranked):
-        rest = {k: v for k, v in r.factors.items() if k != DOP}
+        rest = {k: v for k, v in r.factors.items() if k != swept}
         lines[", ".join(f"{k}={format_value(v)}" for k, v in rest.items()) or "all"].append(r)
-    for label, rows in lines.items():
-        rows.sort(key=lambda r: r.factors[DOP])
-        xs = [r.factors[DOP] for r in rows]
-        left.plot(xs, [r.mean for r in rows], marker="o", label=label)
-        right.plot(xs, [float("nan") if r.figures.get("cpu_s") is None else r.figures["cpu_s"] for r in rows],
-                   marker="o", label=label)
-    values = sorted({r.factors[DOP] for r in ranked.values()})
-    for ax, what in ((left, "elapsed s"), (right, "server CPU s")):
+    values = sorted({r.factors[swept] for r in ranked.values()})
+    for ax, (name, label) in zip(axes[0], figures):
+        for line, rows in lines.items():
+            rows.sort(key=lambda r: r.factors[swept])
+            ys = [r.mean if name == answer.headline.name else r.figures.get(name) for r in rows]
+            ax.plot([r.factors[swept] for r in rows], [float("nan") if y is None else y for y in ys], marker="o", label=line)
         ax.set_xticks(values, [str(v) for v in values])
-        ax.set_xlabel("parallel workers (dop)")
-        ax.set_ylabel(f"{what} (mean)")
+        ax.set_xlabel(swept)
+        ax.set_ylabel(f"{label} (mean)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    left.legend(fontsize=7)
-    return svg(fig, png)
+    axes[0, 0].legend(fontsize=7)
+    title = f"{' and '.join(label for _, label in figures)} against {swept}"
+    return title, svg(fig, png)

@@ -13,10 +13,12 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from storlab import timeline
 from storlab.answer import model
 from storlab.experiment.matrix import format_value
+from storlab.lab import caps
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import RawSeries, plt
 from storlab.report.charts import svg as _svg
-from storlab.show.terminal import explanation_rows
+from storlab.show.terminal import VOLUME_HEADERS, explanation_rows, volume_rows
+from storlab.sizes import format_bytes
 from storlab.results import outputs
 
 STYLE = """
@@ -34,7 +36,7 @@ figcaption, .note { color: #555; font-size: 13px; }
 FILES = ["report.html", "factor_effects.png", "half_normal.png", "elapsed.png", "wait_composition.png",
          "waits_over_time.png", "rows_per_s.png", "transactions_per_s.png", "latency.png", "mb_s.png",
          f"{timeline.CAP_USE.name}.png", "credits.png", f"{timeline.SERVER_MEMORY.name}.png", "cpu_percent.png", "io.png",
-         "io_sizes.png", "dop.png", rate_chart.FILE]
+         "io_sizes.png", io_report.BESIDE_FILE, rate_chart.FILE]
 
 
 def _interval(rows: list[model.Ranked]) -> list[list[float]] | None:
@@ -66,7 +68,7 @@ def headline_chart(answer: model.Answer, x_name: str | None, png: Path) -> str:
             ax.errorbar([r.factors[x_name] for r in rows], [r.geometric_mean for r in rows], yerr=_interval(rows),
                         marker="o", capsize=4, label=label)
         values = sorted({r.factors[x_name] for r in measured})
-        if x_name == "data_files" and values and values[-1] / max(values[0], 1) >= 8:
+        if answer.swept_log:
             ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
         ax.set_xlabel(x_name)
@@ -157,10 +159,14 @@ def factors_html(answer: model.Answer) -> str:
     return _table(headers, rows, left=4) + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes)
 
 
-def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
-    head = "".join(f"<th class='{'l' if i < left else ''}'>{html.escape(h)}</th>" for i, h in enumerate(headers))
+def _table(headers: list[str], rows: list[list[str]], left: int = 1, words: tuple[int, ...] = ()) -> str:
+    """`left`: the first columns, aligned left as text; `words`: other columns of text, aligned left too."""
+    def align(i: int) -> str:
+        return "l" if i < left or i in words else ""
+
+    head = "".join(f"<th class='{align(i)}'>{html.escape(h)}</th>" for i, h in enumerate(headers))
     body = "".join(
-        "<tr>" + "".join(f"<td class='{'l' if i < left else ''}'>{html.escape(str(v))}</td>" for i, v in enumerate(r)) + "</tr>"
+        "<tr>" + "".join(f"<td class='{align(i)}'>{html.escape(str(v))}</td>" for i, v in enumerate(r)) + "</tr>"
         for r in rows
     )
     return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
@@ -216,6 +222,13 @@ def _titled(title: str, headers: list[str], rows: list[list[str]], caption: str)
             + f"<p class='note'>{html.escape(caption)}</p>")
 
 
+def _volumes_html(answer: model.Answer) -> str:
+    """Each cell's volumes (storlab.volume), as `show --details` gives them: a part alike in every cell once."""
+    return _titled("The volumes, per cell", VOLUME_HEADERS, volume_rows(answer),
+                   "each placement's device as declared and as its runs found it: its format read back, the delay "
+                   "layer's mode and CPU, the caps and buckets declared (what they held: the table above)")
+
+
 def _pressure_html(pressure: model.Pressure) -> str:
     """The kernel's counters, each cell's mean per run (— where not every run had one), and the files some
     runs could not read, with why."""
@@ -228,16 +241,91 @@ def _pressure_html(pressure: model.Pressure) -> str:
                    "(pages dirtied and written back); the whole machine's, not only the server's." + unavailable)
 
 
+def _share(fraction: float | None) -> str:
+    return "—" if fraction is None else f"{100 * fraction:.0f} %"
+
+
+def _caps(held: dict[str, float]) -> str:
+    """'write 300 IOPS, read 125 MiB/s': each cap set."""
+    return ", ".join(f"{key.split('_')[0]} {value:,g} {caps.UNITS[key.split('_', 1)[1]]}" for key, value in held.items())
+
+
+def _charged(device: float, charged: float) -> str:
+    return format_bytes(charged) + (f" ({100 * charged / device:.0f} %)" if device else "")
+
+
 def _limits_html(limits: model.Limits, order: list[str]) -> str:
-    """What each cell's limits did (cells in `order`): its caps, its credit buckets, then its memory limit."""
-    rows = [(r.cell, "IO cap", r) for r in limits.caps] + [(r.cell, "credit bucket", r) for r in limits.buckets]
-    rows += [(r.cell, "server memory", r) for r in limits.memory]
-    rows.sort(key=lambda row: order.index(row[0]))  # stable: a cell's kinds of limit keep their order
-    return _titled("IO caps and the server's memory", ["cell", "limit", "what it did"],
-                   [[r.label, kind, r.said] for _, kind, r in rows],
-                   "What each cell's limits did, per run (means over its runs): the time its IO ran at its cap (90 % of "
-                   "it or more), what the device served against what the instance's control group was charged, and its "
-                   "memory limit.")
+    """What each cell's limits did (cells in `order`), a table per kind of limit: its IO caps, its credit
+    buckets, its memory limit; each row a cell's runs, the means over them."""
+    def ordered(rows):
+        return sorted(rows, key=lambda r: order.index(r.cell) if r.cell in order else len(order))
+
+    parts = ["<h2>IO caps, credit buckets and the server's memory</h2>"
+             f"<p class='note'>{html.escape('; '.join(limits.covers))}</p>"]
+    if limits.caps:
+        rows = [[r.label, f"{', '.join(r.placements)} on {r.device}", _caps(r.caps), _share(r.at_cap_share),
+                 format_bytes(r.device_written_bytes), _charged(r.device_written_bytes, r.charged_written_bytes),
+                 format_bytes(r.device_read_bytes), _charged(r.device_read_bytes, r.charged_read_bytes),
+                 "—" if r.io_pressure_s is None else f"{r.io_pressure_s:,.1f}"] for r in ordered(limits.caps)]
+        parts.append(_table(["cell", "placement", "caps", "at its cap", "device wrote", "charged", "device read", "charged",
+                             "IO stall s"], rows, left=3)
+                     + "<p class='note'>a run's means: the time its IO ran at 90 % of its tightest cap or more; what the "
+                     "device served against what the instance's control group was charged (less where writeback went "
+                     "around a v1 cap); the time some of the group's processes stalled on IO (v2's io.pressure)</p>")
+    if limits.buckets:
+        rows = [[r.label, f"{', '.join(r.placements)} on {r.device}",
+                 caps.Bucket(r.unit, r.baseline, r.burst, r.size, r.start).text(), f"{len(r.dry)} of {r.runs}",
+                 ", ".join(f"round {d.round} at {d.at_s:.1f} s" for d in r.dry) or "—", _share(r.dry_share),
+                 f"{r.spent_per_run:,.0f}"] for r in ordered(limits.buckets)]
+        parts.append(_table(["cell", "placement", "bucket", "ran dry", "when", "at its baseline", "credits spent a run"],
+                            rows, left=3, words=(4,)))
+    if limits.memory:
+        rows = [[r.label, format_bytes(r.limit_bytes), f"{r.runs_hit} of {r.runs}", f"{r.hits_per_run:,.1f}",
+                 "—" if r.peak_bytes is None else format_bytes(r.peak_bytes), format_bytes(r.device_read_bytes),
+                 str(r.oom_kills)] for r in ordered(limits.memory)]
+        parts.append(_table(["cell", "memory limit", "reached", "times a run", "peak", "devices read a run", "OOM kills"],
+                            rows))
+    return "".join(parts)
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def _changes(run: model.RunSteadiness) -> str:
+    """Each series not steady: where it changed and by how much."""
+    return "; ".join(f"{j.metric} {'' if j.change is None else f'{100 * j.change:+.0f} % '}at {_seconds(j.changed_at_s)} s"
+                     for j in run.series if j.steady is False)
+
+
+STEADY = {True: "steady", False: "not steady", None: "not judged"}
+
+
+def _steadiness_html(held: model.Steadiness, order: list[str]) -> str:
+    """What each run held, a row a run (cells in `order`): steady or not and where it changed, the warm-up
+    found beside the declared one, the checkpoints inside it and when."""
+    rows = []
+    for c in sorted(held.cells, key=lambda c: order.index(c.cell) if c.cell in order else len(order)):
+        for r in c.runs:
+            checkpoints = "—" if r.checkpoints is None else str(r.checkpoints)
+            if r.checkpoint_times_s:
+                checkpoints += " at " + ", ".join(f"{t:g} s" for t in r.checkpoint_times_s)
+            cycle = "—" if r.checkpoint_setting is None else f"{r.checkpoint_setting} {r.checkpoint_value}"
+            rows.append([c.label, str(r.repetition), _seconds(r.measured_s), STEADY[r.steady], _changes(r),
+                         _seconds(r.found_warmup_s), _seconds(r.declared_warmup_s), checkpoints, cycle])
+    return ("<h2>What each run held: steady state, warm-up, checkpoints</h2>"
+            + _table(["cell", "round", "measured s", "steady", "changed", "warm-up found s", "declared s", "checkpoints",
+                      "cycle"], rows, words=(3, 4, 7, 8))
+            + f"<p class='note'>{html.escape(held.rule)}</p>")
+
+
+def _concerns_html(answer: model.Answer) -> str:
+    """Each kind of warning, a row: the cells it concerns, its runs, what it does to the figures."""
+    rows = [[c.kind, ", ".join(f"{answer.labels.get(cell, cell)} ({cell})" for cell in c.cells),
+             "—" if c.runs is None else str(c.runs) if c.of_runs is None else f"{c.runs} of {c.of_runs}", c.meaning]
+            for c in answer.concerns]
+    return ("<h2>What to keep in mind</h2>" + _table(["warning", "cells", "runs", "what it means"], rows, left=2, words=(3,))
+            if rows else "")
 
 
 def _figure(svg: str, caption: str = "") -> str:
@@ -299,11 +387,12 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
             sections.append(rate)
         sections.append("<h2>Ranking</h2>" + _ranking_html(answer)
                         + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in
-                                  answer.best + answer.race + [f"noise: {line}" for line in answer.noise.cells]
+                                  answer.best + answer.race
                                   + ([f"noise split: {answer.noise.split.line}"] if answer.noise.split else [])
-                                  + (answer.limits.lines if answer.limits else [])
-                                  + [f"steady state: {line}" for line in (answer.steadiness.lines if answer.steadiness else [])]
                                   + answer.notes))
+        sections.append(_concerns_html(answer))
+        if answer.steadiness:
+            sections.append(_steadiness_html(answer.steadiness, answer.chart_order))
         composition = wait_report.composition_chart(answer, folder / "wait_composition.png")
         if composition:
             sections.append("<h2>Where the time went: waits per cell</h2>"
@@ -319,10 +408,10 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         if over_time:
             caption, svg = over_time
             sections.append("<h2>Waits over time</h2>" + _figure(svg, caption))
-        throughput = next((m for m in timeline.METRICS if m.name == answer.experiment.throughput), None)
+        throughput = timelines.throughput_of(answer)
         svg = throughput and timelines.chart(raw, answer, throughput, folder / f"{throughput.name}.png")
         if svg:
-            sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput)))
+            sections.append("<h2>Throughput over time</h2>" + _figure(svg, timelines.caption(throughput, answer)))
         latency = timelines.latency_chart(raw, answer, folder / "latency.png")
         if latency:
             sections.append("<h2>Transaction latency over time (p50, p95, p99)</h2>" + _figure(latency[1], latency[0]))
@@ -346,9 +435,9 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         sizes = io_report.sizes_chart(answer, folder / "io_sizes.png")
         if sizes:
             sections.append("<h2>The size of the IOs</h2>" + _figure(sizes[1], sizes[0]))
-        dop = io_report.dop_chart(answer, folder / "dop.png")
-        if dop:
-            sections.append("<h2>Scan time and CPU time against parallel workers</h2>" + _figure(dop))
+        beside = io_report.beside_chart(answer, folder / io_report.BESIDE_FILE)
+        if beside:
+            sections.append(f"<h2>{html.escape(beside[0])}</h2>" + _figure(beside[1]))
     if answer.capability:
         sections.append("<h2>Device capability beside the database</h2>"
                         + _figure(capability.chart(answer.capability, folder / "io.png")))
@@ -357,6 +446,7 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
     if answer.ranking:
         sections += [_pressure_html(answer.pressure)] if answer.pressure else []
         sections += [_limits_html(answer.limits, list(answer.labels))] if answer.limits else []
+        sections += [_volumes_html(answer)] if answer.volumes else []
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
     for machine in answer.machines:
         title = f"Machine facts: {machine.host}" if machine.host else "Machine facts"

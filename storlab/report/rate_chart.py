@@ -1,6 +1,6 @@
 """The report's answer to a rate sweep (storlab.answer.rate_curve): p50 and p99 against the throughput
-achieved, one colour per layout (p99 solid, p50 dashed), each point a rate; a rate not sustained an x
-where it ended up, off the curve; the knee ringed; the closed loop ("max") a hollow square beside it; a latency goal drawn as a line, with the throughput
+achieved, one colour per layout (p99 solid, p50 dashed), each point a rate; a rate the answer does not
+call sustained (`kept_up`) an x where it ended up, off the curve, in the terminal's words; the knee ringed; the closed loop ("max") a hollow square beside it; a latency goal drawn as a line, with the throughput
 where each layout reaches it and that figure's interval over the rounds. The same lines as `show`
 below it; everything drawn is a field of the answer (model.RateCurves)."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from storlab.answer import model
+from storlab.answer import model, rate_curve
 from storlab.experiment.matrix import format_value
 from storlab.report.charts import PALETTE, plt, svg
 
 FILE = "rate_curve.png"
 CAPTION = ("each point a rate (labelled on p99, once where several layouts kept up with it): the throughput achieved against its latency percentiles (open loop: "
-           "latency from each transaction's scheduled start); x: a rate the layout did not sustain in most of its runs; "
-           "ringed: the knee; hollow square: \"max\", closed loop")
+           "latency from each transaction's scheduled start); x: a rate the answer does not call sustained (in more than "
+           "half its runs), labelled with how often it was; ringed: the knee; hollow square: \"max\", closed loop")
 
 
 def _plain(value: float, _=None) -> str:
@@ -32,8 +32,8 @@ def chart(found: model.RateCurves, title: str, png: Path) -> str:
     labelled: set = set()
     for i, curve in enumerate(found.layouts):
         colour = PALETTE[i % len(PALETTE)]
-        kept = [p for p in curve.points if p.sustained is None or p.sustained >= 0.5]
-        behind = [p for p in curve.points if p not in kept]
+        kept = [p for p in curve.points if p.kept_up]
+        behind = [p for p in curve.points if not p.kept_up]
         for figure, style in (("p99", "-"), ("p50", "--")):
             drawn = [p for p in kept if figure in p.latency_ms]
             if drawn:
@@ -48,11 +48,11 @@ def chart(found: model.RateCurves, title: str, png: Path) -> str:
                 ax.plot([curve.closed.achieved], [curve.closed.latency_ms[figure]], "s", markerfacecolor="none",
                         color=colour, markersize=7)
         for p in curve.points:
-            if "p99" not in p.latency_ms or (p in kept and p.level in labelled):
+            if "p99" not in p.latency_ms or (p.kept_up and p.level in labelled):
                 continue
-            if p in kept:
+            if p.kept_up:
                 labelled.add(p.level)
-            said = format_value(p.level) + ("" if p in kept else " not sustained")
+            said = f"{format_value(p.level)} {'' if p.kept_up else rate_curve.sustained_words(p)}".rstrip()
             ax.annotate(said, (p.achieved, p.latency_ms["p99"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=8, color=colour)
         knee = next((p for p in curve.points if curve.knee is not None and p.level == curve.knee), None)

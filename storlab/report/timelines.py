@@ -1,12 +1,15 @@
 """The report's charts of metrics over a run's time axis (storlab.timeline declares them), from each
 cell's first run: throughput and CPU (one line per cell), and the latency percentiles and device
-MiB/s (one panel per cell, the run's traced checkpoints and WAL switches marked). A value that covers
+MiB/s (one panel per cell, the run's traced checkpoints and WAL switches marked); on the throughput and
+each panel, what the answer says of the run: the warm-up found, the checkpoints counted, the moment a
+credit bucket ran dry. A value that covers
 the interval its time opens (the driver's buckets) is drawn as a step over that interval, the last to
 the run's end; the device sampler's values, each closing its interval, as a line through their points."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.lines import Line2D
@@ -21,6 +24,62 @@ X_LABEL = "seconds since the first transaction"
 PERCENTILE_COLOURS = {timeline.LATENCY_P50_MS: "#9ecae1", timeline.LATENCY_P95_MS: "#4292c6",
                       timeline.LATENCY_P99_MS: "#08306b"}
 CHECKPOINT_COLOUR, WAL_SWITCH_COLOUR = "#f28e2b", "#555555"
+WARMUP_COLOUR, DRY_COLOUR = "#2e7d32", "#c0392b"
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What the answer says of one drawn run, marked on its time axis."""
+
+    warmup_s: float | None  # where MSER-5 found its warm-up ended
+    checkpoints_s: list[float]  # each checkpoint counted inside its measured part
+    dry_s: list[float]  # each moment one of its credit buckets ran dry
+
+    def __bool__(self) -> bool:
+        return self.warmup_s is not None or bool(self.checkpoints_s) or bool(self.dry_s)
+
+
+def marks(answer: model.Answer, run: model.DrawnRun) -> Marks:
+    held = next((r for c in (answer.steadiness.cells if answer.steadiness else []) if c.cell == run.cell
+                 for r in c.runs if r.repetition == run.repetition), None)
+    dry = [d.at_s for b in (answer.limits.buckets if answer.limits else []) if b.cell == run.cell
+           for d in b.dry if d.round == run.repetition]
+    # A warm-up found at the run's first second is none: nothing to mark.
+    warmup = None if held is None or not held.found_warmup_s else held.found_warmup_s
+    return Marks(warmup, [] if held is None else held.checkpoint_times_s, sorted(dry))
+
+
+def _mark(ax, found: Marks, colour: str | None = None) -> None:
+    """The warm-up found dashed, a bucket's running dry dash-dotted, the checkpoints counted as triangles
+    along the top; in the run's line colour where several runs share the axes."""
+    if found.warmup_s is not None:
+        ax.axvline(found.warmup_s, color=colour or WARMUP_COLOUR, linewidth=1, linestyle="--")
+    for t in found.dry_s:
+        ax.axvline(t, color=colour or DRY_COLOUR, linewidth=1.2, linestyle="-.")
+    if found.checkpoints_s:
+        ax.plot(found.checkpoints_s, [1.0] * len(found.checkpoints_s), "v", color=colour or CHECKPOINT_COLOUR,
+                markersize=7, transform=ax.get_xaxis_transform(), clip_on=False)
+
+
+def _mark_handles(drawn: list[Marks], colour: str | None = None) -> list[tuple[object, str]]:
+    """The legend's entries for the kinds of mark drawn."""
+    handles = []
+    if any(m.warmup_s is not None for m in drawn):
+        handles.append((Line2D([], [], color=colour or WARMUP_COLOUR, linewidth=1, linestyle="--"), "warm-up found (MSER-5)"))
+    if any(m.checkpoints_s for m in drawn):
+        handles.append((Line2D([], [], color=colour or CHECKPOINT_COLOUR, marker="v", linestyle=""), "checkpoint counted"))
+    if any(m.dry_s for m in drawn):
+        handles.append((Line2D([], [], color=colour or DRY_COLOUR, linewidth=1.2, linestyle="-."), "credit bucket ran dry"))
+    return handles
+
+
+def marks_note(answer: model.Answer) -> str:
+    """The caption's words for the marks, where the drawn runs have any."""
+    drawn = [marks(answer, run) for run in answer.first_runs]
+    said = [text for kinds, text in ((any(m.warmup_s is not None for m in drawn), "the warm-up MSER-5 found dashed"),
+                                     (any(m.checkpoints_s for m in drawn), "the checkpoints counted as triangles along the top"),
+                                     (any(m.dry_s for m in drawn), "the moment a credit bucket ran dry dash-dotted")) if kinds]
+    return f"; marked from the answer: {', '.join(said)}" if said else ""
 
 
 def _end(run: model.DrawnRun, xs: list[float]) -> float:
@@ -31,7 +90,7 @@ def _end(run: model.DrawnRun, xs: list[float]) -> float:
 def chart(raw: RawSeries, answer: model.Answer, metric: Metric, png: Path) -> str | None:
     """A metric (or each member of a family) over the run's time axis, one line per cell."""
     fig, ax = plt.subplots(figsize=(8, 4))
-    drawn = False
+    drawn, marked = False, []
     for run in answer.first_runs:
         points = defaultdict(list)
         for t, name, value in raw.timeline(run.run):
@@ -41,10 +100,16 @@ def chart(raw: RawSeries, answer: model.Answer, metric: Metric, png: Path) -> st
             xs, ys = zip(*sorted(series))
             label = run.label + (f" [{metric.member_of(name)}]" if metric.member else "")
             if metric.steps:
-                ax.stairs(ys, [*xs, _end(run, xs)], label=label, linewidth=1.2, baseline=None)
+                line = ax.stairs(ys, [*xs, _end(run, xs)], label=label, linewidth=1.2, baseline=None)
+                colour = line.get_edgecolor()
             else:
-                ax.plot(xs, ys, label=label, linewidth=1.2)
+                (line,) = ax.plot(xs, ys, label=label, linewidth=1.2)
+                colour = line.get_color()
             drawn = True
+        if points and metric is throughput_of(answer):
+            found = marks(answer, run)
+            _mark(ax, found, colour)
+            marked.append(found)
     if not drawn:
         plt.close(fig)
         return None
@@ -52,17 +117,25 @@ def chart(raw: RawSeries, answer: model.Answer, metric: Metric, png: Path) -> st
     ax.set_ylabel(metric.label)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    handles, labels = ax.get_legend_handles_labels()
+    extra = _mark_handles(marked, "#555555")
+    ax.legend(handles + [h for h, _ in extra], labels + [text for _, text in extra], fontsize=7)
     return svg(fig, png)
 
 
-def caption(metric: Metric) -> str:
+def throughput_of(answer: model.Answer) -> Metric | None:
+    """The series the answer names its kind's throughput."""
+    return next((m for m in timeline.METRICS if m.name == answer.experiment.throughput), None)
+
+
+def caption(metric: Metric, answer: model.Answer | None = None) -> str:
+    """`answer`: the chart marks what it says of each run (the throughput's chart)."""
     found = "first run of each cell"
     if metric.steps and metric.how == timeline.RATE:
         found += "; each bucket divided by the time it covers"
     elif metric.stamp == timeline.END:
         found += "; each point over the time since the point before"
-    return found
+    return found + (marks_note(answer) + " (in each run's colour)" if answer is not None and marks_note(answer) else "")
 
 
 def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...], ylabel: str, png: Path,
@@ -90,7 +163,11 @@ def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...],
     colours = colours or {text: PALETTE[i % len(PALETTE)] for i, text in enumerate(sorted(set(label.values())))}
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 + 1.6 * len(panels)), squeeze=False, sharex=True,
                              sharey=True, layout="constrained")
+    marked = []
     for ax, (run, lines, events) in zip(axes[:, 0], panels):
+        found = marks(answer, run)
+        _mark(ax, found)
+        marked.append(found)
         for name, points in sorted(lines.items()):
             xs, ys = zip(*sorted(points))
             if timeline.find(name).steps:
@@ -116,15 +193,17 @@ def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...],
         handles.append((Patch(color=CHECKPOINT_COLOUR, alpha=0.25, linewidth=0), timeline.CHECKPOINT.label))
     if timeline.WAL_SWITCH in drawn:
         handles.append((Line2D([], [], color=WAL_SWITCH_COLOUR, linewidth=0.8, linestyle=":"), timeline.WAL_SWITCH.label))
+    handles += _mark_handles(marked)
     fig.legend([h for h, _ in handles], [text for _, text in handles], loc="outside lower center",
                ncol=min(len(handles), 5), fontsize=8, frameon=False)
     return drawn, svg(fig, png)
 
 
-def _events_note(drawn: set[Metric]) -> str:
-    marks = [text for metric, text in ((timeline.CHECKPOINT, "checkpoints shaded from their start over their duration"),
-                                       (timeline.WAL_SWITCH, "WAL switches dotted")) if metric in drawn]
-    return f"as traced: {', '.join(marks)}" if marks else "checkpoints and WAL switches are marked where traced (none here)"
+def _events_note(drawn: set[Metric], answer: model.Answer) -> str:
+    traced = [text for metric, text in ((timeline.CHECKPOINT, "checkpoints shaded from their start over their duration"),
+                                        (timeline.WAL_SWITCH, "WAL switches dotted")) if metric in drawn]
+    said = f"as traced: {', '.join(traced)}" if traced else "checkpoints and WAL switches are marked where traced (none here)"
+    return said + marks_note(answer)
 
 
 def latency_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
@@ -136,7 +215,7 @@ def latency_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str,
         return None
     drawn, drawing = found
     return ("first run of each cell: the latency percentiles of the transactions committed in each one-second bucket, "
-            f"each drawn over the time its bucket covers; {_events_note(drawn)}"), drawing
+            f"each drawn over the time its bucket covers; {_events_note(drawn, answer)}"), drawing
 
 
 def device_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
@@ -147,7 +226,7 @@ def device_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, 
         return None
     drawn, drawing = found
     return ("first run of each cell: each point what the placement's device (the whole device, /proc/diskstats) moved "
-            f"since the point before, divided by the time between the two readings; {_events_note(drawn)}. A steady "
+            f"since the point before, divided by the time between the two readings; {_events_note(drawn, answer)}. A steady "
             "load can still reach its device in bursts (a new log file written whole when it is made, a checkpoint): "
             "each is one high interval"), drawing
 
@@ -161,7 +240,7 @@ def cap_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str
     drawn, drawing = found
     return ("first run of each cell: each point the IO the instance's control group was charged on the placement's "
             "device since the point before, as a share of its tightest cap (100 %: held at the cap); "
-            f"{_events_note(drawn)}"), drawing
+            f"{_events_note(drawn, answer)}"), drawing
 
 
 def credits_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
@@ -173,4 +252,4 @@ def credits_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str,
     return ("first run of each cell: the credits left in each placement's bucket as storlab settled it (every 0.1 s, "
             "drawn every 0.5 s and at each change): while it holds credits the cap is its burst rate, once it is "
             "empty its baseline, until it holds a second of bursting again; the throughput over time is above; "
-            f"{_events_note(drawn)}"), drawing
+            f"{_events_note(drawn, answer)}"), drawing

@@ -15,24 +15,14 @@ from storlab.answer import model
 from storlab.report.charts import OTHER, RawSeries, colours, plt, svg
 
 
-def wait_ranks(tops: list[list[model.WaitRow]]) -> list[str]:
-    """Every wait in some cell's top 95 % (`tops`: each cell's rows), largest total first (ties by name)."""
-    totals: dict[str, float] = defaultdict(float)
-    for top in tops:
-        for row in top:
-            totals[row.wait_type] += row.wait_s
-    return sorted(totals, key=lambda name: (-totals[name], name))
-
-
 def composition_chart(answer: model.Answer, png: Path) -> str | None:
     """One stacked bar per cell: seconds per run in each top wait, the rest as "other waits"."""
     by_id = {c.cell: c for c in answer.cells}
     cells = [by_id[cell] for cell in answer.chart_order if cell in by_id]
     if not any(c.waits or c.rest for c in cells):
         return None
-    ranked = wait_ranks([c.waits for c in cells])
-    palette = colours(ranked)
-    shown = [name for name in ranked if name in palette]
+    palette = colours(answer.waits_ranked)
+    shown = [name for name in answer.waits_ranked if name in palette]
     seconds = [{**c.rest, **{w.wait_type: w.wait_s for w in c.waits}} for c in cells]
     fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(cells)))
     labels = [c.label or c.cell for c in cells]
@@ -74,7 +64,7 @@ def waits_over_time_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tu
     if not waits:
         return None
     end = 0.0 if run.elapsed_s is None else run.elapsed_s
-    throughput = next((m for m in timeline.THROUGHPUT if series.get(m.name)), None)
+    throughput = next((m for m in timeline.METRICS if m.name == answer.experiment.throughput and series.get(m.name)), None)
     title = f"{run.label}, repetition {run.repetition}: "
     if throughput:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
@@ -89,7 +79,7 @@ def waits_over_time_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tu
         top, title = bottom, title + "the waits over time"
     # From the axes' left edge, clear of the y tick labels, however long the cell's label.
     top.set_title(title, loc="left", fontsize=10)
-    ranked = wait_ranks([c.waits for c in answer.cells])
+    ranked = answer.waits_ranked
     palette = colours(ranked)
     starts = sorted({t for pts in waits.values() for t, _ in pts})
     edges = _edges(starts, end)

@@ -45,8 +45,9 @@ def effects_table(factors: model.FactorEffects, rows: list[model.Effect], condit
     return table
 
 
-def factor_answer(answer: model.Answer, console: Console) -> None:
-    """What each factor does to the headline: each level against its factor's reference level."""
+def factor_answer(answer: model.Answer, console: Console, details: bool = True) -> None:
+    """What each factor does to the headline: each level against its factor's reference level; by default
+    only the interactions that matter, with --details the others and the noise too."""
     factors = answer.factor_effects
     order = ", each in a random order" if answer.experiment.order_seed is not None else ""
     console.print(Text.assemble((answer.experiment.name, "bold"),
@@ -56,20 +57,22 @@ def factor_answer(answer: model.Answer, console: Console) -> None:
         console.print(Text(line))
     if factors.effects:
         console.print(effects_table(factors, factors.effects))
-    for line in factors.interaction_lines:
+    significant = sum(i.significant for i in factors.interactions)
+    # interaction_lines says the significant interactions first, then the others in one line.
+    for line in factors.interaction_lines if details else factors.interaction_lines[:significant]:
         console.print(Text(line))
     if factors.conditional:
         console.print(effects_table(factors, factors.conditional, conditional=True))
     for line in factors.not_estimable:
         console.print(Text(f"not estimable: {line}"))
-    if answer.noise.line:
+    if answer.noise.line and details:
         console.print(Text.assemble(("noise: ", "yellow"), answer.noise.line))
     console.print(Text(answer.status))
 
 
-def ranking_table(answer: model.Answer) -> Table:
+def ranking_table(answer: model.Answer, details: bool = True) -> Table:
     table = Table(show_edge=False)
-    columns = model.columns(answer)
+    columns = [c for c in model.columns(answer) if details or c.glance]
     for column in columns:
         table.add_column(column.title(answer), justify="left" if column.left else "right")
     for row in answer.ranking:
@@ -80,28 +83,78 @@ def ranking_table(answer: model.Answer) -> Table:
     return table
 
 
-def show(answer: model.Answer, console: Console) -> None:
+DETAILS = "show --details: each cell's noise, each run's steady state, the limits, the conditions, the machine, the probes"
+
+
+def show(answer: model.Answer, console: Console, details: bool = False) -> None:
+    """The answer on one screen: what each factor does, the ranking and the best cell, the rate curve,
+    each kind of warning in one line naming its cells, the runs set aside and the failed runs; `details`
+    adds every sentence behind the warnings."""
     if answer.factor_effects is not None:
-        factor_answer(answer, console)
+        factor_answer(answer, console, details)
         console.print()
     elif answer.status is not None:  # no factor table: the runs cannot be read as ratios, and why
         console.print(Text(answer.status))
         console.print()
     console.print(Text.assemble((answer.experiment.name, "bold"),
                                 f" on {answer.experiment.engine}: {answer.headline.label}, mean ± 95 % CI"))
-    console.print(ranking_table(answer))
-    for line in answer.best + answer.race + answer.rate:
+    console.print(ranking_table(answer, details))
+    # A race's first line says how many cells it dropped and its last why it stopped; each drop between.
+    race = answer.race if details or len(answer.race) < 3 else [answer.race[0], answer.race[-1]]
+    for line in answer.best + race + answer.rate:
         console.print(Text(line))
+    if details:
+        rest(answer, console)
+        return
+    for concern in answer.concerns:
+        console.print(Text.assemble((f"{concern.kind}:", "yellow"), concern.line.removeprefix(f"{concern.kind}:")))
+    warnings(answer, console)
+    console.print(Text(DETAILS, style="dim"))
+
+
+def rest(answer: model.Answer, console: Console) -> None:
+    """Everything under the ranking, in sentences: the noise per cell and its split, the limits, what each
+    run held, the conditions and the machine, the warnings and each failed run."""
     for line in answer.noise.cells:
         console.print(Text.assemble(("noise: ", "yellow"), line))
     if answer.noise.split is not None:
         console.print(Text.assemble(("noise split: ", "yellow"), answer.noise.split.line))
     for line in answer.limits.lines if answer.limits else []:
         console.print(Text(line))
+    if answer.volumes:
+        console.print(volumes_table(answer))
     for line in answer.steadiness.lines if answer.steadiness else []:
         console.print(Text.assemble(("steady state: ", "yellow"), line))
     for line in answer.notes:
         console.print(Text(line))
+    warnings(answer, console)
+
+
+VOLUME_HEADERS = ["cell", "placement", "property", "declared and observed"]
+
+
+def volume_rows(answer: model.Answer) -> list[list[str]]:
+    """Each cell's volumes, a row for each property of each placement: what it declared and what its runs
+    observed, in the part's one line; a part alike in every cell is one row."""
+    cells = {part.cell for part in answer.volumes}
+    alike: dict[tuple[str, str, str], list[str]] = {}
+    for part in answer.volumes:
+        alike.setdefault((part.placement, part.property, part.said), []).append(part.cell)
+    return [["every cell" if len(named) == len(cells) > 1 else ", ".join(answer.labels.get(c, c) for c in named),
+             placement, prop, said] for (placement, prop, said), named in alike.items()]
+
+
+def volumes_table(answer: model.Answer) -> Table:
+    grid = Table(title="volumes, per cell", title_justify="left", box=None, pad_edge=False)
+    for name in VOLUME_HEADERS:
+        grid.add_column(name, overflow="fold")
+    for row in volume_rows(answer):
+        grid.add_row(*row)
+    return grid
+
+
+def warnings(answer: model.Answer, console: Console) -> None:
+    """The runs set aside and each failed run, with why: never behind --details."""
     for note in answer.warnings:
         console.print(Text.assemble(("warning: ", "yellow"), note))
     for failed in answer.failures:

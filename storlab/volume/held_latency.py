@@ -31,11 +31,13 @@ def mean_ms(declared: Latency) -> float:
 
 
 def judge(direction: str, declared: Latency, depth: int, own: tuple[float, float, float],
-          seen: tuple[float, float, float], cap_iops: float | None = None) -> Held:
+          seen: tuple[float, float, float], cap_iops: float | None = None, own_tail: bool = True) -> Held:
     """`own` and `seen`: (p50 ms, p99 ms, IOPS) of the job on the device alone and through the layer;
     `cap_iops`, the IO cap on the job's direction where the placement has one (a volume class: its cap
     and its latency at once). Where the cap is tighter than what the latency allows at this depth,
-    the job measures the cap: its IOPS are judged against it, its percentiles are the cap's queue."""
+    the job measures the cap: its IOPS are judged against it, its percentiles are the cap's queue.
+    `own_tail` False: the job alone waited in a bucket's queue, so its p99 is not the device's and the
+    p99 through the layer is not judged."""
     free_iops = depth / ((mean_ms(declared) + own[0]) / 1000)
     if cap_iops is not None and free_iops > cap_iops:
         off = seen[2] / cap_iops - 1
@@ -46,8 +48,9 @@ def judge(direction: str, declared: Latency, depth: int, own: tuple[float, float
     want50, want99 = declared.p50_ms + own[0], declared.p99_ms + own[1]
     off50, off99 = seen[0] / want50 - 1, seen[1] / want99 - 1
     parts = [f"p50 {seen[0]:.3f} ms against {want50:.3f} ({off50:+.0%})",
-             f"p99 {seen[1]:.3f} ms against {want99:.3f} ({off99:+.0%})"]
-    held = abs(off50) <= P50_WITHIN and abs(off99) <= P99_WITHIN
+             f"p99 {seen[1]:.3f} ms against {want99:.3f} ({off99:+.0%})" if own_tail else
+             f"p99 {seen[1]:.3f} ms not judged (the job alone ran its bucket dry: its tail was the bucket's queue)"]
+    held = abs(off50) <= P50_WITHIN and (abs(off99) <= P99_WITHIN or not own_tail)
     if depth > 1:
         # Little's law: `depth` IOs always in flight, each taking the declared mean on top of the
         # device's own mean time at that depth (depth / its IOPS).
