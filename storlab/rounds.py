@@ -16,8 +16,9 @@ MAX_ROUNDS = 100  # the experiment file's limit on repetitions (README, "Limits"
 
 
 class RaceSettings(BaseModel):
-    """What one race needs. `equivalent_within` is a fraction (0.02 for "2%"); lower_is_better is True for
-    elapsed seconds, False for a throughput."""
+    """What one race needs. `equivalent_within` is a fraction (0.02 for "2%"; None: DEFAULT_MARGIN);
+    lower_is_better is True for elapsed seconds, False for a throughput. `levels`: each cell's factor levels
+    (storlab.answer.racing.levels_of), which let the race drop a factor's level at once; None: cell by cell."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -26,6 +27,7 @@ class RaceSettings(BaseModel):
     equivalent_within: float | None = Field(None, gt=0, le=0.5)
     lower_is_better: bool = True
     alpha: float = Field(ALPHA, gt=0, lt=0.5)
+    levels: dict[str, dict[str, str]] | None = None
 
     @model_validator(mode="after")
     def _bounds(self):

@@ -96,7 +96,7 @@ def submit(exp: Experiment, store: Store) -> Submitted:
     cells = matrix.cells(exp)
     store.bind_experiment(exp.name, exp.engine, exp.source, exp.identity(), exp.repetitions, exp.factors,
                           [(c.id, c.label, c.factors) for c in cells], files=exp.sql, answer=exp.answer_settings(),
-                          race=exp.race().model_dump() if exp.race() else None)
+                          race=raced.model_dump() if (raced := plan.race_settings(exp, cells)) else None)
     seed = store.order_seed(exp.model.order_seed)
     planned = [(c.id, rep, c.host, position)
                for position, (c, rep) in enumerate(matrix.plan(cells, exp.repetitions, set(), seed))]

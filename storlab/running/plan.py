@@ -18,6 +18,7 @@ from storlab.lab import os_users, placements, templates
 from storlab.lab.placements import TMPFS
 from storlab.results.folder_store import exists
 from storlab.results.store import Store
+from storlab.rounds import RaceSettings
 from storlab.running import capacity
 
 
@@ -98,9 +99,19 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
     return lines
 
 
+def race_settings(experiment: Experiment, cells: list[matrix.Cell]) -> RaceSettings | None:
+    """The file's race with each cell's factor levels, which let it drop a factor's level at once; the store
+    keeps them, so `show` replays the same race."""
+    settings = experiment.race()
+    if settings is None:
+        return None
+    levels = racing.levels_of({c.id: {short_name(k): v for k, v in c.factors.items()} for c in cells})
+    return settings.model_copy(update={"levels": levels})
+
+
 def race_state(experiment: Experiment, cells: list[matrix.Cell], store: Store) -> racing.RaceState:
     values = racing.rounds_from([c.id for c in cells], store.runs(), store.failures(), experiment.figures[0].name)
-    return racing.race(values, experiment.race())
+    return racing.race(values, race_settings(experiment, cells))
 
 
 def stop_reason(experiment: Experiment, store: Store, started: float | None = None) -> str | None:
@@ -110,7 +121,7 @@ def stop_reason(experiment: Experiment, store: Store, started: float | None = No
     settling = experiment.settling()
     if settling is None:
         return None
-    results = analysis.load(store)
+    results = analysis.load(store, cached=True)
     if results.settled:
         return f"settled after {results.rounds} rounds: {analysis.verdicts_line(results)}"
     if settling.budget_s is not None and started is not None and time.monotonic() - started >= settling.budget_s:
@@ -123,7 +134,7 @@ def max_reason(experiment: Experiment, store: Store) -> str | None:
     """Why runs stopped where the plan ended: max reached (or the race over) before the answer settled."""
     if experiment.settling() is None:
         return None
-    results = analysis.load(store)
+    results = analysis.load(store, cached=True)
     if results.rounds >= experiment.repetitions:
         why = f"max reached: {results.rounds} rounds"
     elif results.race is not None and results.race.finished:

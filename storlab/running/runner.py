@@ -49,7 +49,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         console.print(f"cleaned up instance {left.instance_id} left by an earlier run"
                       + (f"; left {'; '.join(left.refused)}" if left.refused else ""), markup=False)
     outcome = RunOutcome(folder)
-    settings, settling = experiment.race(), experiment.settling()
+    settings, settling = plan.race_settings(experiment, cells), experiment.settling()
     with Store.open(folder) as store:
         store.bind_experiment(
             experiment.name, experiment.engine, experiment.source, experiment.identity(),
