@@ -5,6 +5,7 @@ facts (kept apart, never averaged in silently)."""
 from __future__ import annotations
 
 import math
+import weakref
 from pathlib import Path
 from typing import Any
 from collections import Counter
@@ -243,9 +244,34 @@ def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tup
     return kept_facts, notes
 
 
-def load(store: Store, io: list[Path] | None = None) -> Results:
+@dataclass(frozen=True)
+class _RunTables:
+    """What the answer reads of one run besides its row and figures: its waits, what each probe it
+    reads kept (by the probe's name), and its per-second series."""
+
+    waits: list[Wait]
+    kept: dict[str, Any]
+    series: steadiness.RunSeries
+
+
+# The probes whose tables the answer reads: those with a summary, and those it reads itself.
+_READ = tuple(p for p in PROBES
+              if p.summary or p in (waiting_tasks.PROBE, traced_waits.PROBE, file_io.PROBE, iosizes.PROBE))
+# What load(cached=True) has read of each run, per open store: a run's rows never change once recorded.
+_read_before: weakref.WeakKeyDictionary[Store, dict[int, _RunTables]] = weakref.WeakKeyDictionary()
+
+
+def _tables(store: Store, run: RunRecord) -> _RunTables:
+    return _RunTables(store.waits(run.id), {probe.name: store.kept(probe, run.id) for probe in _READ},
+                      steadiness.read(store, run))
+
+
+def load(store: Store, io: list[Path] | None = None, cached: bool = False) -> Results:
     """`io`: `storlab io` results folders to read besides the store's own and those beside its folder;
-    None: none of them (the run's own plan needs no device capability, and reads the store every round)."""
+    None: none of them (the run's own plan needs no device capability, and reads the store every round).
+    `cached`: each run's tables as an earlier cached load of this same store object read them, only the
+    runs recorded since read from the store (the stop check's, every round of a run until settled:
+    re-reading every run's tables made each check cost more than the one before)."""
     experiment = store.experiment()
     figures, note = _figures_of(experiment, store.units())
     all_runs = store.runs()
@@ -266,24 +292,29 @@ def load(store: Store, io: list[Path] | None = None) -> Results:
         machines.append((host or names, facts[kept_facts]["body"]))
     kept_ids = {r.id for r in kept}
     set_aside = [r for r in all_runs if r.id not in kept_ids]
+    read = _read_before.setdefault(store, {}) if cached else {}
+    for r in kept:
+        if r.id not in read:
+            read[r.id] = _tables(store, r)
     cells = []
     for cell in records:
         runs = [r for r in kept if r.cell_id == cell.id]
+        tables = [read[r.id] for r in runs]
         cells.append(
             CellResult(
                 cell=cell,
                 runs=runs,
                 figures=_summaries(runs),
-                waits=mean_per_run([store.waits(r.id) for r in runs]),
+                waits=mean_per_run([t.waits for t in tables]),
                 wait_source=", ".join(sorted({r.wait_source for r in runs})) or "—",
                 extras=_mean_extras(runs),
                 headline_name=figures[0].name,
-                tasks=waiting_tasks.mean_per_run([store.kept(waiting_tasks.PROBE, r.id) for r in runs]),
-                kept={probe.name: [store.kept(probe, r.id) for r in runs] for probe in PROBES if probe.summary},
-                traced=[store.kept(traced_waits.PROBE, r.id) for r in runs],
-                files=[store.kept(file_io.PROBE, r.id) for r in runs],
-                io_sizes=[store.kept(iosizes.PROBE, r.id) for r in runs],
-                series=[steadiness.read(store, r) for r in runs],
+                tasks=waiting_tasks.mean_per_run([t.kept[waiting_tasks.PROBE.name] for t in tables]),
+                kept={probe.name: [t.kept[probe.name] for t in tables] for probe in PROBES if probe.summary},
+                traced=[t.kept[traced_waits.PROBE.name] for t in tables],
+                files=[t.kept[file_io.PROBE.name] for t in tables],
+                io_sizes=[t.kept[iosizes.PROBE.name] for t in tables],
+                series=[t.series for t in tables],
             )
         )
     failures = store.failures()

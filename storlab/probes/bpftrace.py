@@ -189,6 +189,9 @@ class _Bpftrace:
         self.proc: subprocess.Popen | None = None
         self._output: IO[bytes] | None = None
         self._read_from = 0  # where the next run's output starts
+        # The output from _read_from on, as far as it has been read: each poll reads only what was
+        # written since the one before, so a long run's maps, printed over many polls, are read once.
+        self._unread = bytearray()
 
     def start(self) -> bool:
         """Attached (True), or not (`note` says why, nothing left running)."""
@@ -222,11 +225,12 @@ class _Bpftrace:
         _call(self.base, 0)
         marker = f"{_FLUSHED} {self.base}".encode()
         flushed = self._wait_for(marker, _STOP_TIMEOUT_S, "before it printed its maps", "print its maps")
-        cleared = self._wait_for(f"{_CLEARED} {self.base}".encode(), _STOP_TIMEOUT_S,
-                                 "before it cleared its maps", "clear its maps") if flushed is not None else None
+        cleared = self._wait_for(f"{_CLEARED} {self.base}".encode(), _STOP_TIMEOUT_S, "before it cleared its maps",
+                                 "clear its maps", after=len(flushed)) if flushed is not None else None
         if cleared is None:
             return None
         self._read_from += len(cleared)
+        del self._unread[:len(cleared)]
         self.busy = False
         try:
             return parse(flushed[:flushed.rfind(b"\n", 0, -1) + 1].decode(errors="replace"))  # the lines before the flush line
@@ -234,18 +238,26 @@ class _Bpftrace:
             self.note = f"bpftrace's output could not be read: {exc}"
             return None
 
-    def _wait_for(self, line: bytes, timeout_s: float, when: str, what: str) -> bytes | None:
-        """The output since the last run's, up to and with the whole line holding `line`; None (`note`
-        says why, the process killed) when bpftrace exited first or did not print it in time."""
+    def _wait_for(self, line: bytes, timeout_s: float, when: str, what: str, after: int = 0) -> bytes | None:
+        """The output since the last run's, up to and with the whole line holding `line` (found from
+        `after` on); None (`note` says why, the process killed) when bpftrace exited first or did not
+        print it in time. Each byte is read and searched once, however many polls the printing takes."""
         deadline = time.monotonic() + timeout_s
+        at, searched = -1, after
         while time.monotonic() < deadline:
-            text = read_since(self._output, self._read_from)
-            at = text.find(line)
-            end = text.find(b"\n", at) if at >= 0 else -1
-            if end >= 0:
-                return text[:end + 1]
+            self._unread += read_since(self._output, self._read_from + len(self._unread))
+            if at < 0:
+                at = self._unread.find(line, searched)
+                # Not found: the line may still start in the last len(line) - 1 bytes, cut by the read.
+                searched = max(searched, len(self._unread) - len(line) + 1) if at < 0 else at + len(line)
+            if at >= 0:
+                end = self._unread.find(b"\n", searched)
+                if end >= 0:
+                    return bytes(self._unread[:end + 1])
+                searched = len(self._unread)
             if self.proc.poll() is not None:
-                self.note = f"bpftrace exited {when} (exit {self.proc.returncode}): {_last_error(text.decode(errors='replace'))}"
+                said = _last_error(self._unread.decode(errors="replace"))
+                self.note = f"bpftrace exited {when} (exit {self.proc.returncode}): {said}"
                 self.kill()
                 return None
             time.sleep(0.005)
