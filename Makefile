@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv bpftrace xfsprogs chromium sysbench pgreplay gcc
+DEB_PACKAGES := postgresql-15 postgresql-15-pg-wait-sampling mariadb-server fio python3-venv bpftrace xfsprogs chromium sysbench pgreplay gcc libmariadb-dev
 QUICKSTART_PLACEMENTS := /var/tmp/storlab/quickstart /dev/shm
 
 .PHONY: demo test system-packages venv
@@ -25,12 +25,17 @@ test: system-packages venv
 system-packages:
 	@scripts/install-system-packages $(DEB_PACKAGES)
 
-venv: $(VENV)/.installed $(BIN)/storlab-delayfs
+venv: $(VENV)/.installed $(BIN)/storlab-delayfs $(BIN)/storlab-mariadb-replay
 
 # The layer that holds a device placement's declared latency (storlab.lab.latency), built beside the
 # venv's Python, where storlab looks for it. It speaks the kernel's FUSE protocol itself: no libfuse.
 $(BIN)/storlab-delayfs: native/storlab-delayfs.c $(VENV)/.installed
 	$(CC) -O2 -Wall -Wextra -o $@ $< -lm -lpthread
+
+# storlab's replayer of MariaDB's statement logs (storlab.workloads.mariadb_replay), on MariaDB's C
+# client library; each run copies it into its client's folder, where the client user can run it.
+$(BIN)/storlab-mariadb-replay: native/storlab-mariadb-replay.c $(VENV)/.installed
+	$(CC) -O2 -Wall -Wextra $$(mariadb_config --cflags) -o $@ $< $$(mariadb_config --libs) -lm -lpthread
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -194,13 +194,6 @@ def test_a_log_of_several_databases_asks_which_to_replay(write_experiment, lab_r
             'database = "orders"') in refused(write_experiment, lab_root, log=two)
 
 
-def test_replay_on_mariadb_is_refused_saying_why(write_experiment, lab_root):
-    said = refused(write_experiment, lab_root, engine="mariadb")
-    assert said.startswith("storlab: exp.toml:12: workload.kind: replay does not run on MariaDB: no maintained "
-                           "replayer keeps a session's timing")
-    assert "run the load on MariaDB as a custom workload (your SQL) or sysbench" in said
-
-
 def test_a_setting_that_temp_on_sets_is_refused(write_experiment, lab_root):
     said = refused(write_experiment, lab_root, keys='\n[engine_settings]\ntemp_tablespaces = "x"',
                    layout='temp_on = "ram"')
@@ -219,16 +212,13 @@ def test_the_log_and_the_setup_are_part_of_the_experiment(write_experiment, lab_
     assert experiment.load(path).identity()["sql"]["day.log"] != first["sql"]["day.log"]
 
 
-def test_capture_refuses_mariadb_and_a_file_already_there(write_experiment, lab_root):
+def test_capture_refuses_a_file_already_there(write_experiment, lab_root):
     (lab_root / "day.log").write_text("")
     body = REPLAY.format(engine="postgres", layout="", keys="").replace('kind = "replay"', 'kind = "custom"') \
         .replace('log = "day.log"', 'transaction = "setup.sql"')
     (lab_root / "setup.sql").write_text(SETUP)
     done = invoke("capture", write_experiment(body), "--out", lab_root / "day.log")
     assert done.exit_code == 2 and "day.log: already there; capture writes a new file" in done.output
-    mariadb = invoke("capture", write_experiment(body.replace('"postgres"', '"mariadb"'), "m.toml"),
-                     "--out", lab_root / "new.log")
-    assert mariadb.exit_code == 2 and "capture writes a PostgreSQL statement log for the replay kind" in mariadb.output
 
 
 @pytest.mark.device

@@ -1,6 +1,7 @@
-"""storlab capture: one cell of an experiment, its workload run once on a fresh PostgreSQL instance
-with its statements logged, written out as the statement log the replay kind reads (stderr format,
-log_line_prefix = '%m|%u|%d|%c|'). The workload's prepare (a custom kind's setup, pgbench -i ...) runs
+"""storlab capture: one cell of an experiment, its workload run once on a fresh instance with its
+statements logged, written out as the statement log the replay kind reads: on PostgreSQL a stderr log
+(log_line_prefix = '%m|%u|%d|%c|'), on MariaDB the general log written as a table, dumped as
+`mariadb --batch` dumps it (workloads/mariadb_log.py), its stamps in microseconds. The workload's prepare (a custom kind's setup, pgbench -i ...) runs
 before the log starts: the log holds the load alone, and the replay's setup must build what the
 prepare built (for a custom workload, its setup file)."""
 
@@ -17,7 +18,7 @@ from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, safe_files
 from storlab.running import cell_runs, plan, stall
-from storlab.workloads import KINDS, captured_log, replay
+from storlab.workloads import KINDS, captured_log, mariadb_log, replay
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Captured:
 
     path: Path
     cell: str  # its cell's label, "" for an experiment of one cell
-    log: captured_log.CapturedLog
+    log: captured_log.CapturedLog | mariadb_log.MariadbLog
 
 
 def pick(experiment: Experiment, cell_id: str | None) -> matrix.Cell:
@@ -46,7 +47,7 @@ def check(experiment: Experiment, out: Path) -> None:
     """Refused before anything starts: an engine without a replayer, a file already there, a folder
     it cannot be written to."""
     if experiment.engine not in KINDS["replay"].engines:
-        raise UserError(f"{experiment.path.name}: capture writes a PostgreSQL statement log for the replay kind; "
+        raise UserError(f"{experiment.path.name}: capture writes a statement log for the replay kind; "
                         f"{experiment.engine} has no replayer that keeps its timing (docs/experiment-file.md, replay)")
     if out.exists() or out.is_symlink():
         raise UserError(f"{out}: already there; capture writes a new file (remove it, or name another with --out)")
@@ -85,7 +86,7 @@ def capture(experiment: Experiment, out: Path, cell_id: str | None = None, keep:
                         f"{replay.MAX_FILE_BYTES // 2**20} MB the replay kind reads: capture a shorter load "
                         "(fewer transactions, a shorter duration)")
     try:
-        log = captured_log.read(text, False)
+        log = mariadb_log.read(text) if mariadb_log.is_mariadb(text) else captured_log.read(text, False)
     except captured_log.LogProblem as exc:
         raise UserError(f"the captured log cannot be replayed: {exc}") from None
     safe_files.write_new(out, text)

@@ -157,6 +157,11 @@ def _csv_entries(text: str) -> Iterator[Entry]:
         number = reader.line_num + 1
 
 
+def looks_like(text: str) -> bool:
+    """A PostgreSQL log by its first line: it starts with %m's time (a stderr log's, or a csvlog's)."""
+    return bool(TIME.match(text.lstrip('"')))
+
+
 def entries(text: str, is_csv: bool) -> Iterator[Entry]:
     """The log's entries in order; LogProblem at the first one pgreplay could not parse."""
     return _csv_entries(text) if is_csv else _stderr_entries(text)

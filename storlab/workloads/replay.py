@@ -1,6 +1,7 @@
-"""replay (seed 004's pre-production test): a statement log captured on a server, replayed by pgreplay
-with its captured timing, or `speed` times faster (a factor: 1, 2, 4 asks how much faster a layout can
-take the same day), on PostgreSQL.
+"""replay (seed 004's pre-production test): a statement log captured on a server, replayed with its
+captured timing, or `speed` times faster (a factor: 1, 2, 4 asks how much faster a layout can take the
+same day): by pgreplay on PostgreSQL, by storlab's own replayer on MariaDB (mariadb_replay.py, which
+reads MariaDB's general log: mariadb_log.py). What follows is PostgreSQL's.
 
 The log (`log`, a file in the experiment's folder: csvlog if its name ends in .csv, else a stderr log
 written with log_line_prefix = '%m|%u|%d|%c|'; captured_log.py says what pgreplay reads of it) is
@@ -22,9 +23,8 @@ The probes count the sessions of the log's opening (those begun in its first cap
 pgreplay opens each when the log says it connected): a session that begins later is replayed, and its
 IO is in the device timeline and the per-file IO, but not in the waits.
 
-MariaDB: no maintained replayer keeps a session's timing from MariaDB's logs (MariaDB's general log
-stamps whole seconds; Percona's query-playback reads the slow log and is no longer maintained;
-pt-upgrade compares results without timing): `replay` on MariaDB is refused when the file loads."""
+A log is read as the engine's by its first line (mariadb_log.is_mariadb): a MariaDB log on PostgreSQL,
+or the other way round, is refused when the file loads."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from pydantic import field_validator
+from pydantic import PrivateAttr, field_validator
 
 from storlab import factors, processes
 from storlab.engines.base import Engine, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
-from storlab.workloads import captured_log, rates
+from storlab.workloads import captured_log, mariadb_log, mariadb_replay, rates
 from storlab.workloads.statements import Statement
 from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import session_error
@@ -75,13 +75,6 @@ POLL_S = 0.02
 # most MOST_AT_ONCE sessions open at once (measured: 1,020 replayed, the 1,021st refused).
 SELECT_FILES = 1024
 MOST_AT_ONCE = SELECT_FILES - 4
-
-REFUSED = {
-    "mariadb": ("no maintained replayer keeps a session's timing from MariaDB's logs (its general log stamps "
-                "whole seconds; Percona's query-playback reads the slow log and is no longer maintained; "
-                "pt-upgrade compares results without timing); run the load on MariaDB as a custom workload "
-                "(your SQL) or sysbench"),
-}
 
 BEHIND = Figure("behind_s", "s", "behind s", "lower")
 LAG_MAX = Figure("lag_max_s", "s", "max lag s", "lower", shown=False)
@@ -135,7 +128,8 @@ ENGINES = {"postgres": PgreplayOn("""
     WHERE b.pid = blocker.pid AND w.application_name = %(tag)s AND b.application_name = %(tag)s
       AND w.wait_event_type = 'Lock' AND b.state = 'idle in transaction'
       AND w.query_start < clock_timestamp() - make_interval(secs => %(held_s)s)
-    LIMIT 1""")}
+    LIMIT 1"""), "mariadb": mariadb_replay.ReplayerOn()}
+LOG_OF = {"postgres": "a PostgreSQL statement log (a csvlog, or a stderr log)", "mariadb": "a MariaDB general log"}
 
 
 def program() -> str:
@@ -160,6 +154,7 @@ class ReplayParams(WorkloadParams):
     speed: float | int | list[float | int] = 1
     database: str | None = None  # the captured database whose sessions are replayed (a log of several)
     max_failed_percent: float = DEFAULT_MAX_FAILED_PERCENT
+    _engine: str | None = PrivateAttr(default=None)  # the experiment's: its logs are read as that engine's
 
     @field_validator("log", "setup", mode="before")
     @classmethod
@@ -177,6 +172,9 @@ class ReplayParams(WorkloadParams):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
             raise ValueError(f"expected a percentage from 0 to 100 (one value, not a factor), got {factors.show(v)}")
         return float(v)
+
+    def check_engine(self, engine: Engine) -> None:
+        self._engine = engine.name
 
     def sql_files(self) -> list[tuple[str, str]]:
         setup = [("setup", self.setup)] if self.setup is not None else []
@@ -382,21 +380,26 @@ class Replay(Workload):
     throughput = None
     answer_keys = frozenset()
     Params = ReplayParams
-    figures = (ELAPSED, BEHIND, ERRORS, LAG_MAX, SCHEDULE, STATEMENTS, FAILED_PERCENT, STATEMENT_AVG, STATEMENT_MAX,
+    figures = (ELAPSED, BEHIND, ERRORS, mariadb_replay.LAG_P99, LAG_MAX, mariadb_replay.LAG_P50, SCHEDULE, STATEMENTS, FAILED_PERCENT, STATEMENT_AVG, STATEMENT_MAX,
                CONNECTIONS, AT_ONCE, CALLS, rates.CLIENT_CPU, rates.SERVER_CPU, rates.CLIENT_SHARE, rates.SERVER_SHARE,
                *TEMPORARY)
     note = ("replay: pgreplay replays the captured log in its captured order across sessions (a slow statement holds "
-            "the later ones back); each run has a fresh instance built from the setup; behind s: how much later than "
+            "the later ones back), storlab's replayer each MariaDB session on its own schedule; each run has a fresh instance built from the setup; behind s: how much later than "
             "the captured schedule (divided by the speed) the replay ended; waits counted for the sessions begun in "
             "the log's first captured second")
     engines = ENGINES
 
-    def check_engine(self, engine: Engine, params: WorkloadParams) -> None:
-        if engine.name in REFUSED:
-            raise factors.KeyProblem(("workload", "kind"), f"replay does not run on {engine.title}: {REFUSED[engine.name]}")
-        super().check_engine(engine, params)
-
     def check_files(self, params: ReplayParams, files: Mapping[str, str]) -> None:
+        first = files[factors.values(params.log)[0]]
+        engine = params._engine or ("mariadb" if mariadb_log.is_mariadb(first) else "postgres")
+        for name in factors.values(params.log):
+            other = {"postgres": "mariadb", "mariadb": "postgres"}[engine]
+            if (mariadb_log.is_mariadb if other == "mariadb" else captured_log.looks_like)(files[name]):
+                raise factors.KeyProblem(("workload", "log"), f"{name} is not {LOG_OF[engine]} (it reads as "
+                                         f"{LOG_OF[other]}): replay a log captured on the experiment's engine")
+        if engine == "mariadb":
+            self._check_mariadb(params, files)
+            return
         if params.setup is not None:
             for step in setup_statements(files[params.setup], params.setup):
                 if not isinstance(step, tuple) and CLIENT_COPY.match(step.sql):
@@ -434,18 +437,58 @@ class Replay(Workload):
             if problem:
                 raise factors.KeyProblem(("workload", "log"), f"{name}: {problem}")
 
+    def _check_mariadb(self, params: ReplayParams, files: Mapping[str, str]) -> None:
+        if params.setup is not None:
+            try:
+                mariadb_replay.setup_statements(files[params.setup], params.setup)
+            except UserError as exc:
+                raise factors.KeyProblem(("workload", "setup"), str(exc)) from None
+        for name in factors.values(params.log):
+            try:
+                log = mariadb_log.read(files[name])
+                if params.database is not None and params.database not in log.databases:
+                    raise factors.KeyProblem(("workload", "database"), f"{name} has no session in database "
+                                             f"{factors.show(params.database)} (its databases: "
+                                             f"{', '.join(log.databases) or 'none named'})")
+                if params.database is not None:
+                    log = mariadb_log.read(files[name], params.database)
+            except captured_log.LogProblem as exc:
+                raise factors.KeyProblem(("workload", "log"), f"{name} {exc}") from None
+            if log.most_at_once > mariadb_replay.MOST_AT_ONCE:
+                raise factors.KeyProblem(("workload", "log"), f"{name} line {log.most_line}: {log.most_at_once:,} "
+                                         f"sessions open at once; storlab's replayer holds at most "
+                                         f"{mariadb_replay.MOST_AT_ONCE:,} (a thread and a connection each, measured "
+                                         "on this lab's machine)")
+            slowest = min(factors.values(params.speed))
+            if log.span_s / slowest > params.run_limit:
+                first, latest = log.span_lines
+                raise factors.KeyProblem(("workload", "log"), f"{name} spans {log.span_s:,.0f} s (line {first} to line "
+                                         f"{latest}): replayed at speed {slowest:g} it would run "
+                                         f"{log.span_s / slowest:,.0f} s, past the run's limit of "
+                                         f"{params.run_limit:,.0f} s (workload.run_limit_s)")
+            if params.database is None and len(log.databases) > 1:
+                raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
+                                         f"{', '.join(log.databases)}: name the one to replay with database = "
+                                         f"{factors.show(log.databases[0])}")
+
     def sessions(self, params: ReplayParams, files: Mapping[str, str] | None = None) -> int:
         if files is None:
             return 1
-        return max(captured(params, files, name).most_at_once for name in factors.values(params.log))
+        return max((mariadb_replay.read(name, files[name], params.database) if mariadb_log.is_mariadb(files[name])
+                    else captured(params, files, name)).most_at_once for name in factors.values(params.log))
 
     def prepare(self, instance: Instance, params: ReplayParams, files: dict[str, str]) -> None:
         if params.setup is None:
+            return
+        if instance.engine == "mariadb":
+            mariadb_replay.run_setup(instance, mariadb_replay.setup_statements(files[params.setup], params.setup))
             return
         with instance.connect() as conn:
             run_setup(conn, setup_statements(files[params.setup], params.setup))
 
     def load(self, instance: Instance, params: ReplayParams, files: dict[str, str]) -> Load:
+        if instance.engine == "mariadb":
+            return mariadb_replay.load(instance, params, files[params.log])
         log = captured(params, files)
         address = instance.client_address()
         replayed, _ = captured_log.for_replay(files[params.log], log.csv, address.user, address.database, params.database)

@@ -80,6 +80,7 @@ GLOBAL_STATUS = "SHOW GLOBAL STATUS WHERE Variable_name IN %s"
 # inserting sessions to a third to a half of their throughput in some loads (benchmarks/probe_overhead.py
 # --probes waiting_tasks:x10); without the join, none.
 SESSION_THREAD_IDS = "SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID IN %s"
+LIVE_SESSIONS = "SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN %s"
 WAITING_SESSIONS = """
     SELECT THREAD_ID, EVENT_ID, END_EVENT_ID, NESTING_EVENT_ID, EVENT_NAME, OBJECT_TYPE, OBJECT_NAME
     FROM performance_schema.events_waits_current
@@ -98,6 +99,16 @@ LAST_CHECKPOINT = "SHOW GLOBAL STATUS LIKE 'Innodb_lsn_last_checkpoint'"
 LOG_FILE_SIZE = "SELECT @@innodb_log_file_size"
 REDO_WRITTEN = "SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'"
 CANCEL = "KILL QUERY {session}"
+# storlab capture: the general log as a table, its stamps in microseconds (the file log stamps whole
+# seconds). The dump keeps the workload user's sessions, in the order the table holds them (logged order).
+GENERAL_LOG_ON = ("SET GLOBAL general_log = OFF", "SET GLOBAL log_output = 'TABLE'", "TRUNCATE TABLE mysql.general_log",
+                  "SET GLOBAL general_log = ON")
+GENERAL_LOG_OFF = "SET GLOBAL general_log = OFF"
+GENERAL_LOG_DUMP = """
+    SELECT DATE_FORMAT(event_time, '%%Y-%%m-%%d %%H:%%i:%%s.%%f'), thread_id, command_type,
+           CONVERT(argument USING utf8mb4)
+    FROM mysql.general_log
+    WHERE thread_id IN (SELECT thread_id FROM mysql.general_log WHERE command_type = 'Connect' AND argument LIKE %s)"""
 # What the workload prepared, written out: FOR EXPORT flushes a table's dirty pages now (waiting for
 # InnoDB's page cleaner to empty the whole buffer pool takes seconds: it works once a second).
 WORKLOAD_TABLES = ("SELECT TABLE_NAME FROM information_schema.TABLES "
@@ -291,11 +302,22 @@ class MariadbInstance:
         return self.workspace.logged_since(position, max_bytes)
 
     def log_statements(self) -> int:
-        raise UserError("capture writes a PostgreSQL statement log for the replay kind; MariaDB has no replayer "
-                        "that keeps its timing (docs/experiment-file.md, replay)")
+        """The general log on, written as a table (its stamps in microseconds), empty."""
+        with self.admin() as conn:
+            for statement in GENERAL_LOG_ON:
+                conn.execute(statement)
+        return 0
 
     def statements_logged_since(self, position: int) -> str:
-        return ""
+        """The general log off, and the workload's sessions' events dumped as the replay reads them
+        (workloads/mariadb_log.py: `mariadb --batch`'s header, fields and escapes)."""
+        from storlab.workloads.mariadb_log import HEADER, escape
+
+        with self.admin() as conn:
+            conn.execute(GENERAL_LOG_OFF)
+            rows = conn.execute(GENERAL_LOG_DUMP, (f"{WORKLOAD_USER}@%",)).fetchall()
+        return HEADER + "\n" + "".join(f"{stamp}\t{thread}\t{command}\t{escape(argument or '')}\n"
+                                        for stamp, thread, command, argument in rows)
 
     def temporary_files(self) -> dict[str, float]:
         with self.admin() as conn:
@@ -329,13 +351,21 @@ class WaitingSessions:
         self.conn: Connection | None = None
 
     def open(self, sessions: list[int]) -> None:
+        """The sessions' threads; a session that has ended since it was found (a replayed one that
+        quit) has none, and is not missed: the threads are read first, the sessions still there after."""
         self.conn = self.instance.admin()
+        self.threads = ()
+        if not sessions:
+            return
         self.threads = tuple(t for (t,) in self.conn.execute(SESSION_THREAD_IDS, (tuple(sessions),)).fetchall())
-        if len(self.threads) != len(set(sessions)):
+        alive = self.conn.execute(LIVE_SESSIONS, (tuple(sessions),)).fetchall()
+        if len(self.threads) < len(alive):
             raise RunFailed(f"performance_schema.threads lists {len(self.threads)} of the workload's "
-                            f"{len(set(sessions))} sessions: their waits cannot be read")
+                            f"{len(alive)} sessions: their waits cannot be read")
 
     def read(self) -> list[tuple[str, str]]:
+        if not self.threads:
+            return []
         threads: dict[int, list[tuple]] = {}
         for row in self.conn.execute(WAITING_SESSIONS, (self.threads,)).fetchall():
             threads.setdefault(row[0], []).append(row)
