@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
 
+from storlab.engines.mariadb.general_log import HEADER, escape
 from storlab.workloads.captured_log import OPENING_S, LogProblem
 
-HEADER = "event_time\tthread_id\tcommand_type\targument"
 TABLE_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}")
 # The file log: "YYMMDD HH:MM:SS" (a day under 10 padded with a space in some versions), the thread id
 # right-aligned, the command, a tab, the argument; a line without its time starts with two tabs.
@@ -297,10 +297,6 @@ def read(text: str, database: str | None = None) -> MariadbLog:
         statements += what == "query"
     return MariadbLog(tuple(events), statements, len(renumbered), latest[0] - first, (found[0][4], latest[4]),
                       max(1, len(opening)), max(1, most), most_line, databases, not table)
-
-
-def escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r").replace("\0", "\\0")
 
 
 REPLAYER_KINDS = {"connect": "C", "query": "Q", "use": "U", "quit": "X"}

@@ -27,10 +27,10 @@ from storlab.engines.base import Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.lab import safe_files
-from storlab.workloads import captured_log, mariadb_log, rates
+from storlab.workloads import captured_log, mariadb_log, rates, replay_figures
 from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import session_error
-from storlab.workloads.kind import ELAPSED, Figure, Measurement
+from storlab.workloads.kind import ELAPSED, Measurement
 from storlab.workloads.statements import Statement
 from storlab.workloads.tool import Ended, ToolLoad
 
@@ -45,8 +45,6 @@ OPEN_FILES = MOST_AT_ONCE + 64  # a socket per session, and the replayer's own
 OPENING_GRACE_S = 2.0
 POLL_S = 0.02
 
-LAG_P50 = Figure("lag_p50_ms", "ms", "p50 lag ms", "lower", shown=False)
-LAG_P99 = Figure("lag_p99_ms", "ms", "p99 lag ms", "lower")
 LINE = re.compile(r"^(\w+) (-?[\d.]+)$")
 SECOND = re.compile(r"^second (\d+) (\d+) ([\d.]+) ([\d.]+)$")
 ERROR = re.compile(r"^error (\d+) (\d+) (\d+) ([^\t]*)\t(.*)$")
@@ -128,7 +126,6 @@ def errors_text(errors: list[tuple[int, int, int, str, str]], log_name: str) -> 
 
 def measured(ended: Ended, params, log: mariadb_log.MariadbLog, server_cpu_s: float, started: float) -> Measurement:
     """The run's figures from the replayer's (module docstring)."""
-    from storlab.workloads import replay  # the kind's figures, declared with it (replay imports this module)
 
     if ended.code != 0:
         raise RunFailed(f"{BINARY} failed: {ended.last_words()}")
@@ -144,16 +141,16 @@ def measured(ended: Ended, params, log: mariadb_log.MariadbLog, server_cpu_s: fl
                         f"database: {errors_text(found.errors, params.log)}")
     elapsed = f["elapsed_s"]
     figures = {
-        ELAPSED.name: elapsed, replay.BEHIND.name: elapsed - f["schedule_s"], replay.SCHEDULE.name: f["schedule_s"],
-        replay.STATEMENTS.name: statements, replay.ERRORS.name: errors, replay.FAILED_PERCENT.name: failed,
-        replay.CONNECTIONS.name: f["connections"], replay.AT_ONCE.name: f["connections_max"],
-        replay.CALLS.name: statements / elapsed if elapsed > 0 else 0.0,
+        ELAPSED.name: elapsed, replay_figures.BEHIND.name: elapsed - f["schedule_s"], replay_figures.SCHEDULE.name: f["schedule_s"],
+        replay_figures.STATEMENTS.name: statements, replay_figures.ERRORS.name: errors, replay_figures.FAILED_PERCENT.name: failed,
+        replay_figures.CONNECTIONS.name: f["connections"], replay_figures.AT_ONCE.name: f["connections_max"],
+        replay_figures.CALLS.name: statements / elapsed if elapsed > 0 else 0.0,
         **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, max(1, log.most_at_once)),
     }
     if statements:
-        figures |= {replay.LAG_MAX.name: f["lag_max_ms"] / 1000, LAG_P50.name: f["lag_p50_ms"],
-                    LAG_P99.name: f["lag_p99_ms"], replay.STATEMENT_AVG.name: f["statement_avg_ms"],
-                    replay.STATEMENT_MAX.name: f["statement_max_ms"]}
+        figures |= {replay_figures.LAG_MAX.name: f["lag_max_ms"] / 1000, replay_figures.LAG_P50.name: f["lag_p50_ms"],
+                    replay_figures.LAG_P99.name: f["lag_p99_ms"], replay_figures.STATEMENT_AVG.name: f["statement_avg_ms"],
+                    replay_figures.STATEMENT_MAX.name: f["statement_max_ms"]}
     return Measurement(elapsed, figures, [], started)
 
 

@@ -45,10 +45,12 @@ from storlab.engines.base import Engine, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import captured_log, mariadb_log, mariadb_replay, rates
+from storlab.workloads.replay_figures import (AT_ONCE, BEHIND, CALLS, CONNECTIONS, ERRORS, FAILED_PERCENT, LAG_MAX, SCHEDULE,
+                                              STATEMENT_AVG, STATEMENT_MAX, STATEMENTS, LAG_P50, LAG_P99)
 from storlab.workloads.statements import Statement
 from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import session_error
-from storlab.workloads.kind import (ELAPSED, TEMPORARY, Figure, Load, Measurement, Progress, UnitOfWork, Workload,
+from storlab.workloads.kind import (ELAPSED, TEMPORARY, Load, Measurement, Progress, UnitOfWork, Workload,
                                     WorkloadParams)
 from storlab.workloads.tool import ToolLoad, Ended
 from storlab.session import Session
@@ -76,17 +78,6 @@ POLL_S = 0.02
 SELECT_FILES = 1024
 MOST_AT_ONCE = SELECT_FILES - 4
 
-BEHIND = Figure("behind_s", "s", "behind s", "lower")
-LAG_MAX = Figure("lag_max_s", "s", "max lag s", "lower", shown=False)
-SCHEDULE = Figure("schedule_s", "s", "schedule s", shown=False)
-STATEMENTS = Figure("statements", "", "statements", shown=False)
-ERRORS = Figure("errors", "", "errors")
-FAILED_PERCENT = Figure("failed_percent", "%", "failed %", shown=False)
-STATEMENT_AVG = Figure("statement_avg_ms", "ms", "avg statement ms", "lower", shown=False)
-STATEMENT_MAX = Figure("statement_max_ms", "ms", "max statement ms", "lower", shown=False)
-CONNECTIONS = Figure("connections", "", "connections", shown=False)
-AT_ONCE = Figure("connections_max", "", "most connections at once", shown=False)
-CALLS = Figure("calls_per_s", "calls/s", "calls/s", shown=False)
 
 STATISTICS = {
     "runtime": re.compile(r"^Total run time:(?: (\d+) hours)?(?: (\d+) minutes)? ([\d.]+) seconds$", re.M),
@@ -380,7 +371,7 @@ class Replay(Workload):
     throughput = None
     answer_keys = frozenset()
     Params = ReplayParams
-    figures = (ELAPSED, BEHIND, ERRORS, mariadb_replay.LAG_P99, LAG_MAX, mariadb_replay.LAG_P50, SCHEDULE, STATEMENTS, FAILED_PERCENT, STATEMENT_AVG, STATEMENT_MAX,
+    figures = (ELAPSED, BEHIND, ERRORS, LAG_P99, LAG_MAX, LAG_P50, SCHEDULE, STATEMENTS, FAILED_PERCENT, STATEMENT_AVG, STATEMENT_MAX,
                CONNECTIONS, AT_ONCE, CALLS, rates.CLIENT_CPU, rates.SERVER_CPU, rates.CLIENT_SHARE, rates.SERVER_SHARE,
                *TEMPORARY)
     note = ("replay: pgreplay replays the captured log in its captured order across sessions (a slow statement holds "

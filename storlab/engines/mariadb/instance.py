@@ -40,6 +40,7 @@ from storlab import interrupts, processes
 from storlab.engines.base import ClientAddress, Table
 from storlab.engines.mariadb.binaries import binaries, server_version
 from storlab.engines.mariadb.file_io import FileSummaryProbe
+from storlab.engines.mariadb.general_log import HEADER, escape
 from storlab.engines.mariadb.settings import conf_value
 from storlab.errors import RunFailed, UserError
 from storlab.lab import instances, os_users, owned, safe_files, server_process, templates, user_tools
@@ -310,9 +311,7 @@ class MariadbInstance:
 
     def statements_logged_since(self, position: int) -> str:
         """The general log off, and the workload's sessions' events dumped as the replay reads them
-        (workloads/mariadb_log.py: `mariadb --batch`'s header, fields and escapes)."""
-        from storlab.workloads.mariadb_log import HEADER, escape
-
+        (general_log.py: `mariadb --batch`'s header, fields and escapes)."""
         with self.admin() as conn:
             conn.execute(GENERAL_LOG_OFF)
             rows = conn.execute(GENERAL_LOG_DUMP, (f"{WORKLOAD_USER}@%",)).fetchall()
