@@ -100,7 +100,7 @@ class Results:
     # The machines the kept runs were measured on: (host, or the hosts that share its facts, or None
     # when runs name no host; its facts). One per host when the host is a factor.
     machines: list[tuple[str | None, dict]] = field(default_factory=list)
-    answer: FactorAnswer | None = None  # what each factor does (storlab.effects); None without a factor or a run
+    answer: FactorAnswer | None = None  # what each factor does (storlab.answer.effects); None without a factor or a run
     stopped: str | None = None  # why the last `storlab run` stopped (until settled), as it said
     design: screening.Designed | None = None  # a screening or a follow-up (None: the full factorial)
     io_measured: capability.Measured = field(default_factory=capability.Measured)  # `storlab io` beside the runs
@@ -352,7 +352,7 @@ def _design(results: Results) -> screening.Designed | None:
 
 def factor_answer(results: Results) -> FactorAnswer | None:
     """What each factor does to the headline figure: the kept runs read as the factorial experiment
-    they are, the rounds as blocks (storlab.effects). Until settled, at the look the last round made,
+    they are, the rounds as blocks (storlab.answer.effects). Until settled, at the look the last round made,
     so `show` says what `storlab run` decided on. Factors by their short names, as labels name them.
     A factor nested in one engine version (a list in [engine_settings.18]) is not crossed with the
     version: it is left out of the model and said so in not_estimable (the ranking compares its cells)."""

@@ -44,7 +44,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration),
 class RepetitionRange(BaseModel):
     """`repetitions = { min = 3, max = 10 }`: a race's bounds on the rounds; with `until = "settled"`
     (min 2 by default, an optional `budget = "10m"` of wall time), the rounds stop once the answer
-    is settled (storlab.effects)."""
+    is settled (storlab.answer.effects)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -64,9 +64,9 @@ class Manifest:
     server_pid: int | None = None
     server_start: int | None = None
     kept: bool = False
-    # Devices storlab made (storlab.devices): one entry per device, written before it is made.
+    # Devices storlab made (storlab.lab.devices): one entry per device, written before it is made.
     devices: list[dict] = field(default_factory=list)
-    # The control group the server runs in (storlab.cgroups), written before it is made; on cgroup v1,
+    # The control group the server runs in (storlab.lab.cgroups), written before it is made; on cgroup v1,
     # the same group in the hierarchies its IO caps and memory limit need.
     cgroup: str | None = None
     cgroup_more: list[str] = field(default_factory=list)

@@ -10,7 +10,7 @@ group holding those caps on the device under the target, as an instance's server
 says how close it came to the cap that binds it: a cap that holds is reached, never passed.
 
 With a declared latency (storlab.lab.latency), each job runs on the device alone, then through the
-delay layer holding that latency, and says whether it held (storlab.machine.held_latency)."""
+delay layer holding that latency, and says whether it held (storlab.volume.held_latency)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from storlab.results.dialects import SQLITE, Migration, PerDialect
 _ADOPTED = "('waiting_tasks', 'io_sizes', 'traced_waits', 'file_io')"
 
 # One entry per schema version; a store at version N runs MIGRATIONS[N:] to come up to date. Each is
-# written once in SQLite's words (storlab.dialects gives PostgreSQL its own), or as a PerDialect.
+# written once in SQLite's words (storlab.results.dialects gives PostgreSQL its own), or as a PerDialect.
 MIGRATIONS: list[Migration] = [
     """
     CREATE TABLE experiment (

@@ -1,5 +1,5 @@
 """`storlab clean`: stop and remove what crashed runs left behind, from the manifests each instance
-wrote before anything was created (storlab.instances): its server, its engine's shared memory, the
+wrote before anything was created (storlab.lab.instances): its server, its engine's shared memory, the
 devices it made and its directories, in that order. A manifest that cannot be read is named, never
 skipped: nothing of it is cleaned, so someone must look. What it says removed, it removed: a folder
 already gone is forgotten without a word."""

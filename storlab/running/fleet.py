@@ -1,5 +1,5 @@
 """A fleet: `storlab submit` puts an experiment's plan in a shared store, and `storlab worker` on each
-host claims runs from it (storlab.queue), runs each exactly as `storlab run` does (storlab.cell_runs:
+host claims runs from it (storlab.queue), runs each exactly as `storlab run` does (storlab.running.cell_runs:
 the same instance, devices, deadline and failures; a scan's next repetitions of the same cell claimed
 one at a time on the instance it keeps; a race queued round by round, decided as `storlab run`
 decides it) and records it with its own host's name and machine facts, while its lease lasts. A

@@ -1,6 +1,6 @@
 """Settings that let PostgreSQL start but fail every run, each with the words its failure says: a run
 failing so, with the setting among the cell's engine_settings, is that setting's doing
-(storlab.setting_failures). A pattern is searched for, ignoring case, in the error and in the server's
+(storlab.lab.setting_failures). A pattern is searched for, ignoring case, in the error and in the server's
 log (its lines without their prefix); a setting turned off (0, off) is never blamed."""
 
 SYMPTOMS: tuple[tuple[str, str], ...] = (
