@@ -590,10 +590,13 @@ def export(folder: str | None, dsn: str | None, experiment: str | None, fmt: str
     runs.json or runs.parquet, each run with its tables' rows. Parquet's columns are typed from the
     store's schema; it needs pyarrow (pip install 'storlab[parquet]')."""
     from storlab.results import export as exporter
+    from storlab.workloads import KINDS
 
     with _opened(folder, dsn, experiment, out) as store:
         _beside(store, out)
-        for path in exporter.write(store, fmt):
+        held = store.experiment()
+        kind = KINDS.get(held.kind or "") if held is not None else None
+        for path in exporter.write(store, fmt, [f.name for f in kind.figures] if kind is not None else None):
             click.echo(f"wrote {path}")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storlab.experiment import matrix
+from storlab.labels import format_value
 from storlab.probes.waits import Wait, WaitCapture
 from storlab.results.folder_store import FILENAME
 from storlab.results.runs import RunResult
@@ -25,7 +25,7 @@ VALUES = ["[/]", "$x$", "[red]", "[blue]"]
 
 def make_store(folder: Path, values=VALUES) -> Path:
     """A store as `storlab run` leaves it: one cell per value of a string factor, two runs each."""
-    cells = [(f"c{i}", f"application_name={matrix.format_value(v)}", {"engine_settings.application_name": v})
+    cells = [(f"c{i}", f"application_name={format_value(v)}", {"engine_settings.application_name": v})
              for i, v in enumerate(values)]
     with Store.open(folder) as store:
         store.bind_experiment("lit", "postgres", "src", {"k": 1}, 2, {"engine_settings.application_name": values}, cells)
@@ -48,15 +48,15 @@ def test_labels_of_different_values_always_differ():
     pairs = [("1", 1), ("True", True), ("1.0", 1.0), ("disk:7+ram:1", {"disk": 7, "ram": 1}), ("[red]", "[blue]"),
              ("a b", "a"), ("x=1 y=2", "x=1"), ("", " "), ('"a"', "a")]
     for a, b in pairs:
-        assert matrix.format_value(a) != matrix.format_value(b), (a, b)
-    assert matrix.format_value("256MB") == "256MB" and matrix.format_value({"disk": 7, "ram": 1}) == "disk:7+ram:1"
+        assert format_value(a) != format_value(b), (a, b)
+    assert format_value("256MB") == "256MB" and format_value({"disk": 7, "ram": 1}) == "disk:7+ram:1"
 
 
 def test_user_strings_are_shown_literally(tmp_path):
     folder = make_store(tmp_path / "r")
     shown = invoke("show", folder)
     assert shown.exit_code == 0, shown.output
-    labels = [f"application_name={matrix.format_value(v)}" for v in VALUES]
+    labels = [f"application_name={format_value(v)}" for v in VALUES]
     assert labels == ['application_name="[/]"', 'application_name="$x$"', 'application_name="[red]"',
                       'application_name="[blue]"']
     for label in labels:

@@ -24,6 +24,7 @@ from storlab.results.runs import RunResult
 from storlab.results.schema import MIGRATIONS
 from storlab.results.store import Store
 from storlab.running import fleet
+from storlab.labels import format_value
 from tests.commands import invoke, storlab
 from tests.experiments import random_insert
 from tests.test_report_tables import tables
@@ -39,7 +40,7 @@ def quickstart_store(folder: Path, settling: dict | None = None, stopped: str | 
     cells: dict[str, dict] = {}
     for run in data["runs"]:
         cells.setdefault(matrix.cell_id(run["factors"]), run["factors"])
-    labelled = [(cid, " ".join(f"{k.split('.', 1)[1]}={matrix.format_value(v)}" for k, v in f.items()), f)
+    labelled = [(cid, " ".join(f"{k.split('.', 1)[1]}={format_value(v)}" for k, v in f.items()), f)
                 for cid, f in cells.items()]
     with Store.open(folder) as store:
         store.bind_experiment("quickstart", "postgres", "src", {"k": 1}, 3, data["factors"], labelled,

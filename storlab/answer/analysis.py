@@ -22,8 +22,9 @@ from storlab.answer.stats import (
     summarize,
     without_verdicts,
 )
-from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in, short_name
-from storlab.experiment.matrix import format_value
+from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, nested_in
+from storlab.labels import short_name
+from storlab.labels import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
 from storlab.probes import file_io, iosizes, traced_waits, waiting_tasks

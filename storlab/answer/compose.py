@@ -15,8 +15,9 @@ from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
 from storlab.answer.stats import NOISY_CV, describe_outliers, noise_warning, repetitions_needed_paired, spread
 from storlab.experiment import design
-from storlab.experiment.swept import canonical, short_name
-from storlab.experiment.matrix import format_value
+from storlab.experiment.swept import canonical
+from storlab.labels import short_name
+from storlab.labels import format_value
 from storlab.errors import UserError
 from storlab.probes import costs, traced_waits, waiting_tasks
 from storlab.probes.kept import KeptCell

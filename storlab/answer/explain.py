@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storlab.experiment.swept import short_name
-from storlab.experiment.matrix import format_value
+from storlab.labels import short_name
+from storlab.labels import format_value
 from storlab.results.experiment_record import StoredExperiment
 from storlab.workloads import KINDS
 from storlab.workloads.kind import UnitOfWork

@@ -28,8 +28,8 @@ from scipy import stats as sps
 from storlab.answer import model
 from storlab.answer.analysis import CellResult, Results
 from storlab.answer.stats import Spread, Summary, spread
-from storlab.experiment.swept import short_name
-from storlab.experiment.matrix import format_value
+from storlab.labels import short_name
+from storlab.labels import format_value
 from storlab.rounds import ALPHA
 from storlab.workloads import rates
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from storlab.experiment.design_key import FOLLOW_UP, FULL, SCREENING, DesignKey
 from storlab.experiment.model import ExperimentModel
-from storlab.experiment.swept import MAX_CELLS, MAX_RUNS, factor_loc, nested_in, short_name
+from storlab.experiment.swept import MAX_CELLS, MAX_RUNS, factor_loc, nested_in
+from storlab.labels import short_name
 from storlab.factors import show
 
 # Exhaustive minimum-aberration searches cost (candidate generator sets) x (interactions checked) each:

@@ -25,7 +25,8 @@ from storlab.experiment.model import ALLOW_SERVER_PROGRAMS, ExperimentModel
 from storlab.experiment.on_this_host import (capped_devices_problem, data_folders_problem, image_space_problem,
                                              limits_problem, placements_problem, volume_problem)
 from storlab.experiment.sql_files import confined, read_sql
-from storlab.experiment.swept import check_excludes, check_factors, check_memory, check_reference, short_name, swept
+from storlab.experiment.swept import check_excludes, check_factors, check_memory, check_reference, swept
+from storlab.labels import short_name
 from storlab.experiment.text import MAX_DEPTH, MAX_FILE_BYTES, control_character, first_error, read_text, too_deep, where
 from storlab.factors import KeyProblem
 from storlab.lab import placements

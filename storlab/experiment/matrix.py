@@ -7,7 +7,6 @@ import itertools
 import json
 import math
 import random
-import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,10 +16,11 @@ from storlab.errors import UserError
 from storlab.experiment import design, design_key
 from storlab.experiment.file import Experiment
 from storlab.experiment.places import CAP_KEYS, UNCAPPED, VolumeKeys
-from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, canonical, excluded, nested_in, short_name
+from storlab.experiment.swept import HOST_FACTOR, VERSION_FACTOR, canonical, excluded, nested_in
 from storlab.lab.caps import IoCaps
 from storlab.lab.devices import DeviceSpec
 from storlab.lab.layout import CellLayout
+from storlab.labels import format_value, short_name
 from storlab.sizes import parse_size
 from storlab.workloads.kind import WorkloadParams
 from storlab.workloads.rates import MAX_DURATION_S
@@ -48,28 +48,6 @@ class Cell:
     @property
     def label(self) -> str:
         return " ".join(f"{short_name(k)}={format_value(v)}" for k, v in self.factors.items()) or "(single cell)"
-
-
-_PLAIN = re.compile(r"[A-Za-z0-9_./-]+")
-
-
-def format_value(value: Any) -> str:
-    """A factor value as a user reads it: a ratio {disk=7, ram=1} as 'disk:7+ram:1'. A string that could
-    be read as another value (a number, True, a ratio, text with spaces or '=') is quoted, so two
-    different values never print alike, and neither do two cells' labels."""
-    if isinstance(value, dict):
-        return "+".join(f"{k}:{format_value(v)}" for k, v in value.items())
-    if isinstance(value, str) and (not _PLAIN.fullmatch(value) or value in ("True", "False") or _number(value)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def cell_id(factors: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from storlab import engines, factors
 from storlab.experiment import places
 from storlab.experiment.model import ExperimentModel, is_version
 from storlab.factors import show
+from storlab.labels import short_name
 from storlab.sizes import format_size, parse_size
 from storlab.workloads import KINDS
 
@@ -76,10 +77,6 @@ def factor_loc(dotted: str) -> tuple[str, ...]:
     if dotted == VERSION_FACTOR:
         return ("engine_version",)
     return tuple(dotted.split(".", 2)) if nested_in(dotted) else tuple(dotted.split(".", 1))
-
-
-def short_name(dotted: str) -> str:
-    return dotted.split(".", 1)[1]
 
 
 def canonical(value: Any) -> str:

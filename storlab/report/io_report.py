@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from storlab.answer import model
-from storlab.experiment.matrix import format_value
+from storlab.labels import format_value
 from storlab.report.charts import PALETTE, plt, svg
 from storlab.sizes import format_bytes
 

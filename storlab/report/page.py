@@ -12,7 +12,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from storlab import timeline
 from storlab.answer import model
-from storlab.experiment.matrix import format_value
+from storlab.labels import format_value
 from storlab.lab import caps
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import RawSeries, plt

@@ -12,7 +12,7 @@ from pathlib import Path
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from storlab.answer import model, rate_curve
-from storlab.experiment.matrix import format_value
+from storlab.labels import format_value
 from storlab.report.charts import PALETTE, plt, svg
 
 FILE = "rate_curve.png"

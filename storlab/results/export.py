@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from storlab.errors import UserError
-from storlab.experiment.swept import short_name
-from storlab.experiment.matrix import format_value
+from storlab.labels import format_value, short_name
 from storlab.probes import registry
 from storlab.results import outputs, schema
 from storlab.results.schema import Table
 from storlab.results.store import Store
-from storlab.workloads import KINDS
 
 FORMATS = ("csv", "json", "parquet")
 RUN_ID = "run_id"
@@ -52,14 +50,15 @@ def run_tables() -> list[Table]:
     return [t for t in schema.tables(registry.PROBES).values() if t.per_run and t.name not in AS_COLUMNS]
 
 
-def gather(store: Store) -> Exported:
+def gather(store: Store, declared: list[str] | None = None) -> Exported:
+    """`declared`: the workload's figures in its kind's order (the store keeps what each run reported,
+    not the order its kind declares them in); the others follow, by name."""
     tables = schema.tables(registry.PROBES)
     held = store.experiment()
     factors = {short_name(k): v for k, v in (held.factors if held is not None else {}).items()}
     cells = {c.id: c for c in store.cells()}
     runs = store.runs()
-    kind = KINDS.get(held.kind or "") if held is not None else None
-    declared = [f.name for f in kind.figures] if kind is not None else []
+    declared = declared or []
     recorded = sorted({name for r in runs for name in r.figures})
     figures = [n for n in declared if n in recorded] + [n for n in recorded if n not in declared]
     extras = sorted({name for r in runs for name in r.wait_extras})
@@ -108,11 +107,11 @@ def names(fmt: str) -> list[str]:
     return [f"runs.{fmt}"]
 
 
-def write(store: Store, fmt: str) -> list[Path]:
+def write(store: Store, fmt: str, declared: list[str] | None = None) -> list[Path]:
     """Write the export beside the store; the files written. None is written unless every one of
     them may be (outputs.claim: a file storlab did not write is never replaced)."""
     outputs.claim(store.folder, names(fmt))
-    exported = gather(store)
+    exported = gather(store, declared)
     if fmt == "parquet":
         return [outputs.write(store.folder, "runs.parquet", parquet(exported))]
     if fmt == "json":

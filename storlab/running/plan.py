@@ -13,7 +13,7 @@ from storlab.answer import analysis, racing
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import design, design_key, matrix, places, swept
 from storlab.experiment.file import Experiment
-from storlab.experiment.swept import short_name
+from storlab.labels import short_name
 from storlab.lab import os_users, placements, templates
 from storlab.lab.placements import TMPFS
 from storlab.results.folder_store import exists

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from storlab.answer import model
 from storlab.errors import UserError
-from storlab.experiment.matrix import format_value
+from storlab.labels import format_value
 
 
 def _plain(*cells) -> list[Text]:
