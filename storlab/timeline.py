@@ -61,6 +61,9 @@ LATENCY_P95_MS = Metric("latency_p95_ms", "ms", "p95 ms", VALUE, START)
 LATENCY_P99_MS = Metric("latency_p99_ms", "ms", "p99 ms", VALUE, START)
 LATENCY = {50: LATENCY_P50_MS, 95: LATENCY_P95_MS, 99: LATENCY_P99_MS}  # by percentile
 THROUGHPUT = (ROWS_PER_S, TRANSACTIONS_PER_S)  # in the order the report prefers them
+# storlab's MariaDB replayer's one-second buckets of its statements' schedule: how late they were sent.
+REPLAY_LAG_MS = Metric("replay_lag_ms", "ms", "replay lag ms (mean)", VALUE, START)
+REPLAY_LAG_MAX_MS = Metric("replay_lag_max_ms", "ms", "replay lag ms (largest)", VALUE, START)
 
 # The device sampler: /proc/diskstats per placement's device, and the machine's CPU.
 IOPS = Metric("iops", "IO/s", "IOPS", RATE, END, member="placement")
@@ -90,7 +93,7 @@ EVENTS = (CHECKPOINT, WAL_SWITCH)
 # the second; its value 1. Not drawn: the traced checkpoint is, where traced.
 CHECKPOINT_SEEN = Metric("event:checkpoint_seen", "", "checkpoint (seen)", EVENT, AT)
 
-METRICS = (ROWS_PER_S, TRANSACTIONS_PER_S, *LATENCY.values(), IOPS, MIB_S, IO_KB, CPU_PERCENT, CAP_USE, SERVER_MEMORY,
+METRICS = (ROWS_PER_S, TRANSACTIONS_PER_S, *LATENCY.values(), REPLAY_LAG_MS, REPLAY_LAG_MAX_MS, IOPS, MIB_S, IO_KB, CPU_PERCENT, CAP_USE, SERVER_MEMORY,
            *BUCKET_CAP.values(), *CREDITS_LEFT.values(), WAIT, *EVENTS, CHECKPOINT_SEEN)
 
 

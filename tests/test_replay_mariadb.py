@@ -265,6 +265,12 @@ def test_every_statement_of_the_log_runs_once_counted_in_the_server(lab_dir):
     assert f["schedule_s"] == pytest.approx(2.002 / 4) and f["elapsed_s"] >= f["schedule_s"]
     assert f["behind_s"] == pytest.approx(f["elapsed_s"] - f["schedule_s"])
     assert 0 <= f["lag_p50_ms"] <= f["lag_p99_ms"] <= 1000 * f["lag_max_s"] * 1.01
+    # Each second of the schedule on the run's timeline: its mean and its largest lag, in milliseconds.
+    lags = {(t, metric): value for t, metric, value in measured.timeline}
+    seconds = sorted({t for t, _ in lags})
+    assert seconds and seconds == [float(s) for s in range(len(seconds))] and len(lags) == 2 * len(seconds)
+    assert all(0 <= lags[(t, "replay_lag_ms")] <= lags[(t, "replay_lag_max_ms")] for t in seconds)
+    assert max(lags[(t, "replay_lag_max_ms")] for t in seconds) == pytest.approx(1000 * f["lag_max_s"], rel=0.01)
 
 
 @pytest.mark.engine

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from storlab import timeline
 from storlab.engines.base import Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
@@ -151,7 +152,10 @@ def measured(ended: Ended, params, log: mariadb_log.MariadbLog, server_cpu_s: fl
         figures |= {replay_figures.LAG_MAX.name: f["lag_max_ms"] / 1000, replay_figures.LAG_P50.name: f["lag_p50_ms"],
                     replay_figures.LAG_P99.name: f["lag_p99_ms"], replay_figures.STATEMENT_AVG.name: f["statement_avg_ms"],
                     replay_figures.STATEMENT_MAX.name: f["statement_max_ms"]}
-    return Measurement(elapsed, figures, [], started)
+    # Each second of the schedule, with statements due in it, on the run's axis (the replay's start is its 0).
+    lags = [(float(second), metric.name, lag) for second, due, mean, most in found.seconds if due
+            for metric, lag in ((timeline.REPLAY_LAG_MS, mean), (timeline.REPLAY_LAG_MAX_MS, most))]
+    return Measurement(elapsed, figures, lags, started)
 
 
 def _copy_program(folder: ClientFolder) -> Path:
