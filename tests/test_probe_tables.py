@@ -15,7 +15,7 @@ import pytest
 
 from storlab.answer import analysis, compose
 from storlab.errors import UserError
-from storlab.probes import kept, lifecycle, pressure, registry, waiting_tasks
+from storlab.probes import kept, pressure, registry, waiting_tasks
 from storlab.probes.waits import Wait, WaitCapture, WaitingTask
 from storlab.report import page
 from storlab.results.runs import RunResult
@@ -48,9 +48,7 @@ def with_probe(monkeypatch):
     known = registry.PROBES
 
     def add(probe: kept.Probe) -> None:
-        probes = known + (probe,)
-        for module in (registry, lifecycle, analysis, compose):  # the store reads the registry's
-            monkeypatch.setattr(module, "PROBES", probes)
+        monkeypatch.setattr(registry, "PROBES", known + (probe,))  # everything reads the registry's
     return add
 
 

@@ -28,7 +28,7 @@ from storlab.labels import format_value
 from storlab.lab import quiesce
 from storlab.machine import system
 from storlab.probes import file_io, iosizes, traced_waits, waiting_tasks
-from storlab.probes.registry import PROBES
+from storlab.probes import registry
 from storlab.probes.waits import FileIO, TracedWait, Wait, WaitingTask, WaitRow, mean_per_run, top_share
 from storlab.results.experiment_record import AnswerSettings, CellRecord, StoredExperiment
 from storlab.rounds import DEFAULT_MARGIN
@@ -255,15 +255,16 @@ class _RunTables:
     series: steadiness.RunSeries
 
 
-# The probes whose tables the answer reads: those with a summary, and those it reads itself.
-_READ = tuple(p for p in PROBES
-              if p.summary or p in (waiting_tasks.PROBE, traced_waits.PROBE, file_io.PROBE, iosizes.PROBE))
+# The probes whose tables the answer reads itself, beside every probe with a part (a summary): the waits'
+# (who waits on what, traced waits, the files' IO) and the IO sizes, drawn by charts of their own.
+_READ_ITSELF = (waiting_tasks.PROBE, traced_waits.PROBE, file_io.PROBE, iosizes.PROBE)
 # What load(cached=True) has read of each run, per open store: a run's rows never change once recorded.
 _read_before: weakref.WeakKeyDictionary[Store, dict[int, _RunTables]] = weakref.WeakKeyDictionary()
 
 
 def _tables(store: Store, run: RunRecord) -> _RunTables:
-    return _RunTables(store.waits(run.id), {probe.name: store.kept(probe, run.id) for probe in _READ},
+    read = [p for p in registry.PROBES if p.summary or p in _READ_ITSELF]
+    return _RunTables(store.waits(run.id), {probe.name: store.kept(probe, run.id) for probe in read},
                       steadiness.read(store, run))
 
 
@@ -311,7 +312,7 @@ def load(store: Store, io: list[Path] | None = None, cached: bool = False) -> Re
                 extras=_mean_extras(runs),
                 headline_name=figures[0].name,
                 tasks=waiting_tasks.mean_per_run([t.kept[waiting_tasks.PROBE.name] for t in tables]),
-                kept={probe.name: [t.kept[probe.name] for t in tables] for probe in PROBES if probe.summary},
+                kept={probe.name: [t.kept[probe.name] for t in tables] for probe in registry.PROBES if probe.summary},
                 traced=[t.kept[traced_waits.PROBE.name] for t in tables],
                 files=[t.kept[file_io.PROBE.name] for t in tables],
                 io_sizes=[t.kept[iosizes.PROBE.name] for t in tables],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 from storlab import engines
 from storlab.answer import (capability, chart_order, client_cpu, concerns, drawn_runs, effects, explain, io_sizes, machines,
@@ -21,7 +20,8 @@ from storlab.labels import format_value
 from storlab.errors import UserError
 from storlab.probes import costs, traced_waits, waiting_tasks
 from storlab.probes.kept import KeptCell
-from storlab.probes.registry import PROBES
+from storlab.probes.part import Part
+from storlab.probes import registry
 from storlab.workloads import KINDS
 
 # The differences the noise line says the rounds of (a fraction of the mean).
@@ -448,12 +448,12 @@ def unavailable_line(results: Results) -> str:
     return f"{results.name or '?'}: what each factor does: unavailable: {results.no_ratios}"
 
 
-def probe_summaries(results: Results) -> dict[str, Any]:
-    """Each probe's own part of the answer, the answer's field of its name (probes/kept.py), from what it
-    kept of each measured cell's runs."""
+def probe_summaries(results: Results) -> dict[str, Part | None]:
+    """Each probe's part of the answer, the answer's key of its name (probes/kept.py), from what it kept of
+    each measured cell's runs."""
     return {probe.name: probe.summary([KeptCell(c.cell.id, c.cell.label, [r.repetition for r in c.runs],
                                                 c.kept[probe.name]) for c in results.measured])
-            for probe in PROBES if probe.summary}
+            for probe in registry.PROBES if probe.summary}
 
 
 def waits_ranked(cells: list[model.CellWaits]) -> list[str]:

@@ -1,9 +1,9 @@
 """The answer, as one typed value: what each factor does, the ranking, the noise, the settling, each
 cell's waits and IO sizes, what explains the differences, the devices' capability, the machines, and
-which run each chart over time draws. The statistics build it once (storlab.answer.compose);
-the terminal, `show --json` (its schema generated from these types), the HTML report and the exports
-only read it. A new per-cell statistic is a field of `Ranked`, its computation, and a `Column` below:
-every table of the ranking shows the columns listed here, in this order.
+which run each chart over time draws, and each probe's part under the probe's name. The statistics build
+it once (storlab.answer.compose); the terminal, `show --json` (its schema generated from these types) and
+the HTML report only read it. A new per-cell statistic is a field of `Ranked`, its computation, and a
+`Column` below: every table of the ranking shows the columns listed here, in this order.
 
 Numbers that cannot be known (an interval from too few runs) are None, never NaN."""
 
@@ -13,9 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-# The probes' parts of the answer are typed where each probe makes its part (probes/kept.Probe.summary).
-from storlab.probes.limits import Limits
-from storlab.probes.pressure import Pressure
+from pydantic import ConfigDict, SerializeAsAny
+
+# The probes' parts of the answer, each typed in its probe's part module, which imports only the ground.
+from storlab.probes.limits_part import Limits
+from storlab.probes.part import Part
+from storlab.probes.pressure_part import Pressure
 from storlab.typed import Typed
 from storlab.volume.property import Part as VolumePart
 
@@ -508,6 +511,11 @@ class Steadiness(Typed):
 
 
 class Answer(Typed):
+    # Every probe's part (probes/kept.Probe.summary) is a key of the probe's name: a field below types it in
+    # the schema; a part of a probe with no field here is held all the same, checked to be a Part.
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, SerializeAsAny[Part] | None]
+
     schema_version: int = SCHEMA_VERSION
     experiment: Experiment
     headline: Headline
@@ -532,9 +540,9 @@ class Answer(Typed):
     notes: list[str]  # what every run started from, how the workload runs, the client's CPU, the machines, the traces
     cells: list[CellWaits]
     explanations: list[Explanation]
-    # The probes' parts, each the field of its probe's name (probes/kept.Probe.summary).
-    limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
+    # The probes' parts the schema types, in the registry's order (probes/registry.py).
     pressure: Pressure | None = None  # None: no run read the kernel's counters
+    limits: Limits | None = None  # None: no cell had an IO cap or a server memory limit
     design: Design | None = None  # None: the full factorial
     steadiness: Steadiness | None = None  # None: no run has a per-second series or a checkpoint count
     swept: str | None = None  # the factor the headline chart draws along (short name): data_files, else the first numeric
@@ -552,6 +560,10 @@ class Answer(Typed):
     volumes: list[VolumePart] = []
     swept_log: bool = False  # the swept factor's values are positive and span 8x or more: drawn on a log axis (base 2)
     beside_headline: list[str] = []  # the shown figures in the headline's unit (a scan's CPU s): drawn beside it against the swept factor
+
+    def parts(self) -> dict[str, Part]:
+        """Every probe's part the answer holds, by the probe's name: the typed fields first, then the others."""
+        return {name: value for name, value in self if isinstance(value, Part)}
 
 
 # -- the ranking's columns, declared once for every table that shows it ---------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from storlab.answer.analysis import CellResult
-from storlab.probes.limits import Limits
+from storlab.probes.limits_part import Limits
 from storlab.results.experiment_record import StoredExperiment
 from storlab.volume import registry
 from storlab.volume.property import Observed, Part

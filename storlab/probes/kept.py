@@ -1,9 +1,10 @@
 """What a probe keeps of each run: its own tables in the results store, made and changed by its own
 migrations (versioned under the probe's name, apart from the store's), how a run's record is written
 there and read back, and its typed part of the answer. The store (which checks its tables before any
-read), the runner, the answer and the export find every probe in the registry (probes/registry.py) and
-never name a probe's table, so a new probe is one module and one line there (and, for a part of the
-answer, the answer's field of its name in storlab.answer.model, typed in the probe's module)."""
+read), the runner, the answer, the terminal, the report and the export find every probe in the registry
+(probes/registry.py) and never name a probe's table, so a new probe is one module and one line there:
+its part (storlab.probes.part) is held by the answer under the probe's name and shown by its own
+sentences and section of the report."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-from storlab.typed import Typed
+from storlab.probes.part import Part
 
 if TYPE_CHECKING:  # the instance's protocol names types of the probes that import this module
     from storlab.probes.target import Probed
@@ -76,9 +77,9 @@ class Probe:
     read: Callable[[Db, int], Any]  # (connection, run id) -> what the run recorded
     recorder: Callable[[RunScope], Recording | None] | None = None
     from_capture: Callable[[Any], Any] | None = None  # from the run's probes.waits.WaitCapture
-    # Its part of the answer, typed in its own module: the answer's field of the probe's name (None:
-    # nothing to say), from what it kept of each measured cell's runs.
-    summary: Callable[[list[KeptCell]], Typed | None] | None = None
+    # Its part of the answer (None: nothing to say), from what it kept of each measured cell's runs, in the
+    # experiment's order of its cells: held under the probe's name, typed in a module that imports only the ground.
+    summary: Callable[[list[KeptCell]], Part | None] | None = None
     # The points what a run recorded puts on the run's timeline (recorders.TimelinePoint, on the
     # samplers' axis), beside its own tables.
     timeline: Callable[[Any], list[Any]] | None = None

@@ -22,7 +22,7 @@ from storlab.lab import mounts
 from storlab.probes.bpftrace import Tracing
 from storlab.probes.kept import RunScope
 from storlab.probes.recorders import DeviceTimeline
-from storlab.probes.registry import PROBES
+from storlab.probes import registry
 from storlab.probes.wait_timeline import WaitTimeline
 from storlab.probes.target import Probed
 
@@ -64,7 +64,7 @@ def around_run(instance: Probed, traced: bool, tracing: Tracing = Tracing.ON) ->
         Recorder(TIMELINE, lambda run: waits_over_time.start(run.t0), waits_over_time.stop),
     ]
     scope = RunScope(instance, traced)
-    for probe in PROBES:
+    for probe in registry.PROBES:
         recording = probe.recorder(scope) if probe.recorder is not None else None
         if recording is not None:
             recorders.append(Recorder(probe.name, lambda run, r=recording: r.start(run.sessions, run.t0), recording.stop,
@@ -76,7 +76,7 @@ def kept(recorded: dict[str, Any]) -> dict[str, Any]:
     """What each probe of the registry keeps of the run: its recorder's result, or its part of the
     engine's wait capture."""
     found = {}
-    for probe in PROBES:
+    for probe in registry.PROBES:
         if probe.name in recorded:
             found[probe.name] = recorded[probe.name]
         elif probe.from_capture is not None and CAPTURE in recorded:

@@ -26,10 +26,10 @@ from storlab import timeline
 from storlab.lab import caps, credits
 from storlab.lab.cgroups import ControlGroup
 from storlab.probes.kept import Db, KeptCell, Probe, RunScope
+from storlab.probes.limits_part import BucketRow, CapRow, DryRun, Limits, MemoryRow
 from storlab.probes.recorders import DEVICE_PERIOD_S, TimelinePoint
 from storlab.sampler import Sampler
 from storlab.sizes import format_bytes
-from storlab.typed import Typed
 
 
 @dataclass
@@ -388,77 +388,6 @@ def memory_line(m: CellMemory) -> str:
     if m.oom_kills:
         line += f"; the kernel's OOM killer killed {m.oom_kills} of its processes"
     return line
-
-
-class CapRow(Typed):
-    """What a cell's IO cap on one device did, per run (the means of its runs)."""
-
-    cell: str
-    label: str
-    device: str  # the kernel's name: a directory placement's cap holds its whole disk
-    placements: list[str]
-    caps: dict[str, float]  # read_iops, write_iops, read_mb_s, write_mb_s: those set
-    max_sectors_kb: int | None  # the largest request the device was issued: an IOPS cap counts each
-    at_cap_share: float | None  # of the runs' time, the group's IO at 90 % of its tightest cap or more
-    device_written_bytes: float
-    charged_written_bytes: float  # to the instance's control group: less than the device wrote when
-    device_read_bytes: float  # writeback went around a v1 cap
-    charged_read_bytes: float
-    said: str  # all of it in words, as `show` prints it
-    io_pressure_s: float | None = None  # v2: some of the group's processes stalled on IO, a run (io.pressure)
-
-
-class MemoryRow(Typed):
-    """What a cell's server memory limit did (its control group's limit, the page cache included)."""
-
-    cell: str
-    label: str
-    limit_bytes: int
-    runs: int
-    runs_hit: int  # runs that reached the limit
-    hits_per_run: float  # v1 memory.failcnt, v2 memory.events max
-    oom_kills: int
-    peak_bytes: float | None
-    device_read_bytes: float  # what the placements' devices read, a run
-    said: str
-
-
-class DryRun(Typed):
-    """A run whose credit bucket ran dry."""
-
-    round: int
-    at_s: float  # from the run's start
-
-
-class BucketRow(Typed):
-    """What a cell's credit bucket on one device did: a cap at its burst rate while the bucket held
-    credits, at its baseline once it was empty."""
-
-    cell: str
-    label: str
-    device: str
-    placements: list[str]
-    unit: str  # "iops" or "mb_s": what it earns and pays
-    baseline: float  # a second
-    burst: float
-    size: float  # credits: IOs, or MiB
-    start: float  # credits at each run's start
-    runs: int
-    dry: list[DryRun]  # the runs it ran dry in, and when
-    dry_share: float  # of the runs' time, the baseline in force
-    spent_per_run: float  # credits
-    said: str
-
-
-class Limits(Typed):
-    """What the cells' IO caps, credit buckets and server memory limits did, and what a cap holds back on
-    the host that ran them (cgroup v1 or v2)."""
-
-    covers: list[str]
-    caps: list[CapRow]
-    memory: list[MemoryRow]
-    lines: list[str]  # all of it in words
-    buckets: list[BucketRow] = []
 
 
 def _cap_row(cell: KeptCell, d: CellCaps) -> CapRow:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storlab.probes.kept import Db, KeptCell, Probe
-from storlab.typed import Typed
+from storlab.probes.pressure_part import Pressure, PressureCell, PressureCounter
 
 PROC = Path("/proc")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -149,33 +149,6 @@ def _read(db: Db, run_id: int) -> Moved:
     return Moved(dict(db.execute("SELECT name, value FROM pressure WHERE run_id = ?", (run_id,))),
                  dict(db.execute("SELECT source, reason FROM pressure_unavailable WHERE run_id = ? ORDER BY source",
                                  (run_id,))))
-
-
-# -- its part of the answer (storlab.answer.model reads it there) ---------------------------------
-
-
-class PressureCounter(Typed):
-    """A kernel counter the pressure probe keeps (probes/pressure.COUNTERS)."""
-
-    name: str  # io_some, io_full, cpu_some, memory_some (/proc/pressure); nr_dirtied, nr_written (/proc/vmstat)
-    label: str  # its column in the report
-    unit: str  # "s" stalled, "MiB" of pages
-
-
-class PressureCell(Typed):
-    cell: str
-    label: str
-    runs: int
-    means: dict[str, float | None]  # counter name -> its mean per run; None: not every run of the cell had it
-
-
-class Pressure(Typed):
-    """The kernel's view of the runs (probes/pressure): how long tasks stalled, how much the page cache
-    dirtied and wrote back; the whole machine's, not only the server's."""
-
-    counters: list[PressureCounter]  # those some run had, in the probe's order
-    cells: list[PressureCell]
-    unavailable: dict[str, list[str]]  # a file some runs could not read as the kernel writes it -> why, each once
 
 
 def _means(runs: list[Moved], shown: list[Counter]) -> dict[str, float | None]:

@@ -13,12 +13,11 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from storlab import timeline
 from storlab.answer import model
 from storlab.labels import format_value
-from storlab.lab import caps
+from storlab.probes.part import Section
 from storlab.report import capability, io_report, rate_chart, timelines, wait_report
 from storlab.report.charts import RawSeries, plt
 from storlab.report.charts import svg as _svg
 from storlab.show.terminal import VOLUME_HEADERS, explanation_rows, volume_rows
-from storlab.sizes import format_bytes
 from storlab.results import outputs
 
 STYLE = """
@@ -229,62 +228,13 @@ def _volumes_html(answer: model.Answer) -> str:
                    "layer's mode and CPU, the caps and buckets declared (what they held: the table above)")
 
 
-def _pressure_html(pressure: model.Pressure) -> str:
-    """The kernel's counters, each cell's mean per run (— where not every run had one), and the files some
-    runs could not read, with why."""
-    rows = [[c.label] + ["—" if c.means.get(k.name) is None else f"{c.means[k.name]:,.2f}" for k in pressure.counters]
-            for c in pressure.cells]
-    unavailable = "".join(f" Unavailable in some runs: {source}: {'; '.join(why)}."
-                          for source, why in pressure.unavailable.items())
-    return _titled("The kernel's view: stalls and page-cache writes", ["cell"] + [k.label for k in pressure.counters],
-                   rows, "Mean per run, from /proc/pressure (seconds some or every task stalled) and /proc/vmstat "
-                   "(pages dirtied and written back); the whole machine's, not only the server's." + unavailable)
-
-
-def _share(fraction: float | None) -> str:
-    return "—" if fraction is None else f"{100 * fraction:.0f} %"
-
-
-def _caps(held: dict[str, float]) -> str:
-    """'write 300 IOPS, read 125 MiB/s': each cap set."""
-    return ", ".join(f"{key.split('_')[0]} {value:,g} {caps.UNITS[key.split('_', 1)[1]]}" for key, value in held.items())
-
-
-def _charged(device: float, charged: float) -> str:
-    return format_bytes(charged) + (f" ({100 * charged / device:.0f} %)" if device else "")
-
-
-def _limits_html(limits: model.Limits, order: list[str]) -> str:
-    """What each cell's limits did (cells in `order`), a table per kind of limit: its IO caps, its credit
-    buckets, its memory limit; each row a cell's runs, the means over them."""
-    def ordered(rows):
-        return sorted(rows, key=lambda r: order.index(r.cell) if r.cell in order else len(order))
-
-    parts = ["<h2>IO caps, credit buckets and the server's memory</h2>"
-             f"<p class='note'>{html.escape('; '.join(limits.covers))}</p>"]
-    if limits.caps:
-        rows = [[r.label, f"{', '.join(r.placements)} on {r.device}", _caps(r.caps), _share(r.at_cap_share),
-                 format_bytes(r.device_written_bytes), _charged(r.device_written_bytes, r.charged_written_bytes),
-                 format_bytes(r.device_read_bytes), _charged(r.device_read_bytes, r.charged_read_bytes),
-                 "—" if r.io_pressure_s is None else f"{r.io_pressure_s:,.1f}"] for r in ordered(limits.caps)]
-        parts.append(_table(["cell", "placement", "caps", "at its cap", "device wrote", "charged", "device read", "charged",
-                             "IO stall s"], rows, left=3)
-                     + "<p class='note'>a run's means: the time its IO ran at 90 % of its tightest cap or more; what the "
-                     "device served against what the instance's control group was charged (less where writeback went "
-                     "around a v1 cap); the time some of the group's processes stalled on IO (v2's io.pressure)</p>")
-    if limits.buckets:
-        rows = [[r.label, f"{', '.join(r.placements)} on {r.device}",
-                 caps.Bucket(r.unit, r.baseline, r.burst, r.size, r.start).text(), f"{len(r.dry)} of {r.runs}",
-                 ", ".join(f"round {d.round} at {d.at_s:.1f} s" for d in r.dry) or "—", _share(r.dry_share),
-                 f"{r.spent_per_run:,.0f}"] for r in ordered(limits.buckets)]
-        parts.append(_table(["cell", "placement", "bucket", "ran dry", "when", "at its baseline", "credits spent a run"],
-                            rows, left=3, words=(4,)))
-    if limits.memory:
-        rows = [[r.label, format_bytes(r.limit_bytes), f"{r.runs_hit} of {r.runs}", f"{r.hits_per_run:,.1f}",
-                 "—" if r.peak_bytes is None else format_bytes(r.peak_bytes), format_bytes(r.device_read_bytes),
-                 str(r.oom_kills)] for r in ordered(limits.memory)]
-        parts.append(_table(["cell", "memory limit", "reached", "times a run", "peak", "devices read a run", "OOM kills"],
-                            rows))
+def _part_html(section: Section) -> str:
+    """A probe's part (storlab.probes.part): its heading, what it covers, each table with its caption."""
+    parts = [f"<h2>{html.escape(section.title)}</h2>"]
+    parts += [f"<p class='note'>{html.escape(section.intro)}</p>"] if section.intro else []
+    for table in section.tables:
+        parts.append(_table(table.headers, table.rows, table.left, table.words)
+                     + (f"<p class='note'>{html.escape(table.note)}</p>" if table.note else ""))
     return "".join(parts)
 
 
@@ -444,8 +394,7 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         sections.append(_table(["device", "kernel device", "job", "IOPS", "MiB/s", "p99 ms", "flags"],
                                capability.table_rows(answer.capability), left=3))
     if answer.ranking:
-        sections += [_pressure_html(answer.pressure)] if answer.pressure else []
-        sections += [_limits_html(answer.limits, list(answer.labels))] if answer.limits else []
+        sections += [_part_html(part.section()) for part in answer.parts().values()]
         sections += [_volumes_html(answer)] if answer.volumes else []
         sections.append("<h2>Wait statistics (top 95 %)</h2>" + _waits_html(answer))
     for machine in answer.machines:

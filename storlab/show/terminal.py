@@ -113,14 +113,16 @@ def show(answer: model.Answer, console: Console, details: bool = False) -> None:
 
 
 def rest(answer: model.Answer, console: Console) -> None:
-    """Everything under the ranking, in sentences: the noise per cell and its split, the limits, what each
-    run held, the conditions and the machine, the warnings and each failed run."""
+    """Everything under the ranking, in sentences: the noise per cell and its split, what each probe's part
+    says (the limits'), the volumes, what each run held, the conditions and the machine, the warnings and
+    each failed run."""
     for line in answer.noise.cells:
         console.print(Text.assemble(("noise: ", "yellow"), line))
     if answer.noise.split is not None:
         console.print(Text.assemble(("noise split: ", "yellow"), answer.noise.split.line))
-    for line in answer.limits.lines if answer.limits else []:
-        console.print(Text(line))
+    for part in answer.parts().values():
+        for line in part.sentences():
+            console.print(Text(line))
     if answer.volumes:
         console.print(volumes_table(answer))
     for line in answer.steadiness.lines if answer.steadiness else []:
