@@ -177,8 +177,12 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
         with run_probes.recording(recorders, run_probes.RunStart(sessions, t0)) as recorded:
             measured = load.run(on_progress)
     run_probes.sessions_ended(recorders, recorded)  # once the load's sessions are closed
-    if layers:
+    if layers:  # the load's length beside them: the layer's share of a core (storlab.volume.added_latency)
+        load_s = time.monotonic() - t0
         conditions["delay_layer_cpu_s"] = {name: layer.cpu_s() - layer_cpu[name] for name, layer in layers.items()}
+        conditions["delay_layer_load_s"] = {name: load_s for name in layers}
+        conditions["delay_layer_mode"] = {name: "passthrough" if layer.passthrough else "cached"
+                                          for name, layer in layers.items()}
     if counts_temporary:  # once the load's sessions are closed: they report their temporary files as they end
         measured.figures.update({name: count - spilled.get(name, 0.0)
                                  for name, count in instance.temporary_files().items()})
