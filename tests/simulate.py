@@ -103,3 +103,13 @@ class Fits:
         main = adjusted[: len(p)]
         codes = np.where(tost < alpha, "E", np.where(main < alpha, "D", "U"))
         return codes, (adjusted[len(p):] < alpha).any(axis=0)
+
+
+def race_runs(means: Mapping[str, float], rounds: int, rng: np.random.Generator, cv: tuple[float, float] = (0.05, 0.20),
+              drift: float = 0.15) -> dict[str, dict[int, float]]:
+    """One simulated race's runs, as racing.rounds_from gives them: each cell's figure by round, its true mean
+    times the round's mood times its own noise (a CV drawn from `cv` for the whole experiment)."""
+    sigma = math.sqrt(math.log1p(rng.uniform(*cv) ** 2))
+    mood = rng.normal(0, drift, size=rounds)
+    return {cell: {r: mean * math.exp(mood[r - 1] + rng.normal(0, sigma)) for r in range(1, rounds + 1)}
+            for cell, mean in means.items()}
