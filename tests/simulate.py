@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import special
 
+from storlab import steady_state
 from storlab.answer import effects
 from storlab.rounds import DEFAULT_MARGIN
 
@@ -113,3 +114,28 @@ def race_runs(means: Mapping[str, float], rounds: int, rng: np.random.Generator,
     mood = rng.normal(0, drift, size=rounds)
     return {cell: {r: mean * math.exp(mood[r - 1] + rng.normal(0, sigma)) for r in range(1, rounds + 1)}
             for cell, mean in means.items()}
+
+
+def warmed_runs(levels: np.ndarray, warmups: np.ndarray, seconds: int, rng: np.random.Generator,
+                cv: tuple[float, float] = (0.05, 0.20), start: float = 0.5) -> np.ndarray:
+    """Per-second throughput of simulated runs (runs x sims x seconds): each run at its level (runs x sims)
+    once its warm-up (seconds, one per run) has ended, reached along a straight ramp from `start` times it
+    (a cache filling), each second spread by a CV drawn for each experiment from `cv`."""
+    t = np.arange(seconds, dtype=float)
+    ramp = np.minimum(1.0, start + (1 - start) * t[None, :] / np.maximum(warmups, 1e-9)[:, None])  # runs x seconds
+    sigma = np.sqrt(np.log1p(rng.uniform(*cv, size=levels.shape[1]) ** 2))  # one per experiment
+    noise = np.exp(rng.normal(size=(*levels.shape, seconds)) * sigma[None, :, None] - sigma[None, :, None] ** 2 / 2)
+    return levels[:, :, None] * ramp[:, None, :] * noise
+
+
+def run_figures(series: np.ndarray, cut: bool) -> np.ndarray:
+    """Each simulated run's throughput figure (runs x sims): the mean of its seconds, from the warm-up
+    MSER-5 finds in it (steady_state.warmup_to_cut, as `warmup_s = "found"` cuts it) when `cut`."""
+    if not cut:
+        return series.mean(axis=2)
+    t = np.arange(series.shape[2], dtype=float)
+    out = np.empty(series.shape[:2])
+    for index in np.ndindex(*series.shape[:2]):
+        x = series[index]
+        out[index] = x[t >= steady_state.warmup_to_cut(t, x)].mean()
+    return out

@@ -9,7 +9,8 @@ import re
 
 import numpy as np
 
-from storlab.answer import steadiness, steady
+from storlab import steady_state
+from storlab.answer import steadiness
 from storlab.probes import checkpoints
 
 SERIES = 2000
@@ -32,7 +33,7 @@ def series(rng: np.random.Generator, seconds: int, lag: float = 0.0, step: tuple
 def not_steady_rate(seconds: int, lag: float = 0.0, seed: int = 1) -> float:
     rng = np.random.default_rng(seed)
     t = np.arange(seconds, dtype=float)
-    return sum(steady.judge("tps", t, series(rng, seconds, lag), 0.0).steady is False for _ in range(SERIES)) / SERIES
+    return sum(steady_state.judge("tps", t, series(rng, seconds, lag), 0.0).steady is False for _ in range(SERIES)) / SERIES
 
 
 def test_series_without_a_change_are_rarely_judged_not_steady():
@@ -48,8 +49,8 @@ def test_seconds_alike_their_neighbours_keep_the_false_rate_near_its_level():
 def test_judging_by_snia_alone_would_call_noisy_series_not_steady():
     rng = np.random.default_rng(2)
     t = np.arange(20, dtype=float)
-    judged = [steady.judge("tps", t, series(rng, 20), 0.0) for _ in range(500)]
-    snia_fails = sum(j.range > steady.RANGE_LIMIT or abs(j.excursion) > steady.EXCURSION_LIMIT for j in judged) / 500
+    judged = [steady_state.judge("tps", t, series(rng, 20), 0.0) for _ in range(500)]
+    snia_fails = sum(j.range > steady_state.RANGE_LIMIT or abs(j.excursion) > steady_state.EXCURSION_LIMIT for j in judged) / 500
     assert snia_fails > 0.2  # what the change test saves a noisy run from (about 30 % of 20 s runs)
 
 
@@ -59,7 +60,7 @@ def test_a_step_down_mid_run_is_judged_not_steady_where_it_changed():
     found = located = 0
     for _ in range(SERIES):
         at = int(rng.integers(10, 31))
-        judged = steady.judge("tps", t, series(rng, 40, step=(at, -0.3)), 0.0)
+        judged = steady_state.judge("tps", t, series(rng, 40, step=(at, -0.3)), 0.0)
         if judged.steady is False:
             found += 1
             located += abs(judged.changed_at_s - at) <= 4 and judged.change < -0.15
@@ -70,20 +71,20 @@ def test_a_step_down_mid_run_is_judged_not_steady_where_it_changed():
 def test_the_declared_warmup_is_left_out_of_the_judgement():
     t = np.arange(30, dtype=float)
     x = np.where(t < 8, 200.0 + 100 * t, 1000.0) + np.random.default_rng(4).normal(0, 30, 30)
-    assert steady.judge("tps", t, x, 0.0).steady is False
-    assert steady.judge("tps", t, x, 8.0).steady is True
+    assert steady_state.judge("tps", t, x, 0.0).steady is False
+    assert steady_state.judge("tps", t, x, 8.0).steady is True
 
 
 def test_mser_finds_where_a_ramp_ends():
     rng = np.random.default_rng(5)
     t = np.arange(60, dtype=float)
-    ends = [steady.found_warmup(t, np.minimum(1000.0, 100 + 90 * t) * (1 + 0.05 * rng.normal(size=60))) for _ in range(200)]
+    ends = [steady_state.found_warmup(t, np.minimum(1000.0, 100 + 90 * t) * (1 + 0.05 * rng.normal(size=60))) for _ in range(200)]
     assert np.median(ends) in (10.0, 15.0)  # the ramp reaches 1000 at 10 s; MSER-5 cuts in batches of 5
     assert all(e >= 5 for e in ends)
 
 
 def test_too_short_a_series_is_not_judged():
-    judged = steady.judge("tps", np.arange(7, dtype=float), np.full(7, 1000.0), 2.0)
+    judged = steady_state.judge("tps", np.arange(7, dtype=float), np.full(7, 1000.0), 2.0)
     assert judged.steady is None and "not judged" in judged.said
 
 

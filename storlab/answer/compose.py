@@ -376,7 +376,9 @@ def _run_steadiness(run: steadiness.RunState) -> model.RunSteadiness:
         checkpoint_phases=[t / run.cycle_s for t in run.checkpoint_times_s] if run.cycle_s else [],
         checkpoint_setting=run.setting,
         checkpoint_value=run.value, checkpoint_cycle_s=run.cycle_s, checkpoint_cycle_bytes=run.cycle_bytes,
-        log_bytes=run.log_bytes)
+        log_bytes=run.log_bytes, warmup_found=run.warmup_found,
+        stopped_by=None if run.stopped is None else run.stopped["by"],
+        stopped_at_s=None if run.stopped is None else _number(run.stopped["at_s"]))
 
 
 def steadiness_answer(results: Results) -> model.Steadiness | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from storlab.answer import client_cpu, model, steady
+from storlab import steady_state
+from storlab.answer import client_cpu, model
 from storlab.answer.analysis import Results
 from storlab.answer.stats import NOISY_CV, summarize
 
@@ -41,7 +42,7 @@ def of_steadiness(steadiness: model.Steadiness, order: list[str]) -> list[model.
     unjudged = [cell for cell, r in runs if r.steady is None and r.series]
     if unjudged:
         found.append(_concern("not judged steady", list(dict.fromkeys(unjudged)), order, len(unjudged), len(runs),
-                              f"under {steady.MIN_POINTS} measured seconds"))
+                              f"under {steady_state.MIN_POINTS} measured seconds"))
     counted = {c.cell: [r.checkpoints for r in c.runs if r.checkpoints is not None] for c in steadiness.cells}
     none = [cell for cell, n in counted.items() if n and set(n) == {0}]
     if none:

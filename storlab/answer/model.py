@@ -458,7 +458,7 @@ class Concern(Typed):
 
 
 class SeriesState(Typed):
-    """One per-second series of one run, judged for a steady state (storlab.answer.steady)."""
+    """One per-second series of one run, judged for a steady state (storlab.steady_state)."""
 
     metric: str  # transactions_per_s, rows_per_s, latency_p99_ms
     points: int  # the measured seconds judged

@@ -1,5 +1,6 @@
 """What each run held: whether its per-second throughput (and p99 latency, where its kind has one)
-reached a steady state (answer/steady.py), where its warm-up really ended beside the declared one, and
+reached a steady state (steady_state.py), where its warm-up really ended beside the declared one (or
+the one found and cut, under `warmup_s = "found"`), why a run until steady ended, and
 the checkpoints inside its measured part (probes/checkpoints.py); per cell, what that does to its
 verdicts: runs not steady, or holding no checkpoint, or different numbers of them, measure another
 system than a long run does."""
@@ -11,15 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from storlab import timeline
-from storlab.answer import steady
+from storlab import steady_state
 from storlab.probes import checkpoints
 from storlab.results.runs import RunRecord
 
 THROUGHPUT = tuple(m.name for m in timeline.THROUGHPUT)  # the series judged first, in this order
-RULE = (f"steady: SNIA's criteria over the measured part cut into {steady.WINDOW} equal intervals (range of their "
-        f"means within {100 * steady.RANGE_LIMIT:.0f} % of their mean, the fitted line's excursion within "
-        f"{100 * steady.EXCURSION_LIMIT:.0f} %); not steady only when they fail and a CUSUM change test finds a change "
-        f"the noise does not explain (p < {steady.ALPHA:g}); the run's last second left out; from {steady.MIN_POINTS} "
+RULE = (f"steady: SNIA's criteria over the measured part cut into {steady_state.WINDOW} equal intervals (range of their "
+        f"means within {100 * steady_state.RANGE_LIMIT:.0f} % of their mean, the fitted line's excursion within "
+        f"{100 * steady_state.EXCURSION_LIMIT:.0f} %); not steady only when they fail and a CUSUM change test finds a change "
+        f"the noise does not explain (p < {steady_state.ALPHA:g}); the run's last second left out; from {steady_state.MIN_POINTS} "
         "measured seconds; warm-up found "
         "by MSER-5; drift: the fitted slope over the measured part with its 95 % interval")
 
@@ -34,6 +35,8 @@ class RunSeries:
     series: dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (t on the run's axis, values)
     seen: list[float]  # when the checkpoint counter moved, on the run's axis
     kept: checkpoints.Kept | None  # None: recorded before storlab counted checkpoints
+    warmup_found: bool = False  # warmup_s = "found": `warmup_s` is the warm-up found and cut after the run
+    stopped: dict | None = None  # under until = "steady": why its load ended (tool.SteadyWatch)
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class RunState:
     measured_s: float | None
     declared_warmup_s: float
     found_warmup_s: float | None
-    judged: list[steady.Judgement]
+    judged: list[steady_state.Judgement]
     steady: bool | None  # every series judged steady; None when none could be judged
     checkpoints: int | None  # inside the measured part; None: not counted for this run
     checkpoint_times_s: list[float]
@@ -51,6 +54,8 @@ class RunState:
     cycle_s: float | None
     cycle_bytes: float | None
     log_bytes: float | None  # the WAL or redo the run wrote
+    warmup_found: bool = False
+    stopped: dict | None = None
 
 
 def read(store, run: RunRecord) -> RunSeries:
@@ -65,7 +70,8 @@ def read(store, run: RunRecord) -> RunSeries:
             seen.append(t)
     series = {name: (np.array([t for t, _ in p]), np.array([v for _, v in p])) for name, p in points.items()}
     return RunSeries(run.repetition, float(run.conditions.get("warmup_s") or 0.0), run.figures.get("elapsed_s"), series, seen,
-                     store.kept(checkpoints.PROBE, run.id))
+                     store.kept(checkpoints.PROBE, run.id), bool(run.conditions.get("warmup_found")),
+                     run.conditions.get("stopped"))
 
 
 def state(run: RunSeries) -> RunState:
@@ -78,9 +84,9 @@ def state(run: RunSeries) -> RunState:
         # The last second is cut short where the load ended, and in a run of fixed work holds its sessions
         # finishing one after another: the end of a run, not a change of its steady state.
         t, x = t[:-1], x[:-1]
-        judged.append(steady.judge(name, t, x, run.warmup_s))
+        judged.append(steady_state.judge(name, t, x, run.warmup_s))
         if name == throughput:
-            found = steady.found_warmup(t, x)
+            found = steady_state.found_warmup(t, x)
     verdicts = [j.steady for j in judged if j.steady is not None]
     inside = [t for t in run.seen if t >= run.warmup_s]
     kept = run.kept
@@ -88,11 +94,18 @@ def state(run: RunSeries) -> RunState:
                     None if not verdicts else all(verdicts), None if kept is None else len(inside), inside,
                     None if kept is None else kept.setting, None if kept is None else kept.value,
                     None if kept is None else kept.cycle_s, None if kept is None else kept.cycle_bytes,
-                    None if kept is None else kept.log_bytes)
+                    None if kept is None else kept.log_bytes, run.warmup_found, run.stopped)
 
 
 def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def stopped_words(stopped: dict) -> str:
+    """Why a run until steady ended: steady at a second of its run, or its cap reached."""
+    if stopped["by"] == "steady":
+        return f"stopped steady at {_seconds(stopped['at_s'])} (its measured part within SNIA's range and excursion)"
+    return f"reached its max of {stopped['max_s']} s without a steady state"
 
 
 def checkpoint_line(runs: list[RunState]) -> str | None:
@@ -139,8 +152,12 @@ def runs_line(runs: list[RunState]) -> str:
     said = []
     for r in runs:
         words = {True: "steady", False: "not steady", None: "not judged"}[r.steady]
-        if r.found_warmup_s is not None:
+        if r.warmup_found:
+            words += f", warm-up found and cut {_seconds(r.declared_warmup_s)}"
+        elif r.found_warmup_s is not None:
             words += f", warm-up found {_seconds(r.found_warmup_s)} (declared {_seconds(r.declared_warmup_s)})"
+        if r.stopped is not None:
+            words += ", " + stopped_words(r.stopped)
         if r.checkpoints is not None:
             times = "" if not r.checkpoint_times_s else " at " + ", ".join(_seconds(t) for t in r.checkpoint_times_s)
             words += f", {r.checkpoints} checkpoint{'s' if r.checkpoints != 1 else ''}{times}"

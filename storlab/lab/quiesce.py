@@ -56,10 +56,14 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     if not conditions or not any(conditions):
         return None
     caches = sorted({c.get("page_cache", "not recorded") for c in conditions})
-    warmups = sorted({c.get("warmup_s", 0) for c in conditions})
+    declared = sorted({c.get("warmup_s", 0) for c in conditions if not c.get("warmup_found")})
+    found = [c["warmup_s"] for c in conditions if c.get("warmup_found")]
     line = "before each run: checkpoint, sync, page cache: " + " or ".join(caches)
-    if warmups != [0]:
-        line += "; the first " + " or ".join(f"{w:g}" for w in warmups) + " s of each run are warm-up, left out of its figures"
+    if declared not in ([], [0]):
+        line += "; the first " + " or ".join(f"{w:g}" for w in declared) + " s of each run are warm-up, left out of its figures"
+    if found:
+        span = f"{min(found):g}" + ("" if min(found) == max(found) else f" to {max(found):g}")
+        line += f"; the warm-up found in each run ({span} s, MSER-5) cut from its figures"
     traced = sorted({c["tracing"] for c in conditions if c.get("tracing")})
     if traced:
         line += "; traced with bpftrace: " + " or ".join(_TRACED[t] for t in traced)

@@ -261,11 +261,14 @@ def _steadiness_html(held: model.Steadiness, order: list[str]) -> str:
             if r.checkpoint_times_s:
                 checkpoints += " at " + ", ".join(f"{t:g} s" for t in r.checkpoint_times_s)
             cycle = "—" if r.checkpoint_setting is None else f"{r.checkpoint_setting} {r.checkpoint_value}"
+            ended = "—" if r.stopped_by is None else \
+                f"{'steady' if r.stopped_by == 'steady' else 'at its max'} at {_seconds(r.stopped_at_s)} s"
             rows.append([c.label, str(r.repetition), _seconds(r.measured_s), STEADY[r.steady], _changes(r),
-                         _seconds(r.found_warmup_s), _seconds(r.declared_warmup_s), checkpoints, cycle])
+                         _seconds(r.found_warmup_s), _seconds(r.declared_warmup_s) + (" (found, cut)" if r.warmup_found else ""),
+                         checkpoints, cycle, ended])
     return ("<h2>What each run held: steady state, warm-up, checkpoints</h2>"
             + _table(["cell", "round", "measured s", "steady", "changed", "warm-up found s", "declared s", "checkpoints",
-                      "cycle"], rows, words=(3, 4, 7, 8))
+                      "cycle", "ended"], rows, words=(3, 4, 6, 7, 8, 9))
             + f"<p class='note'>{html.escape(held.rule)}</p>")
 
 

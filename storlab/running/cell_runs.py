@@ -160,8 +160,8 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
             instance.restart()
     conditions = quiesce.quiesce(instance.checkpoint, instance.roots.values(), instance.group)
     conditions.update(_device_conditions(cell, instance), tracing=tracing.value)
-    if isinstance(params, Warmup) and params.warmup_s:
-        conditions["warmup_s"] = params.warmup_s
+    if isinstance(params, Warmup) and params.declared_warmup:
+        conditions["warmup_s"] = params.declared_warmup
     # Only a kind that shows the temporary files' counters asks for them: each asking is two sessions,
     # and after the load a wait for the sessions to report them.
     counts_temporary = any(f in kind.figures for f in TEMPORARY)
@@ -183,6 +183,12 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
         conditions["delay_layer_load_s"] = {name: load_s for name in layers}
         conditions["delay_layer_mode"] = {name: "passthrough" if layer.passthrough else "cached"
                                           for name, layer in layers.items()}
+    # What the load cut and why it ended, where they were decided in the run: the answer reads the
+    # measured part from them as from a declared warm-up.
+    if measured.warmup_cut_s is not None:
+        conditions.update(warmup_s=measured.warmup_cut_s, warmup_found=True)
+    if measured.stopped is not None:
+        conditions["stopped"] = measured.stopped
     if counts_temporary:  # once the load's sessions are closed: they report their temporary files as they end
         measured.figures.update({name: count - spilled.get(name, 0.0)
                                  for name, count in instance.temporary_files().items()})

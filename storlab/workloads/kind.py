@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Mapping, Protocol
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
 
 from storlab import factors
+from storlab import steady_state
 from storlab.engines.base import Engine, Instance
 from storlab.timeline import METRICS, Metric
 
@@ -59,6 +61,10 @@ class Measurement:
     figures: dict[str, float]
     timeline: list[tuple[float, str, float]] = field(default_factory=list)
     start_epoch: float = 0.0  # the load's first start, epoch seconds, to place the probes' samples
+    # Under `warmup_s = "found"`: the seconds found and cut from the figures (0: none found).
+    warmup_cut_s: float | None = None
+    # Under `until = "steady"`: why the load ended (tool.SteadyWatch.stopped), kept with the run's conditions.
+    stopped: dict[str, Any] | None = None
 
 
 Progress = Callable[[int, int], None]
@@ -111,6 +117,17 @@ class WorkloadParams(BaseModel):
     stall_after_s: float | None = None
     run_limit_s: float | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ends_by_itself(cls, data):
+        # A run until steady is a run by duration stopped early: a kind without duration_s has none to stop.
+        if isinstance(data, dict) and "duration_s" not in cls.model_fields and any(
+                isinstance(level, dict) and "until" in level for level in factors.values(data.get("duration_s"))):
+            raise factors.KeyProblem(("workload", "duration_s"), f"{factors.show(data.get('kind'))} does not run by "
+                                     'duration, so its runs cannot end once steady (until = "steady" ends a pgbench '
+                                     "run by duration)")
+        return data
+
     @field_validator("stall_after_s", mode="before")
     @classmethod
     def _stall_after(cls, v):
@@ -150,16 +167,53 @@ def _seconds(v, least: float, most: float) -> float | None:
     return float(v)
 
 
+FOUND = "found"  # warmup_s: the warm-up MSER-5 finds in each run's per-second throughput, cut after the run
+
+
+def _warmup_level(v: Any, what: str) -> float | str:
+    return v if v == FOUND else factors.seconds(MAX_WARMUP_S)(v, what)
+
+
 class Warmup(BaseModel):
     """`warmup_s`, for kinds that run many transactions: the first seconds of each run are left out of
-    its figures (caches and the WAL fill up, sessions ramp up), though they stay on its timeline."""
+    its figures (caches and the WAL fill up, sessions ramp up), though they stay on its timeline.
+    `"found"`: the warm-up MSER-5 finds in each run's per-second throughput once it has ended
+    (steady_state.py), for a kind that can recompute its figures from any second on."""
 
-    warmup_s: float | list[float] | None = None
+    warmup_s: float | str | list[float | str] | None = None
+    # Why the kind cannot cut a warm-up found after the run, said when a file asks for one; None: it can.
+    cannot_cut_found: ClassVar[str | None] = (
+        "its figures time a fixed amount of work, and a warm-up found in each run would leave each run a "
+        "different amount of it to time")
 
     @field_validator("warmup_s", mode="before")
     @classmethod
     def _warmup(cls, v):
-        return None if v is None else factors.factor(v, factors.seconds(MAX_WARMUP_S), f"a number of seconds from 0 to {MAX_WARMUP_S}")
+        return None if v is None else factors.factor(
+            v, _warmup_level, f'a number of seconds from 0 to {MAX_WARMUP_S}, or "{FOUND}"')
+
+    @model_validator(mode="after")
+    def _found_cut(self):
+        if FOUND in factors.values(self.warmup_s) and self.cannot_cut_found is not None:
+            raise factors.KeyProblem(("workload", "warmup_s"), f'"{FOUND}" cannot be cut from this kind\'s runs: '
+                                     f"{self.cannot_cut_found}; give the warm-up in seconds")
+        return self
+
+    @property
+    def declared_warmup(self) -> float:
+        """The seconds declared to be cut before a run starts (0 when none, or when found after it)."""
+        return 0.0 if self.warmup_s in (None, FOUND) else float(self.warmup_s)
+
+    @property
+    def finds_warmup(self) -> bool:
+        return self.warmup_s == FOUND
+
+
+def found_cut(timeline: list[tuple[float, str, float]], metric: Metric) -> float:
+    """The warm-up to cut from a run by `warmup_s = "found"`: MSER-5's over its per-second `metric`, as
+    the answer finds it (steady_state.warmup_to_cut)."""
+    points = sorted((t, v) for t, name, v in timeline if name == metric.name)
+    return steady_state.warmup_to_cut(np.array([t for t, _ in points]), np.array([v for _, v in points]))
 
 
 @dataclass(frozen=True)

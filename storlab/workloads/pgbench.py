@@ -18,15 +18,20 @@ per-second timeline from its per-transaction log (`--log`: its aggregate log has
 streamed (pgbench_log.py: the run's percentiles within 0.5 %, storlab's memory the same however long
 the run).
 With `warmup_s`, the run lasts warmup_s + duration_s and every figure comes from the log, of the
-transactions scheduled after the warm-up, per second of duration_s."""
+transactions scheduled after the warm-up, per second of duration_s. With `warmup_s = "found"`, the
+warm-up MSER-5 finds in the log's per-second throughput once the run has ended is cut the same way.
+Under `duration_s = { max, until = "steady" }` pgbench prints its throughput each second (-P 1), read
+while it runs (tool.SteadyWatch); once steady its sessions' statements are cancelled, it ends its
+clients and writes its logs whole, and the figures are the log's up to the moment the rule held."""
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import IO, Any, Callable, ClassVar, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
@@ -35,8 +40,9 @@ from storlab.engines.base import Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import pgbench_log, rates
-from storlab.workloads.kind import MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload
-from storlab.workloads.tool import ToolLoad, Ended, run_to_end
+from storlab.workloads.kind import (MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload,
+                                    found_cut)
+from storlab.workloads.tool import ToolLoad, Ended, SteadyWatch, run_to_end
 
 BUILTIN = ("tpcb-like", "simple-update", "select-only")
 PROTOCOLS = ("simple", "extended", "prepared")
@@ -105,6 +111,7 @@ def _files(script: str | dict[str, int]) -> list[str]:
 
 class PgbenchParams(rates.RateParams):
     kind: Literal["pgbench"]
+    cannot_cut_found: ClassVar[str | None] = None  # its log holds every transaction: any second can start the figures
     script: str | dict[str, int] | list[str | dict[str, int]] = "tpcb-like"
     scale: int | list[int] = 1
     clients: int | list[int] = 4
@@ -240,12 +247,12 @@ def _as_printed(text: str, params: PgbenchParams, log: pgbench_log.Summary) -> t
     return tps, elapsed, figures
 
 
-def _after_warmup(log: pgbench_log.Summary, params: PgbenchParams) -> dict[str, float]:
-    """The log's figures of the transactions scheduled after the warm-up: txn/s over duration_s, the
-    average latency and lag, and the counts (pgbench's report covers the whole run)."""
+def _after_warmup(log: pgbench_log.Summary, params: PgbenchParams, seconds: float) -> dict[str, float]:
+    """The log's figures of the transactions scheduled after the warm-up: txn/s over the measured
+    `seconds`, the average latency and lag, and the counts (pgbench's report covers the whole run)."""
     if not log.kept:
-        raise RunFailed(f"warmup_s = {params.warmup_s:g}: pgbench completed no transaction after it")
-    figures = {rates.TPS.name: log.kept / params.duration, rates.AVERAGE.name: log.latency_sum_ms / log.kept,
+        raise RunFailed(f"warmup_s = {params.warmup_s}: pgbench completed no transaction after it")
+    figures = {rates.TPS.name: log.kept / seconds, rates.AVERAGE.name: log.latency_sum_ms / log.kept,
                SKIPPED.name: float(log.skipped), rates.ERRORS.name: float(log.failed)}
     if params.target is not None:
         figures.update({SCHEDULE_LAG.name: log.lag_sum_ms / log.kept, SCHEDULE_LAG_MAX.name: log.lag_max_ms})
@@ -254,17 +261,87 @@ def _after_warmup(log: pgbench_log.Summary, params: PgbenchParams) -> dict[str, 
     return figures
 
 
+# What pgbench says of a client whose statement storlab cancelled to stop a run once steady.
+CANCELLED = "canceling statement due to user request"
+PROGRESS = re.compile(r"^progress: ([\d.]+) s, ([\d.]+) tps")  # -P 1: a line a second
+
+
+def _per_second(line: str) -> tuple[float, float] | None:
+    found = PROGRESS.match(line)
+    return (float(found.group(1)), float(found.group(2))) if found else None
+
+
+def _stopped_well(ended: Ended) -> bool:
+    """pgbench ended because storlab stopped it once steady: every error it printed is a cancel."""
+    return ended.stopped_at is not None and all(CANCELLED in line for line in ended.text if ERRORS.search(line))
+
+
+def _ended_at(file: IO[bytes], line_start: int) -> float:
+    file.seek(line_start)
+    fields = file.readline().split()
+    return float(fields[pgbench_log.EPOCH_S]) + float(fields[pgbench_log.EPOCH_US]) / 1e6 if fields else math.inf
+
+
+class _Before:
+    """A thread's log up to its first transaction that ended at or after `end` (epoch s), found by
+    bisection (a thread's lines are in the order its transactions ended): what a run stopped once
+    steady measured, its cancelled last transactions left out."""
+
+    def __init__(self, file: IO[bytes], end: float):
+        self.file = file
+        size = file.seek(0, 2)
+
+        def line_start(at: int) -> int:  # the first line starting at or after `at`
+            if at == 0:
+                return 0
+            file.seek(at - 1)
+            file.readline()
+            return file.tell()
+
+        low, high = 0, size
+        while low < high:
+            middle = (low + high) // 2
+            start = line_start(middle)
+            if start >= size or _ended_at(file, start) >= end:
+                high = middle
+            else:
+                low = middle + 1
+        self.size = line_start(low)
+        self.seek(0)
+
+    def read(self, n: int = -1) -> bytes:
+        left = self.size - self.at
+        data = self.file.read(left if n < 0 else min(n, left))
+        self.at += len(data)
+        return data
+
+    def seek(self, at: int) -> int:
+        self.at = self.file.seek(at)
+        return self.at
+
+
 def measured(ended: Ended, folder: ClientFolder, params: PgbenchParams, server_cpu_s: float) -> Measurement:
     """The run's figures from what pgbench printed and logged (module docstring)."""
-    if ended.code != 0:
+    early = _stopped_well(ended)
+    if ended.code != 0 and not early:
         raise failure(params.script, ended.last_words().replace(f"{folder.path}/", ""))
+    cut = params.declared_warmup
     with folder.written(LOG_PREFIX) as files:
-        log = pgbench_log.summary(files, params.warmup_s or 0.0, params.latency_limit_ms)
+        if early:
+            files = [_Before(file, ended.stopped_at) for file in files]
+        log = pgbench_log.summary(files, cut, params.latency_limit_ms)
+        if params.finds_warmup and log.span.done:
+            cut = found_cut(log.timeline, timeline.TRANSACTIONS_PER_S)
+            for file in files:
+                file.seek(0)
+            log = pgbench_log.summary(files, cut, params.latency_limit_ms) if cut else log
     if not log.span.done:
         raise RunFailed(f"pgbench completed no transaction: {ended.last_words()}")
-    if params.warmup_s:
-        figures = _after_warmup(log, params)
-        tps, elapsed = figures[rates.TPS.name], params.duration
+    if cut or early:
+        # The measured part: from the cut to where the run was stopped, or to the end of its -T.
+        elapsed = ended.stopped_at - log.begins if early else params.declared_warmup + params.duration - cut
+        figures = _after_warmup(log, params, elapsed)
+        tps = figures[rates.TPS.name]
     else:
         tps, elapsed, figures = _as_printed("\n".join(ended.text), params, log)
     figures.update({
@@ -275,7 +352,8 @@ def measured(ended: Ended, folder: ClientFolder, params: PgbenchParams, server_c
         **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, params.threads),
     })
     figures = {name: value for name, value in figures.items() if value is not None}
-    return Measurement(elapsed, figures, log.timeline, log.span.first_start)
+    return Measurement(elapsed, figures, log.timeline, log.span.first_start,
+                       warmup_cut_s=cut if params.finds_warmup else None, stopped=ended.stopped)
 
 
 def _connection(instance: Instance) -> list[str]:
@@ -340,8 +418,13 @@ class Pgbench(Workload):
     def load(self, instance: Instance, params: PgbenchParams, files: dict[str, str]) -> Load:
         tag = f"storlab-pgbench-{secrets.token_hex(6)}"
         address = instance.client_address()
-        length = (["-T", f"{(params.warmup_s or 0) + params.duration:.0f}"] if params.transactions is None
-                  else ["-t", str(params.transactions)])
+        run_s = params.declared_warmup + params.duration
+        length = ["-T", f"{run_s:.0f}"] if params.transactions is None else ["-t", str(params.transactions)]
+        # Until steady: its throughput each second (-P 1, on its output) read while it runs.
+        watch = None if params.until is None else SteadyWatch(params.until, params.declared_warmup, _per_second,
+                                                              params.finds_warmup)
+        if watch is not None:
+            length += ["-P", "1"]
         schedule = []
         if params.target is not None:
             schedule += ["--rate", f"{params.target:g}"]
@@ -355,7 +438,7 @@ class Pgbench(Workload):
                     address.database]
 
         return ToolLoad(instance, argv, {"PGAPPNAME": tag}, tag, params.clients,
-                          (params.warmup_s or 0) + params.duration if params.transactions is None else None,
-                          lambda ended, folder, cpu: measured(ended, folder, params, cpu),
-                          lambda folder: _write_scripts(params.script, files, folder),
-                          lambda said: failure(params.script, said), ERRORS, settle_s=OWN_SESSION_S)
+                        run_s if params.transactions is None else None,
+                        lambda ended, folder, cpu: measured(ended, folder, params, cpu),
+                        lambda folder: _write_scripts(params.script, files, folder),
+                        lambda said: failure(params.script, said), ERRORS, settle_s=OWN_SESSION_S, watch=watch)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pydantic import field_validator, model_validator
 
 from storlab import factors
-from storlab.workloads.kind import Figure, UnitOfWork, Warmup, WorkloadParams
+from storlab import steady_state
+from storlab.workloads.kind import FOUND, Figure, UnitOfWork, Warmup, WorkloadParams
 
 MAX = "max"  # the rate level that means closed loop: each session sends its next transaction at once
 MAX_RATE = 1_000_000  # transactions a second; more is a typing mistake on any machine storlab runs on
@@ -77,10 +79,57 @@ def under_rate(declared_rate: Any) -> bool:
     return any(target(level) is not None for level in factors.values(declared_rate))
 
 
+STEADY = "steady"
+UNTIL_KEYS = ("max", "until", "least")
+DEFAULT_LEAST_S = 30  # 6 s in each of SNIA's 5 intervals: a 5-20 % noise a second averages to 2-8 %
+
+
+@dataclass(frozen=True)
+class Until:
+    """`duration_s = { max = …, until = "steady" }`: the run ends once its measured part (after the warm-up
+    declared, or found so far), at least `least` seconds long, holds SNIA's range and excursion on its
+    per-second throughput (steady_state.snia_holds), checked each second, or at `max` (fio's `ss=` and
+    runtime for a database's throughput, its window the part the figures will keep)."""
+
+    max: int
+    least: int
+
+    @property
+    def level(self) -> dict[str, Any]:
+        return {"max": self.max, "until": STEADY, "least": self.least}
+
+
+def _whole(table: Mapping[str, Any], key: str, least: int, most: int, default: int | None = None) -> int:
+    v = table.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
+        raise ValueError(f"{key}: expected a whole number of seconds from {least} to {most}, got {factors.show(v)}")
+    return v
+
+
+def _duration_level(v: Any, what: str) -> int | dict[str, Any]:
+    """Whole seconds (both tools take their run time so), or a run until steady (Until) as a table."""
+    if not isinstance(v, dict):
+        return factors.at_most(MAX_DURATION_S)(v, what)
+    unknown = sorted(set(v) - set(UNTIL_KEYS))
+    if unknown:
+        raise ValueError(f"{factors.show(unknown[0])} is not a key of a run until steady (one of {', '.join(UNTIL_KEYS)})")
+    if v.get("until") != STEADY:
+        raise ValueError(f'until: expected "{STEADY}", got {factors.show(v.get("until"))}')
+    if "max" not in v:
+        raise ValueError("max: a run until steady needs its cap, the most seconds it may last")
+    longest = _whole(v, "max", steady_state.MIN_POINTS, MAX_DURATION_S)
+    return Until(longest, _whole(v, "least", steady_state.MIN_POINTS, longest, min(DEFAULT_LEAST_S, longest))).level
+
+
+def until(level: Any) -> Until | None:
+    """A duration_s level's run until steady; None for whole seconds."""
+    return Until(level["max"], level["least"]) if isinstance(level, dict) else None
+
+
 class RateParams(Warmup, WorkloadParams):
     """The keys of a kind driven by a load generator of the field (its own keys come beside them)."""
 
-    duration_s: int | list[int] | None = None
+    duration_s: int | dict[str, Any] | list[int | dict[str, Any]] | None = None
     rate: float | int | str | list[float | int | str] | None = None
     # How the answer reads the runs (not what is measured): the highest rate each layout sustains
     # with this percentile at most this many ms.
@@ -95,8 +144,8 @@ class RateParams(Warmup, WorkloadParams):
     def _duration(cls, v):
         if v is None:
             return v
-        # Whole seconds: both tools take their run time so.
-        return factors.factor(v, factors.at_most(MAX_DURATION_S), f"a whole number of seconds from 1 to {MAX_DURATION_S}")
+        return factors.factor(v, _duration_level, f"a whole number of seconds from 1 to {MAX_DURATION_S}, or "
+                              f'{{ max = …, until = "{STEADY}" }}')
 
     @field_validator("checkpoint_cycles", mode="before")
     @classmethod
@@ -144,14 +193,15 @@ class RateParams(Warmup, WorkloadParams):
 
     @model_validator(mode="after")
     def _whole_seconds(self):
-        if any(w is not None and w != int(w) for w in factors.values(self.warmup_s)):
+        if any(w not in (None, FOUND) and w != int(w) for w in factors.values(self.warmup_s)):
             raise factors.KeyProblem(("workload", "warmup_s"), "whole seconds for a load generator's run (it counts "
                                      "its run time so)")
         return self
 
     @model_validator(mode="after")
     def _a_transaction_at_least(self):
-        shortest = min(factors.values(self.duration_s)) if self.duration_s is not None else DEFAULT_DURATION_S
+        shortest = min(_least_s(level) for level in factors.values(self.duration_s)) if self.duration_s is not None \
+            else DEFAULT_DURATION_S
         for rate in factors.values(self.rate):
             if target(rate) is not None and target(rate) * shortest < 1:
                 raise factors.KeyProblem(("workload", "rate"), f"{rate:g} transactions a second over a {shortest:g} s "
@@ -167,13 +217,27 @@ class RateParams(Warmup, WorkloadParams):
         return self
 
     @property
+    def until(self) -> Until | None:
+        """One cell's run until steady, if its duration_s is one."""
+        return until(self.duration_s)
+
+    @property
     def duration(self) -> float:
-        """The measured seconds of a run by duration (warmup_s comes before them)."""
+        """The measured seconds of a run by duration (warmup_s comes before them); under until steady,
+        the most it may last."""
+        if self.until is not None:
+            return float(self.until.max)
         return float(self.duration_s) if self.duration_s is not None else DEFAULT_DURATION_S
 
     @property
     def target(self) -> float | None:
         return target(self.rate)
+
+
+def _least_s(level: Any) -> float:
+    """The shortest measured part a duration_s level allows."""
+    found = until(level)
+    return float(level) if found is None else float(found.least)
 
 
 def check_layout(kind: str, layout: Any) -> None:

@@ -25,7 +25,7 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, ClassVar, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
@@ -111,6 +111,9 @@ def test_script(test: str) -> Path:
 
 class SysbenchParams(rates.RateParams):
     kind: Literal["sysbench"]
+    cannot_cut_found: ClassVar[str | None] = (
+        "its percentiles come from one histogram of everything after a report checkpoint set before the run "
+        "starts, and its reports a second give no histogram to recompute them from")
     test: str | list[str] = "oltp_read_write"
     tables: int | list[int] = 4
     table_size: int | list[int] = 10_000
@@ -145,6 +148,14 @@ class SysbenchParams(rates.RateParams):
     @classmethod
     def _headline(cls, v):
         return rates.check_headline(v, Sysbench.figures)
+
+    @model_validator(mode="after")
+    def _no_early_end(self):
+        if any(rates.until(level) is not None for level in factors.values(self.duration_s)):
+            raise factors.KeyProblem(("workload", "duration_s"), f'until = "{rates.STEADY}" cannot end a sysbench run: '
+                                     "it prints its totals and histogram only when its run ends by its own clock "
+                                     "(a run stopped early has no figures); give duration_s in seconds")
+        return self
 
     @model_validator(mode="after")
     def _whole_rates(self):

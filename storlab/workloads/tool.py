@@ -9,7 +9,9 @@ as it comes, each line with the time it arrived. Its CPU time comes back with it
 to stand beside the server's. It runs where the instance's clients run (storlab.lab.clients: as the
 OS user storlab-client, never root, in the clients' control group, in a private folder), through
 storlab.processes (its own process group, killed with storlab), and is stopped, with whatever it
-started, and its folder removed on every way out: a failed run, Ctrl-C, a stalled server."""
+started, and its folder removed on every way out: a failed run, Ctrl-C, a stalled server. A run until
+steady (SteadyWatch) reads the client's per-second throughput from its output while it runs, and ends
+it once steady by cancelling its sessions' statements."""
 
 from __future__ import annotations
 
@@ -23,11 +25,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from storlab import processes
+from storlab import steady_state
 from storlab.engines.base import Instance
 from storlab.errors import RunFailed
 from storlab.lab.clients import ClientFolder, Clients
 from storlab.workloads.kind import Measurement, Progress
+from storlab.workloads.rates import Until
 
 POLL_S = 0.02  # while its sessions connect: a client connects a session in milliseconds
 # A client may open a session of its own before its load's (pgbench: the server's version and its
@@ -39,6 +45,63 @@ CONNECT_TIMEOUT_S = 60.0
 # a client that has not ended by then is stuck, and is stopped.
 GRACE_S = 120.0
 LET_GO_S = 5.0
+# A client stopped once steady has its sessions' statements cancelled until it ends: a cancel between
+# two statements misses, and under a slow rate a session may wait seconds for its next transaction.
+STOP_S = 30.0
+
+
+@dataclass
+class SteadyWatch:
+    """`until = "steady"` (rates.Until) for a client that prints its throughput each second: `per_second`
+    reads one of its lines (seconds into its run at the second's end, transactions that second; None for
+    any other line). Its measured part starts after the declared warm-up, or, when `finds` (`warmup_s =
+    "found"`), after the warm-up MSER-5 finds in what it has printed so far (as the figures will cut it
+    once it ends). From `least` measured seconds on (and one more, which the answer leaves out as the
+    run's last), each new second the measured part is held to steady_state.snia_holds: the rule the answer
+    judges the run by afterwards, before its change test. `stopped` then says why the load ended, for
+    the run's conditions, and `stopped_at` when (epoch s): the figures keep what ended before it."""
+
+    until: Until
+    warmup_s: float
+    per_second: Callable[[str], tuple[float, float] | None]
+    finds: bool = False
+    points: list[tuple[float, float]] = field(default_factory=list)  # (second's start, throughput), in order
+    read: int = 0  # the client's lines read so far
+    stopped: dict | None = None
+    stopped_at: float | None = None
+
+    def measured(self) -> np.ndarray:
+        """The throughput of the seconds its figures would keep if it ended now."""
+        t, x = np.array([p[0] for p in self.points]), np.array([p[1] for p in self.points])
+        begins = steady_state.warmup_to_cut(t, x) if self.finds else self.warmup_s
+        return x[t >= begins]
+
+    def steady(self, lines: list[tuple[float, str]]) -> bool:
+        """The rule holds at the latest second the client has printed (read from `lines`, all it printed)."""
+        fresh, self.read = lines[self.read:], len(lines)
+        at = None
+        for _, line in fresh:
+            found = self.per_second(line)
+            if found is not None:
+                at = found[0]
+                self.points.append((found[0] - 1, found[1]))
+        if at is None:
+            return False
+        measured = self.measured()
+        # One second more than least: the answer leaves out a run's last second, cut short where it ended.
+        if len(measured) <= self.until.least or not steady_state.snia_holds(measured):
+            return False
+        self.stopped_at = time.time()
+        self.stopped = {**self._said, "by": "steady", "at_s": at}
+        return True
+
+    def reached_max(self) -> None:
+        if self.stopped is None:
+            self.stopped = {**self._said, "by": "max", "at_s": self.warmup_s + self.until.max}
+
+    @property
+    def _said(self) -> dict:
+        return {"least_s": self.until.least, "max_s": self.until.max}
 
 
 @dataclass
@@ -51,6 +114,8 @@ class Ended:
     cpu_s: float
     wall_s: float
     errors: re.Pattern | None = None  # the lines that say what went wrong, in the client's own words
+    stopped_at: float | None = None  # when storlab stopped it once steady (epoch s); None: it ended by itself
+    stopped: dict | None = None  # under until steady, why its load ended (SteadyWatch.stopped)
 
     @property
     def text(self) -> list[str]:
@@ -128,14 +193,27 @@ class Client:
                                 f"{CONNECT_TIMEOUT_S:g} s")
             time.sleep(POLL_S)
 
-    def wait(self, run_s: float | None, on_progress: Progress | None = None, grace_s: float | None = GRACE_S) -> Ended:
+    def wait(self, run_s: float | None, on_progress: Progress | None = None, grace_s: float | None = GRACE_S,
+             watch: SteadyWatch | None = None, stop: Callable[[], None] | None = None) -> Ended:
         """Its end; `run_s`: how long it was told to run (None: until its transactions are done), past
-        which (and `grace_s`; None: never) it is stopped and the run fails."""
+        which (and `grace_s`; None: never) it is stopped and the run fails. With `watch`, once steady
+        `stop` is called until it ends (STOP_S at most, then the run fails)."""
         total = max(1, round(run_s)) if run_s else 1
         while True:
             ended = self._reap()
             if ended is not None:
+                if watch is not None:
+                    watch.reached_max()
+                    ended.stopped_at, ended.stopped = watch.stopped_at, watch.stopped
                 return ended
+            if watch is not None and (watch.stopped_at is not None or watch.steady(self.lines)):
+                if time.time() - watch.stopped_at > STOP_S:
+                    self.stop()
+                    raise RunFailed(f"{Path(self.argv[0]).name} did not end within {STOP_S:g} s of being stopped "
+                                    "once steady (its sessions' statements cancelled)")
+                stop()
+                time.sleep(POLL_S)
+                continue
             elapsed = time.time() - self.started
             if run_s is not None and grace_s is not None and elapsed > run_s + grace_s:
                 self.stop()
@@ -169,8 +247,10 @@ class ToolLoad:
                  sessions: int, run_s: float | None, measure: Callable[[Ended, ClientFolder, float], Measurement],
                  prepare_folder: Callable[[ClientFolder], None] | None = None,
                  failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None,
-                 grace_s: float | None = GRACE_S, open_files: int | None = None, settle_s: float = 0.0):
+                 grace_s: float | None = GRACE_S, open_files: int | None = None, settle_s: float = 0.0,
+                 watch: SteadyWatch | None = None):
         self.instance = instance
+        self.watch = watch
         self.settle_s = settle_s
         self.open_files = open_files
         self.argv = argv
@@ -205,10 +285,17 @@ class ToolLoad:
         self.client.start()
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
-        ended = self.client.wait(self.run_s, on_progress, self.grace_s)
+        ended = self.client.wait(self.run_s, on_progress, self.grace_s, self.watch, self._stop_sessions)
         self._let_go()
         server_cpu_s = self.instance.cpu_s() - self.server_cpu_before
         return self.measure(ended, self.folder, server_cpu_s)
+
+    def _stop_sessions(self) -> None:
+        """The client's sessions' statements cancelled: a client whose sessions fail ends (pgbench
+        aborts them, writes its logs whole and prints its report)."""
+        sessions = self.instance.client_sessions(self.tag)
+        if sessions:
+            self.instance.cancel(sessions)
 
     def _let_go(self) -> None:
         """Until the server has ended the client's sessions (a PostgreSQL backend's CPU counts in its

@@ -21,7 +21,10 @@ The rule (docs/statistics.md, "Steady state"):
   mean of what is left, looked for in the first half.
 - The drift: the least-squares slope over the measured part, as the change it makes over
   the measured part in % of its mean, with a 95 % interval.
-tests/test_steady.py measures the rule's error rates on simulated series."""
+tests/test_steady.py measures the rule's error rates on simulated series.
+
+While a run by `until = "steady"` runs, the per-second throughput its figures would keep is held to
+SNIA's two criteria alone (snia_holds), and `warmup_s = "found"` cuts the warm-up found as above (warmup_to_cut)."""
 
 from __future__ import annotations
 
@@ -108,6 +111,26 @@ def _slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, math.sqrt(float((left ** 2).sum()) / (len(x) - 2) / sxx) if len(x) > 2 else math.nan
 
 
+def snia(values: np.ndarray) -> tuple[float, float]:
+    """SNIA's range and excursion of a series cut into WINDOW equal intervals, as fractions of their mean
+    (a positive mean: the callers judge nothing else)."""
+    blocks = np.array([b.mean() for b in np.array_split(values, WINDOW)])
+    window_mean = float(blocks.mean())
+    return (float(blocks.max() - blocks.min()) / window_mean,
+            _slope(np.arange(WINDOW, dtype=float), blocks)[0] * (WINDOW - 1) / window_mean)
+
+
+def snia_holds(values: np.ndarray) -> bool:
+    """The rule a run by `until = "steady"` stops on, over the per-second throughput its figures would keep:
+    SNIA's range and excursion (the slope over it) within their limits. SNIA's criteria alone, without the
+    change test that spares a noisy run in `judge`: a series too noisy to hold them is no evidence of a
+    steady state, and the run goes on (to its max)."""
+    if len(values) < MIN_POINTS or float(values.mean()) <= 0:
+        return False
+    spread, excursion = snia(values)
+    return spread <= RANGE_LIMIT and abs(excursion) <= EXCURSION_LIMIT
+
+
 @functools.cache
 def _t(points: int) -> float:
     return float(stats.t.ppf(0.975, points - 2))
@@ -125,21 +148,18 @@ def judge(metric: str, times: np.ndarray, values: np.ndarray, warmup_s: float) -
     if mean <= 0:
         return Judgement(metric, n, None, None, None, None, None, None, None, None, None,
                          "not judged: its mean is 0")
-    blocks = np.array([b.mean() for b in np.array_split(x, WINDOW)])
-    window_mean = float(blocks.mean())
-    spread = float(blocks.max() - blocks.min()) / window_mean
-    excursion = _slope(np.arange(WINDOW, dtype=float), blocks)[0] * (WINDOW - 1) / window_mean
+    spread, excursion = snia(x)
     p, at = cusum(x)
     change = float(x[at:].mean() / x[:at].mean() - 1) if 0 < at < n and x[:at].mean() > 0 else None
     span = float(t[-1] - t[0]) if n > 1 else 0.0
     slope, error = _slope(t, x)
     drift = slope * span / mean
     half = _t(n) * error * span / mean
-    snia = spread <= RANGE_LIMIT and abs(excursion) <= EXCURSION_LIMIT
+    held = spread <= RANGE_LIMIT and abs(excursion) <= EXCURSION_LIMIT
     changed = p < ALPHA
-    steady = snia or not changed
+    steady = held or not changed
     at_s = float(t[at]) if changed and at < n else None
-    if snia:
+    if held:
         said = f"steady: range {100 * spread:.0f} %, excursion {100 * excursion:+.0f} % (SNIA: within 20 %, 10 %)"
     elif not changed:
         said = (f"steady within its noise: range {100 * spread:.0f} %, excursion {100 * excursion:+.0f} % beyond SNIA's "
@@ -158,3 +178,10 @@ def found_warmup(times: np.ndarray, values: np.ndarray) -> float | None:
     if len(values) < 2:
         return None
     return float(times[mser(values)])
+
+
+def warmup_to_cut(times: np.ndarray, values: np.ndarray) -> float:
+    """The warm-up `warmup_s = "found"` cuts from a run's whole per-second throughput: MSER-5's, found
+    as the answer finds it (answer/steadiness.py: the last second, cut short where the load ended, left
+    out), so the seconds cut are the seconds the answer says were found; 0 when too short to find one."""
+    return found_warmup(times[:-1], values[:-1]) or 0.0
