@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 
-from storlab import engines
+from storlab import engines, steady_state
 from storlab.answer import (capability, chart_order, client_cpu, concerns, drawn_runs, effects, explain, io_sizes, machines,
-                            model, noise_split, rate_curve, screening, steadiness, steady, volumes)
+                            model, noise_split, rate_curve, screening, steadiness, volumes)
 from storlab.answer.analysis import CellResult, Results, verdicts_line
 from storlab.answer.effects import FactorAnswer, LevelEffect
 from storlab.answer.traced import traced
@@ -400,7 +400,7 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
     if short:
         most = max(short)
         lines.append(f"not judged in runs of at most {most} measured second{'s' if most != 1 else ''}: below "
-                     f"{steady.MIN_POINTS} the change test calls too many runs without a change not steady")
+                     f"{steady_state.MIN_POINTS} the change test calls too many runs without a change not steady")
     judged = [r for c in cells for r in c.runs if r.steady is not None]
     if judged:
         lines.insert(0, f"{sum(r.steady for r in judged)} of {len(judged)} runs judged steady (SNIA's range 20 % and "
