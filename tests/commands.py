@@ -1,6 +1,7 @@
 """The two ways a test runs storlab's command line (pyperf's check_command): `storlab` as a user runs it,
 a child process with its own exit code, signals and output (`start` left running, `together` several
-side by side); `invoke` in this process, through click. Every test that runs the command line goes
+side by side); `invoke` in this process, through click; and `run_here`, `storlab run` in this process
+for a test that registers a toy a child would not have. Every test that runs the command line goes
 through here."""
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner, Result
+from rich.console import Console
 
 from storlab.cli import main
+from storlab.experiment import file as experiment
+from storlab.lab import instances
+from storlab.probes import bpftrace
+from storlab.running import runner
 
 COMMAND = [sys.executable, "-m", "storlab"]
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -59,3 +65,14 @@ def together(*commands: tuple, timeout: float = 900, **popen) -> list[subprocess
 def invoke(*args) -> Result:
     """`storlab ARGS…` in this process: quicker, for commands that start no server."""
     return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def run_here(path: Path, folder: Path, tracing: bpftrace.Tracing = bpftrace.Tracing.OFF) -> runner.RunOutcome:
+    """`storlab run PATH --out FOLDER` in this process, untraced unless asked. Its servers and traces end
+    in the background, as they do when storlab exits; they are waited for here, so the next test in this
+    process finds none of them among its children."""
+    try:
+        return runner.run(experiment.load(path), folder, keep=False, console=Console(quiet=True), tracing=tracing)
+    finally:
+        instances.wait_ended()
+        bpftrace.wait_ended()

@@ -15,15 +15,12 @@ from pathlib import Path
 import jsonschema
 import pydantic
 import pytest
-from rich.console import Console
 
 from storlab.answer import model
-from storlab.experiment import file as experiment
 from storlab.lab import caps
 from storlab.probes import kept, limits_part, registry
 from storlab.probes.part import Part, PartTable, Section
-from storlab.running import runner
-from tests.commands import invoke
+from tests.commands import invoke, run_here
 from tests.experiments import random_insert
 from tests.test_report_tables import tables
 
@@ -88,7 +85,7 @@ def test_the_toys_part_is_in_show_json_details_and_the_report_of_a_real_run(toy,
     path = write_experiment(random_insert("parts", repetitions="1", disk=str(lab_dir), data_files="[1, 2]", rows="100",
                                           connections=3))
     folder = tmp_path / "r"
-    assert runner.run(experiment.load(path), folder, keep=False, console=Console(quiet=True)) is not None
+    assert run_here(path, folder) is not None
     answer = json.loads(invoke("show", folder, "--json").stdout)
     part = answer["toy_sessions"]
     assert part["sessions"] == {cell: 3 for cell in answer["labels"]}  # three connections, each watched

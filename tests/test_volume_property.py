@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import pytest
-from rich.console import Console
 
 from storlab import factors
 from storlab.answer import analysis
@@ -17,10 +16,9 @@ from storlab.experiment import file as experiment
 from storlab.experiment.schema import experiment_schema
 from storlab.factors import KeyProblem
 from storlab.results.store import Store
-from storlab.running import runner
 from storlab.volume import registry
 from storlab.volume.property import Calibrated, Job, Key, Observed, Part, Property
-from tests.commands import invoke
+from tests.commands import invoke, run_here
 from tests.experiments import random_insert
 
 
@@ -108,7 +106,7 @@ def test_storlab_io_takes_the_toys_option_runs_its_job_and_says_its_verdict(toy,
 def test_the_toys_part_is_in_the_answer_of_a_real_run(toy, write_experiment, lab_dir, tmp_path):
     path = write_experiment(_toy_file(lab_dir, "toy_depth = [1, 2]", rows="200"))
     folder = tmp_path / "r"
-    outcome = runner.run(experiment.load(path), folder, keep=False, console=Console(quiet=True))
+    outcome = run_here(path, folder)
     assert outcome is not None
     with Store.open(folder, create=False) as store:
         answer = compose(analysis.load(store))

@@ -13,17 +13,20 @@ from storlab.volume.property import Observed, Part
 
 
 def parts(experiment: StoredExperiment | None, cells: list[CellResult], limits: Limits | None = None) -> list[Part]:
-    """By cell, then placement, then property in the registry's order; a cell without runs has none.
+    """By cell, then placement, then property in the registry's order; a cell without runs has none, and
+    a placement its layout does not use is not its.
     `limits`: what the cells' control groups held (the limits probe's part), read into each placement's."""
     if experiment is None:
         return []
     held = _held(limits)
+    layout = experiment.identity.as_dict().get("layout") or {}
     found = []
     for cell in cells:
         if not cell.runs:
             continue
+        used = _used(layout, cell.cell.factors)
         for name, table in experiment.placements.items():
-            declared = _declared(name, table, cell.cell.factors)
+            declared = _declared(name, table, cell.cell.factors) if name in used else None
             if declared is None:
                 continue
             observed = Observed(name, cell.cell.id, [r.conditions for r in cell.runs],
@@ -31,6 +34,16 @@ def parts(experiment: StoredExperiment | None, cells: list[CellResult], limits: 
                                 held.get((cell.cell.id, name), {}))
             found += [part for prop in registry.PROPERTIES if (part := prop.part(declared, observed)) is not None]
     return found
+
+
+def _used(layout: dict[str, Any], factors: dict[str, Any]) -> set[str]:
+    """The placements a cell's instance puts files on: its data's (one, or a ratio's), its log's, its
+    temporary files'; a placement no key of its layout names holds nothing of its."""
+    named = set()
+    for key in ("data_on", "log_on", "temp_on"):
+        value = factors.get(f"layout.{key}", layout.get(key))
+        named |= set(value) if isinstance(value, dict) else {value} if isinstance(value, str) else set()
+    return named
 
 
 def _declared(name: str, table: str | dict[str, Any], factors: dict[str, Any]) -> dict[str, Any] | None:
