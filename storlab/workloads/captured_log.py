@@ -72,6 +72,9 @@ class Entry:
 # the ones a replay's probes count (a pool of connections opens at once; a client starting its
 # sessions one after another takes milliseconds each).
 OPENING_S = 1.0
+# Past the log's opening (at the cell's speed), how long its sessions may take to connect: a replayer
+# connects each when it is due, in milliseconds.
+OPENING_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)

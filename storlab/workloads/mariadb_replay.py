@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +42,6 @@ REPLAYED = "events.tsv"  # the log as the replayer reads it, in the client's fol
 # error; connecting all 2,000 in the log's first millisecond put their first statements 3.6 s behind.
 MOST_AT_ONCE = 2000
 OPEN_FILES = MOST_AT_ONCE + 64  # a socket per session, and the replayer's own
-OPENING_GRACE_S = 2.0
-POLL_S = 0.02
 
 LINE = re.compile(r"^(\w+) (-?[\d.]+)$")
 SECOND = re.compile(r"^second (\d+) (\d+) ([\d.]+) ([\d.]+)$")
@@ -192,15 +189,7 @@ class MariadbReplayLoad(ToolLoad):
         """The sessions of the log's opening, once all are open or its opening is over (at the cell's
         speed); fewer if the replayer ends first."""
         self.start()
-        deadline = time.monotonic() + captured_log.OPENING_S / self.speed + OPENING_GRACE_S
-        while True:
-            found = self.instance.client_sessions(self.tag)
-            ended = self.client._reap()
-            if ended is not None and ended.code != 0:
-                raise RunFailed(f"{BINARY} failed: {ended.last_words()}")
-            if len(found) >= self.expected or ended is not None or time.monotonic() > deadline:
-                return found
-            time.sleep(POLL_S)
+        return self.opened_within(captured_log.OPENING_S / self.speed + captured_log.OPENING_GRACE_S, BINARY)
 
 
 def load(instance: Instance, params, text: str) -> MariadbReplayLoad:

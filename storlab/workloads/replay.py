@@ -67,10 +67,6 @@ PARSE_TIMEOUT_S = 600
 # not take the rows they took when captured: random values, or two transactions that raced for a row).
 STUCK_S = 30.0
 STUCK_CHECK_S = 1.0
-# Past the log's opening (at the cell's speed), how long its sessions may take to connect: pgreplay
-# connects each when it is due, in milliseconds.
-OPENING_GRACE_S = 2.0
-POLL_S = 0.02
 # pgreplay watches each session's socket with select(), whose set holds descriptors 0 to 1023: past
 # that it writes beyond the set (memory corruption). It runs with at most SELECT_FILES descriptors, so
 # the kernel refuses the one past them; its standard streams and the log take four, so a log holds at
@@ -354,15 +350,25 @@ class ReplayLoad(ToolLoad):
         the cell's speed; a session in it may have ended before it was seen); fewer if pgreplay ends first."""
         self.log_at = self.instance.log_position()
         self.start()
-        deadline = time.monotonic() + captured_log.OPENING_S / self.speed + OPENING_GRACE_S
-        while True:
-            found = self.instance.client_sessions(self.tag)
-            ended = self.client._reap()
-            if ended is not None and ended.code != 0:
-                raise RunFailed(f"pgreplay failed: {ended.last_words()}")
-            if len(found) >= self.expected or ended is not None or time.monotonic() > deadline:
-                return found
-            time.sleep(POLL_S)
+        return self.opened_within(captured_log.OPENING_S / self.speed + captured_log.OPENING_GRACE_S, "pgreplay")
+
+
+def _check_replayable(name: str, log: Any, params: ReplayParams, most: int, replayer: str, why: str) -> None:
+    """What either engine's log must hold to be replayed here: no more sessions at once than its replayer
+    holds, a span its slowest speed replays within the run's limit, and one database (or the one named)."""
+    if log.most_at_once > most:
+        raise factors.KeyProblem(("workload", "log"), f"{name} line {log.most_line}: {log.most_at_once:,} sessions "
+                                 f"open at once; {replayer} holds at most {most:,} ({why})")
+    slowest = min(factors.values(params.speed))
+    if log.span_s / slowest > params.run_limit:
+        first, latest = log.span_lines
+        raise factors.KeyProblem(("workload", "log"), f"{name} spans {log.span_s:,.0f} s (line {first} to line "
+                                 f"{latest}): replayed at speed {slowest:g} it would run {log.span_s / slowest:,.0f} s, "
+                                 f"past the run's limit of {params.run_limit:,.0f} s (workload.run_limit_s)")
+    if params.database is None and len(log.databases) > 1:
+        raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
+                                 f"{', '.join(log.databases)}: name the one to replay with database = "
+                                 f"{factors.show(log.databases[0])}")
 
 
 class Replay(Workload):
@@ -407,21 +413,8 @@ class Replay(Workload):
                     log = captured_log.read(files[name], is_csv(name), params.database)
             except captured_log.LogProblem as exc:
                 raise factors.KeyProblem(("workload", "log"), f"{name} {exc}") from None
-            if log.most_at_once > MOST_AT_ONCE:
-                raise factors.KeyProblem(("workload", "log"), f"{name} line {log.most_line}: {log.most_at_once:,} "
-                                         f"sessions open at once; pgreplay holds at most {MOST_AT_ONCE:,} (it watches "
-                                         "each session's socket with select(), which holds 1,024 descriptors)")
-            slowest = min(factors.values(params.speed))
-            if log.span_s / slowest > params.run_limit:
-                first, latest = log.span_lines
-                raise factors.KeyProblem(("workload", "log"), f"{name} spans {log.span_s:,.0f} s (line {first} to line "
-                                         f"{latest}): replayed at speed {slowest:g} it would run "
-                                         f"{log.span_s / slowest:,.0f} s, past the run's limit of "
-                                         f"{params.run_limit:,.0f} s (workload.run_limit_s)")
-            if params.database is None and len(log.databases) > 1:
-                raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
-                                         f"{', '.join(log.databases)}: name the one to replay with database = "
-                                         f"{factors.show(log.databases[0])}")
+            _check_replayable(name, log, params, MOST_AT_ONCE, "pgreplay", "it watches each session's socket "
+                              "with select(), which holds 1,024 descriptors")
             # Any role and database: pgreplay only parses it here.
             text, origin = captured_log.for_replay(files[name], log.csv, "lab", "lab", params.database)
             problem = _parse_check(text, log.csv, origin)
@@ -445,22 +438,8 @@ class Replay(Workload):
                     log = mariadb_log.read(files[name], params.database)
             except captured_log.LogProblem as exc:
                 raise factors.KeyProblem(("workload", "log"), f"{name} {exc}") from None
-            if log.most_at_once > mariadb_replay.MOST_AT_ONCE:
-                raise factors.KeyProblem(("workload", "log"), f"{name} line {log.most_line}: {log.most_at_once:,} "
-                                         f"sessions open at once; storlab's replayer holds at most "
-                                         f"{mariadb_replay.MOST_AT_ONCE:,} (a thread and a connection each, measured "
-                                         "on this lab's machine)")
-            slowest = min(factors.values(params.speed))
-            if log.span_s / slowest > params.run_limit:
-                first, latest = log.span_lines
-                raise factors.KeyProblem(("workload", "log"), f"{name} spans {log.span_s:,.0f} s (line {first} to line "
-                                         f"{latest}): replayed at speed {slowest:g} it would run "
-                                         f"{log.span_s / slowest:,.0f} s, past the run's limit of "
-                                         f"{params.run_limit:,.0f} s (workload.run_limit_s)")
-            if params.database is None and len(log.databases) > 1:
-                raise factors.KeyProblem(("workload", "log"), f"{name} replays sessions of the databases "
-                                         f"{', '.join(log.databases)}: name the one to replay with database = "
-                                         f"{factors.show(log.databases[0])}")
+            _check_replayable(name, log, params, mariadb_replay.MOST_AT_ONCE, "storlab's replayer",
+                              "a thread and a connection each, measured on this lab's machine")
 
     def sessions(self, params: ReplayParams, files: Mapping[str, str] | None = None) -> int:
         if files is None:

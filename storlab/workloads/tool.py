@@ -274,6 +274,19 @@ class ToolLoad:
         return self.client.sessions(self.instance, self.tag, self.expected,
                                     lambda said: self.failure(said.replace(f"{folder}/", "")), self.settle_s)
 
+    def opened_within(self, window_s: float, program: str) -> list[int]:
+        """The load's sessions once all it expects are open, its client has ended, or `window_s` is over
+        (a replay's opening: a session in it may end before it is seen); its client failing raises."""
+        deadline = time.monotonic() + window_s
+        while True:
+            found = self.instance.client_sessions(self.tag)
+            ended = self.client._reap()
+            if ended is not None and ended.code != 0:
+                raise RunFailed(f"{program} failed: {ended.last_words()}")
+            if len(found) >= self.expected or ended is not None or time.monotonic() > deadline:
+                return found
+            time.sleep(POLL_S)
+
     def start(self) -> None:
         """The client started in its private folder (what it reads written there first)."""
         self.folder = self._kept.enter_context(self.instance.clients.folder())
