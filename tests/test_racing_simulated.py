@@ -13,7 +13,7 @@ from storlab.answer.racing import levels_of, race
 from storlab.rounds import RaceSettings
 from tests import simulate
 
-RACES = 2000
+RACES = 1000
 # The largest share of RACES a true rate of 5 % reaches by chance (2.6 standard errors of a proportion).
 FIVE = 0.05 + 2.6 * math.sqrt(0.05 * 0.95 / RACES)
 

@@ -100,9 +100,9 @@ def test_storlab_io_through_a_bucket_and_a_latency_runs_dry_on_time_and_holds_th
     with devices.DevicePool() as pool:
         device = pool.device("fast", devices.DeviceSpec(devices.DeviceFormat(256 * 2**20, 512, "ext4", "", image_dir), 128))
         out = tmp_path / "io"
-        # 1,500 credits at 1,000 - 100 a second: dry near 1.7 s into each 4 s job at depth 8.
+        # 1,500 credits at 1,000 - 100 a second: dry near 1.7 s into each 3 s job at depth 8.
         done = storlab("io", device.mount_point, "--iops-bucket", "100/1000/1500", "--read-latency", "2",
-                       "--preset", "latency", "--size", "32M", "--duration", "4s", "--out", out)
+                       "--preset", "latency", "--size", "32M", "--duration", "3s", "--out", out)
         assert done.returncode == 0, done.stderr
     with sqlite3.connect(out / "storlab.sqlite") as db:
         flags = {job: json.loads(f) for job, f in db.execute("SELECT job, flags FROM io_jobs")}
