@@ -45,7 +45,7 @@ def positive_int(v: Any, what: str) -> int:
 
 
 def at_most(limit: int) -> Check:
-    """A positive integer no larger than `limit` (limits keep a plan finite: README, "Limits")."""
+    """A positive integer no larger than `limit` (limits keep a plan finite: docs/experiment-file.md, "Limits")."""
 
     def check(v: Any, what: str) -> int:
         v = positive_int(v, what)

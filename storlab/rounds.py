@@ -12,7 +12,7 @@ from pydantic.dataclasses import dataclass
 ALPHA = 0.05  # every verdict's error rate: a race's drops and the answer's tests alike (storlab.answer.stats)
 DEFAULT_MARGIN = 0.05  # equivalent_within's default: a level within ±5 % of its reference is equivalent
 DEFAULT_MIN_ROUNDS = 3
-MAX_ROUNDS = 100  # the experiment file's limit on repetitions (README, "Limits")
+MAX_ROUNDS = 100  # the experiment file's limit on repetitions (docs/experiment-file.md, "Limits")
 
 
 class RaceSettings(BaseModel):

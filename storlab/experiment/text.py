@@ -16,7 +16,7 @@ from storlab.factors import KeyProblem, show
 from storlab.workloads import KINDS
 
 
-# Limits that keep a plan finite and a file sane (README: "Limits").
+# Limits that keep a plan finite and a file sane (docs/experiment-file.md, "Limits").
 MAX_FILE_BYTES = 1024 * 1024
 
 

@@ -2,7 +2,8 @@
 what one run writes there (each run's instance is removed before the next, so the largest cell counts).
 
 The estimates are measured, not worst cases (4 connections x 20,000 and x 100,000 rows, `du` of the
-placements before and after; README "Capacity"): a refusal then means the experiment really cannot fit.
+placements before and after; docs/experiment-file.md, "Checked before anything starts"): a refusal then
+means the experiment really cannot fit.
 """
 
 from __future__ import annotations

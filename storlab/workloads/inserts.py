@@ -23,8 +23,8 @@ from storlab.workloads.driver import ProcedureLoad, batches
 from storlab.workloads.kind import (ELAPSED, Connections, Figure, Footprint, Load, UnitOfWork, Warmup, Workload,
                                     WorkloadParams)
 
-# Limits that keep a run finite (README, "Limits"). Transactions per run are bounded because each
-# session records two times per transaction in the server (two arrays, or a MEMORY table) and the
+# Limits that keep a run finite (docs/experiment-file.md, "Limits"). Transactions per run are bounded
+# because each session records two times per transaction in the server (two arrays, or a MEMORY table) and the
 # client then holds them all; the seeds' largest runs had 160,000 (seed 000).
 MAX_ROWS_PER_CONNECTION = 10**9
 MAX_BATCH = 10**6

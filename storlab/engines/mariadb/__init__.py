@@ -19,7 +19,8 @@ from storlab.lab.layout import InstanceSpec
 from storlab.probes.costs import Cost
 
 MB = 1024**2
-CATALOG_BYTES = 30 * MB  # measured (README "Capacity"): the datadir's ibdata1 and system tables
+# Measured (docs/experiment-file.md, "Checked before anything starts"): the datadir's ibdata1 and system tables.
+CATALOG_BYTES = 30 * MB
 INNODB_REDO = 96 * MB  # the default innodb_log_file_size, allocated whole at install
 
 

@@ -33,7 +33,8 @@ PAGE = 8192
 # initdb --wal-segsize takes a power of two from 1 to 1024 MB.
 WAL_SEGMENT_MB = tuple(2**i for i in range(11))
 DEFAULT_WAL_SEGMENT = 16 * MB
-# Measured (README "Capacity"): the catalog, its template having no template0 database.
+# Measured (docs/experiment-file.md, "Checked before anything starts"): the catalog, its template having no
+# template0 database.
 CATALOG_BYTES = 16 * MB
 MIN_WAL = 80 * MB  # the default min_wal_size: recycled segments it keeps
 MAX_WAL = 1024 * MB  # the default max_wal_size: a checkpoint then lets WAL be recycled
