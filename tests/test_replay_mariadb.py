@@ -22,6 +22,7 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import mariadb_log
 from tests.commands import invoke, start
 from tests.conftest import prepared, stop_storlab
+from tests.test_replay import REPLAY
 
 START = datetime(2026, 1, 5, 9, 0, 0)
 SETUP = "CREATE TABLE known (id int PRIMARY KEY, session int NOT NULL);\n"
@@ -72,29 +73,16 @@ Time\t\t    Id Command\tArgument
 \t\t     7 Quit\t
 """
 
-REPLAY = """
-name = "replayed"
-engine = "mariadb"
-repetitions = 1
-[placements]
-disk = "./disk"
-ram = "tmpfs"
-[layout]
-data_on = "disk"
-{layout}
-[workload]
-kind = "replay"
-log = "day.tsv"
-setup = "setup.sql"
-{keys}
-"""
+def replay_file(keys: str = "", engine: str = "mariadb") -> str:
+    """The PostgreSQL replay tests' experiment (tests/test_replay.py), on MariaDB and its general log."""
+    return REPLAY.format(engine=engine, layout="", keys=keys).replace('log = "day.log"', 'log = "day.tsv"')
 
 
 def refused(write_experiment, lab_root: Path, log: str, keys: str = "", setup: str = SETUP,
             engine: str = "mariadb") -> str:
     (lab_root / "day.tsv").write_text(log)
     (lab_root / "setup.sql").write_text(setup)
-    body = REPLAY.format(layout="", keys=keys).replace('engine = "mariadb"', f'engine = "{engine}"')
+    body = replay_file(keys, engine)
     done = invoke("run", write_experiment(body), "--dry-run")
     assert done.exit_code == 2, done.output
     assert done.output.count("\n") == 1 and "Traceback" not in done.output, done.output
@@ -317,7 +305,7 @@ def clients_seen(run: subprocess.Popen, seconds: float) -> dict[int, tuple[int, 
 def test_the_replayer_is_the_client_user_s_and_ends_with_its_run(write_experiment, lab_root, tmp_path, how):
     (lab_root / "day.tsv").write_text(known_log(sessions=3, each=100, span_ms=60_000))
     (lab_root / "setup.sql").write_text(SETUP)
-    run = start("run", write_experiment(REPLAY.format(layout="", keys="")), "--no-trace", "--out", tmp_path / "r")
+    run = start("run", write_experiment(replay_file()), "--no-trace", "--out", tmp_path / "r")
     try:
         seen = clients_seen(run, 120)
         assert seen, run.stderr.read() if run.poll() is not None else "no replayer seen"
