@@ -33,7 +33,7 @@ $(BIN)/storlab-delayfs: native/storlab-delayfs.c $(VENV)/.installed
 	$(CC) -O2 -Wall -Wextra -o $@ $< -lm -lpthread
 
 # storlab's replayer of MariaDB's statement logs (storlab.workloads.mariadb_replay), on MariaDB's C
-# client library; each run copies it into its client's folder, where the client user can run it.
+# client library; each run execs it, as the client user, from a descriptor storlab opens (mariadb_replay.py).
 $(BIN)/storlab-mariadb-replay: native/storlab-mariadb-replay.c $(VENV)/.installed
 	$(CC) -O2 -Wall -Wextra $$(mariadb_config --cflags) -o $@ $< $$(mariadb_config --libs) -lm -lpthread
 

@@ -6,8 +6,9 @@ race from 2 to 5 rounds.
   connections each inserting the same rows (so the work, and the time, differ from cell to cell; one cell
   is clearly best);
 - data files: 1, 2, 4 or 8 data files x the log on the disk or a RAM disk x 10 or 100 rows a transaction,
-  where the number of data files does not matter: the race ends naming the four best cells equivalent
-  within the file's margin (equivalent_within, 25 % here) rather than running them to the last round.
+  where the number of data files does not matter: the race ends naming the four best cells, equivalent
+  within the file's margin (equivalent_within, 25 % here) or not told apart once the rounds left could not
+  tell them apart at the noise seen, rather than running them to the last round.
 Prints, for each, the best cell of both and how many runs each took; the goal is at most half.
 
     .venv/bin/python benchmarks/racing.py [--rows 1500] [--only connections|data-files]

@@ -21,6 +21,11 @@ def factor(value: Any, check: Check, what: str) -> Any:
     return check(value, what)
 
 
+def optional(value: Any, check: Check, what: str) -> Any:
+    """`factor` for a key that may be left out: None (not given) stays None."""
+    return None if value is None else factor(value, check, what)
+
+
 def values(value: Any) -> list[Any]:
     """Every value a key takes: the list of a factor, or the one constant."""
     return value if isinstance(value, list) else [value]

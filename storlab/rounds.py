@@ -42,14 +42,29 @@ Rounds = Annotated[int, Field(ge=2, le=MAX_ROUNDS)]
 @dataclass(frozen=True, config=ConfigDict(allow_inf_nan=False))
 class Settling:
     """`until = "settled"`: after each round from `min_rounds`, the factor effects are fitted again and
-    the runs stop once they are settled, at `max_rounds`, or once `budget_s` of wall time is spent."""
+    the runs stop once they are settled, at `max_rounds`, or once `budget_s` of wall time is spent. With
+    `shortest_s` and `longest_s` (`run_length`, both resolved against the declared duration_s), each
+    round after `min_rounds` runs at the length the noise split plans (storlab.answer.noise_split);
+    None: every round at the declared length."""
 
     min_rounds: Rounds
     max_rounds: Rounds
     budget_s: Annotated[float, Field(gt=0)] | None = None
+    shortest_s: Annotated[float, Field(gt=0)] | None = None
+    longest_s: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _bounds(self):
         if self.max_rounds < self.min_rounds:
             raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
+        if (self.shortest_s is None) != (self.longest_s is None):
+            raise ValueError("shortest_s and longest_s: both or neither")
+        if self.shortest_s is not None and self.longest_s < self.shortest_s:
+            raise ValueError(f"longest_s ({self.longest_s:g}) is below shortest_s ({self.shortest_s:g})")
         return self
+
+    @property
+    def plans_length(self) -> bool:
+        """The runs' length is planned before each round after `min_rounds`."""
+        return self.longest_s is not None
+

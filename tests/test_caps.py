@@ -192,7 +192,7 @@ def test_a_v2_group_sets_its_caps_and_reads_its_counters_from_its_files(tmp_path
     group_dir = tmp_path / "storlab" / "storlab-pg1"
     group_dir.mkdir(parents=True)
     (group_dir / "memory.swap.max").write_text("max\n")
-    group = cgroups.ControlGroup(group_dir, limits=caps.Limits((CAP,), 512 * 2**20), version=2)
+    group = cgroups.ControlGroup(group_dir, limits=caps.GroupLimits((CAP,), 512 * 2**20), version=2)
     group.apply()
     assert (group_dir / "io.max").read_text() == "7:3 rbps=max wbps=131072000 riops=max wiops=3000\n"
     assert (group_dir / "memory.max").read_text() == f"{512 * 2**20}\n"
@@ -225,10 +225,10 @@ def test_v2_turns_the_controllers_on_from_the_mount_down_to_the_shared_group(tmp
 
 
 def test_what_a_cap_did_is_said_per_cell():
-    run = limits.LimitsUse([limits.DeviceUse("loop3", ["wal"], IoCaps(write_iops=300), 1, 1280,
+    run = limits.RunLimits([limits.RunDevice("loop3", ["wal"], IoCaps(write_iops=300), 1, 1280,
                                              served=IoCount(10, 3000, 81920, 100 * 2**20),
                                              charged=IoCount(10, 2400, 81920, 40 * 2**20), at_cap_s=8.0, run_s=10.0)],
-                           limits.MemoryUse(256 * 2**20, 1, hits=1200, oom_kills=0, peak_bytes=256 * 2**20))
+                           limits.RunMemory(256 * 2**20, 1, hits=1200, oom_kills=0, peak_bytes=256 * 2**20))
     (cell,), memory = limits.per_cell([run, run])
     assert limits.cap_line(cell) == (
         "wal on loop3 (write 300 IOPS, requests up to 1280 KiB): at its cap 80 % of the time; the device wrote 100 MiB "
@@ -237,9 +237,9 @@ def test_what_a_cap_did_is_said_per_cell():
     assert limits.memory_line(memory) == ("256 MiB limit reached in 2 of 2 runs (1,200 times a run, memory.failcnt); "
                                           "peak 256 MiB; the placements' devices read 80 KiB a run")
     assert limits.cap_use(IoCaps(write_iops=300, write_mb_s=1), IoCount(0, 150, 0, 2**20), 1.0) == 1.0
-    v2 = limits.DeviceUse("nvme0n1", ["data"], IoCaps(3000, 3000, 125, 125), 2, 256, served=IoCount(0, 100, 0, 2**30),
+    v2 = limits.RunDevice("nvme0n1", ["data"], IoCaps(3000, 3000, 125, 125), 2, 256, served=IoCount(0, 100, 0, 2**30),
                           charged=IoCount(0, 100, 0, 2**30), at_cap_s=1.0, run_s=10.0, io_pressure_s=2.5)
-    (cell,), memory = limits.per_cell([limits.LimitsUse([v2])])
+    (cell,), memory = limits.per_cell([limits.RunLimits([v2])])
     assert memory is None and limits.cap_line(cell) == (
         "data on nvme0n1 (3,000 IOPS, 125 MiB/s, requests up to 256 KiB): at its cap 10 % of the time; the device wrote "
         "1.0 GiB a run, the group was charged 1.0 GiB (100 %); some of its processes stalled on IO 2.5 s a run (its "

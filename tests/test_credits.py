@@ -29,7 +29,7 @@ BUCKET = Bucket("iops", baseline=20, burst=200, size=900, start=900)
 class Group:
     """A control group of plain counters: what the keeper reads and the caps it holds."""
 
-    limits: caps.Limits
+    limits: caps.GroupLimits
     charged: int = 0
     held: list[IoCaps] = field(default_factory=list)
 
@@ -49,8 +49,8 @@ class Clock:
 
 
 def keeper_with(bucket: Bucket) -> tuple[credits.CreditKeeper, Group, Clock]:
-    start_caps = credits.held(IoCaps(buckets=(bucket,)), bucket, bucket.start_cap)
-    group = Group(caps.Limits((DeviceCap(("vol",), "loop3", "7:3", start_caps),)))
+    start_caps = credits.at_rate(IoCaps(buckets=(bucket,)), bucket, bucket.start_cap)
+    group = Group(caps.GroupLimits((DeviceCap(("vol",), "loop3", "7:3", start_caps),)))
     clock = Clock()
     return credits.CreditKeeper(group, clock=clock, wait=lambda _s: True), group, clock  # settled by hand
 
@@ -118,7 +118,7 @@ def test_a_bucket_that_starts_empty_starts_at_its_baseline_and_a_mib_bucket_pays
 
 
 def test_a_bucket_is_said_in_words_and_its_unit_s_caps_by_it():
-    held = credits.held(IoCaps(write_mb_s=125, buckets=(BUCKET,)), BUCKET, 200)
+    held = credits.at_rate(IoCaps(write_mb_s=125, buckets=(BUCKET,)), BUCKET, 200)
     assert held.text() == "write 125 MiB/s, 20 IOPS, bursts to 200 from a bucket of 900 IO (full at the start)"
 
 

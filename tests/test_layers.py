@@ -15,7 +15,7 @@ PACKAGE = ROOT / "storlab"
 
 
 def _order() -> list[str]:
-    """The map's rows from the top down: `storlab/cli.py`, `running/` … `lab/` (the ground is the rest)."""
+    """The map's rows from the top down: `storlab/cli/`, `running/` … `lab/` (the ground is the rest)."""
     rows = re.findall(r"^\| `([^`]+)` \|", (ROOT / "README.md").read_text(), re.M)
     return [row.rstrip("/").removeprefix("storlab/").removesuffix(".py") for row in rows]
 

@@ -37,21 +37,22 @@ def _runs(state, cells):
 
 
 def _simulate(means, settings, cv, seed, races=RACES, drift=0.15):
-    """(runs used, cells dropped, cells equivalent at the end) of each race."""
+    """(runs used, cells dropped, cells equivalent at the end, cells left) of each race."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(races):
         state = race(simulate.race_runs(means, settings.max_rounds, rng, cv, drift), settings)
-        out.append((_runs(state, means), {d.cell for d in state.drops}, set(state.equivalent)))
+        out.append((_runs(state, means), {d.cell for d in state.drops}, set(state.equivalent), set(state.alive)))
     return out
 
 
-@pytest.mark.parametrize("cv, margin, most_runs", [((0.05, 0.05), 0.25, 40), ((0.05, 0.20), 0.25, 52),
-                                                   ((0.05, 0.05), 0.10, 46)])
+@pytest.mark.parametrize("cv, margin, most_runs", [((0.05, 0.05), 0.25, 34), ((0.05, 0.20), 0.25, 43),
+                                                   ((0.05, 0.05), 0.10, 36), ((0.15, 0.20), 0.25, 49)])
 def test_a_factor_that_does_nothing_ends_the_race_on_its_equivalent_cells(cv, margin, most_runs):
     """The four best cells differ only in their data files: the race keeps one of them at least (and each one
-    of them) in 95 % of races or more, and at a CV of 5 % with a ±25 % margin names them equivalent in at most
-    40 of the full matrix's 80 runs."""
+    of them) in 95 % of races or more; at a CV of 5 % with a ±25 % margin it names them equivalent in at most
+    34 of the full matrix's 80 runs, and at a CV of 5-20 % it ends (equivalent, or not told apart once the
+    rounds left could not tell them apart) in at most 43, where running them to the last round took 46."""
     means, levels = _matrix(_data_files_do_nothing)
     best = {c for c, m in means.items() if m == min(means.values())}
     settings = RaceSettings(min_rounds=2, max_rounds=5, equivalent_within=margin, levels=levels)
@@ -60,9 +61,11 @@ def test_a_factor_that_does_nothing_ends_the_race_on_its_equivalent_cells(cv, ma
     lost_all = sum(best <= r[1] for r in races) / RACES
     lost_one = max(sum(c in r[1] for r in races) for c in best) / RACES
     named = sum(r[2] == best for r in races) / RACES
+    left = sum(r[3] == best for r in races) / RACES
     print(f"16 cells, data files doing nothing, CV {100 * cv[0]:.0f}-{100 * cv[1]:.0f} %, ±{100 * margin:.0f} %: "
-          f"{used:.1f} of 80 runs; the four best named equivalent in {100 * named:.1f} %; all four dropped "
-          f"{100 * lost_all:.2f} %, a given one of them at most {100 * lost_one:.2f} %")
+          f"{used:.1f} of 80 runs; the four best named equivalent in {100 * named:.1f} %, left alone (equivalent or "
+          f"not told apart) in {100 * left:.1f} %; all four dropped {100 * lost_all:.2f} %, a given one of them at "
+          f"most {100 * lost_one:.2f} %")
     assert lost_one <= FIVE and lost_all <= FIVE
     assert used <= most_runs
 
@@ -107,7 +110,7 @@ BENCHMARK = [0.013, 0.026, 0.046, 0.048, 0.049, 0.064, 0.073, 0.079, 0.083, 0.10
              0.246, 0.23]
 
 
-@pytest.mark.parametrize("cv, most_runs", [(0.35, 40), (0.5, 45)])
+@pytest.mark.parametrize("cv, most_runs", [(0.35, 38), (0.5, 44)])
 def test_the_benchmark_s_race_names_its_best_in_about_half_the_runs(cv, most_runs):
     """benchmarks/racing.py's cells as the full matrix measured them, cell by cell, at the noise of a quiet day
     and a busy one, drifting 10 %: the race keeps the best in 95 % of races or more."""

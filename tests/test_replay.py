@@ -303,6 +303,24 @@ def test_a_replay_whose_statements_fail_is_a_failed_run_with_the_first_error(lab
 
 
 @pytest.mark.engine
+def test_a_replay_keeps_its_errors_by_kind_as_the_server_logged_them(lab_dir):
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
+    files = {"day.log": known_log(sessions=1, each=6, duplicate=True), "setup.sql": SETUP}
+    with provision("postgres", spec, keep=False, connections=3) as instance:
+        work, params = prepared(instance, "replay", files, log="day.log", setup="setup.sql", speed=10,
+                                max_failed_percent=100)
+        load = work.load(instance, params, files)
+        try:
+            load.open()
+            measured = load.run()
+        finally:
+            load.close()
+    message = 'duplicate key value violates unique constraint "known_pkey"'
+    assert measured.kept == {"log": "day.log", "errors": [
+        {"error": message, "count": 3, "line": 0, "message": message, "statement": "INSERT INTO known VALUES (1, 0)"}]}
+
+
+@pytest.mark.engine
 def test_a_captured_workload_replays(write_experiment, lab_root, tmp_path):
     """storlab capture of a custom workload, then storlab run of its replay: the log holds the load's
     statements (not the setup's, nor storlab's own), and the replay runs every one of them."""

@@ -6,6 +6,7 @@ hostile log refused in one line naming its line, exit 2, before anything starts.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -19,9 +20,10 @@ from storlab.engines import provision
 from storlab.errors import RunFailed
 from storlab.lab import os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
-from storlab.workloads import mariadb_log
-from tests.commands import invoke, start
+from storlab.workloads import mariadb_log, mariadb_replay
+from tests.commands import invoke, start, storlab
 from tests.conftest import prepared, stop_storlab
+from tests.experiments import fleet_body
 from tests.test_replay import REPLAY
 
 START = datetime(2026, 1, 5, 9, 0, 0)
@@ -73,6 +75,47 @@ Time\t\t    Id Command\tArgument
 \t\t     7 Quit\t
 """
 
+SLOW_LOG = """/usr/sbin/mariadbd, Version: 10.11.19-MariaDB-0+deb12u1-log (Debian 12). started with:
+Tcp port: 0  Unix socket: /tmp/storlab-ma5270b93b/mysqld.sock
+Time\t\t    Id Command\tArgument
+# Time: 260105  9:00:00
+# User@Host: shop[shop] @ localhost []
+# Thread_id: 6  Schema: orders  QC_hit: No
+# Query_time: 0.000200  Lock_time: 0.000045  Rows_sent: 0  Rows_examined: 0
+# Rows_affected: 1  Bytes_sent: 11
+use orders;
+SET timestamp=1767603600;
+INSERT INTO known VALUES (1, 0);
+# User@Host: shop[shop] @ localhost []
+# Thread_id: 7  Schema: orders  QC_hit: No
+# Query_time: 0.300000  Lock_time: 0.000000  Rows_sent: 1  Rows_examined: 0
+# Rows_affected: 0  Bytes_sent: 67
+SET timestamp=1767603600;
+INSERT INTO known
+VALUES (2, 1);
+# Time: 260105  9:00:01
+# User@Host: shop[shop] @ localhost []
+# Thread_id: 6  Schema: orders  QC_hit: No
+# Query_time: 0.100000  Lock_time: 0.000000  Rows_sent: 0  Rows_examined: 0
+# Rows_affected: 1  Bytes_sent: 11
+SET timestamp=1767603600;
+INSERT INTO known VALUES (3, 0);
+"""
+# MySQL's form: a microsecond stamp, the thread on the User@Host line.
+SLOW_LOG_EXACT = """# Time: 2026-01-05T09:00:00.500000Z
+# User@Host: shop[shop] @ localhost []  Id:     8
+# Query_time: 0.250000  Lock_time: 0.000000 Rows_sent: 0  Rows_examined: 0
+use orders;
+SET timestamp=1767603600;
+INSERT INTO known VALUES (1, 0);
+# Time: 2026-01-05T09:00:00.900000Z
+# User@Host: shop[shop] @ localhost []  Id:     8
+# Query_time: 0.100000  Lock_time: 0.000000 Rows_sent: 0  Rows_examined: 0
+SET timestamp=1767603600;
+INSERT INTO known VALUES (2, 0);
+"""
+
+
 def replay_file(keys: str = "", engine: str = "mariadb") -> str:
     """The PostgreSQL replay tests' experiment (tests/test_replay.py), on MariaDB and its general log."""
     return REPLAY.format(engine=engine, layout="", keys=keys).replace('log = "day.log"', 'log = "day.tsv"')
@@ -114,6 +157,22 @@ def test_the_file_log_spreads_each_second_s_events_in_their_logged_order():
         (0.0, "connect", 4), (0.25, "query", 5), (0.5, "connect", 6), (0.75, "query", 7),
         (1.0, "query", 9), (1.25, "use", 10), (1.5, "quit", 11), (1.75, "quit", 12)]
     assert log.events[3].text == "INSERT INTO known VALUES (2,\n0)"  # a statement's newline as the file writes it
+
+
+def test_the_slow_log_starts_each_statement_its_query_time_before_it_was_logged():
+    log = mariadb_log.read(SLOW_LOG)
+    assert log.whole_seconds and (log.statements, log.sessions, log.databases) == (3, 2, ("orders",))
+    # The two entries of 9:00:00 ended at 0 and 0.5 s (spread over their second), the third at 1 s; each
+    # started its Query_time earlier (the first 0.2 ms before 9:00:00, the log's start).
+    assert [(round(e.at_s, 6), e.session, e.kind, e.text, e.line) for e in log.events] == [
+        (0.0, 0, "connect", "", 4), (0.0, 0, "query", "INSERT INTO known VALUES (1, 0)", 11),
+        (0.2002, 1, "connect", "", 12), (0.2002, 1, "query", "INSERT INTO known\nVALUES (2, 1)", 17),
+        (0.5002, 1, "quit", "", 17), (0.9002, 0, "query", "INSERT INTO known VALUES (3, 0)", 25),
+        (1.0002, 0, "quit", "", 25)]
+    exact = mariadb_log.read(SLOW_LOG_EXACT)
+    assert not exact.whole_seconds and exact.sessions == 1
+    assert [(round(e.at_s, 6), e.kind) for e in exact.events] == [(0.0, "connect"), (0.0, "query"), (0.55, "query"),
+                                                                   (0.65, "quit")]
 
 
 def test_a_change_to_the_replayed_database_becomes_the_workload_s():
@@ -183,6 +242,27 @@ LOG = known_log()
     (FILE_LOG.replace("260105  9:00:01", "260105 25:00:01"), "day.tsv line 9: '260105 25:00:01' is not a time: no "
      "such date or time of day"),
     (FILE_LOG.replace("\t\t     6 Query", "\t\t     x6 Query", 1), "day.tsv line 5: 'x6' is not a thread id"),
+    (SLOW_LOG.replace("# Time: 260105  9:00:01", "# Time: 260105 25:00:01"), "day.tsv line 19: '260105 25:00:01' is "
+     "not a time: no such date or time of day"),
+    (SLOW_LOG.replace("# Time: 260105  9:00:01", "# Time: yesterday"), "day.tsv line 19: 'yesterday' is not a time as "
+     "the slow log stamps it"),
+    (SLOW_LOG.replace("# Thread_id: 7 ", "# Thread_id: 7x "), "day.tsv line 13: '7x' is not a thread id"),
+    (SLOW_LOG.replace("# Thread_id: 7  Schema: orders  QC_hit: No\n", ""), "day.tsv line 12: an entry without its "
+     "thread"),
+    (SLOW_LOG.replace("# Query_time: 0.300000", "# Query_time: -0.3"), "day.tsv line 14: '-0.3' is not a Query_time"),
+    (SLOW_LOG.replace("# Query_time: 0.300000", "# Query_time: nan"), "day.tsv line 14: 'nan' is not a Query_time"),
+    (SLOW_LOG.replace("# Query_time: 0.300000  Lock_time: 0.000000  Rows_sent: 1  Rows_examined: 0\n", ""),
+     "day.tsv line 12: an entry without its '# Query_time:'"),
+    (SLOW_LOG.replace("SET timestamp=1767603600;\nINSERT INTO known\n", "SET timestamp=now();\nINSERT INTO known\n"),
+     "day.tsv line 16: 'now()' is not a time in seconds since 1970"),
+    (SLOW_LOG.replace("INSERT INTO known VALUES (3, 0);", "SET GLOBAL slow_query_log = OFF;"), "day.tsv line 25: SET "
+     "GLOBAL changes the server for every session: storlab will not replay it"),
+    (SLOW_LOG.replace("INSERT INTO known VALUES (3, 0);", "LOAD DATA LOCAL INFILE '/etc/shadow'\nINTO TABLE known;"),
+     "day.tsv line 25: LOAD DATA LOCAL reads a file of the client's machine: storlab will not replay it"),
+    (SLOW_LOG.replace("INSERT INTO known VALUES (3, 0);\n", ""), "day.tsv line 19: an entry without its statement"),
+    (SLOW_LOG.replace("# Time: 260105  9:00:00\n", "# Time: 260105  9:00:00\nSELECT 1;\n"), "day.tsv line 4: an "
+     "entry without its thread"),
+    ("SELECT 1;\n" + SLOW_LOG.split("\n", 3)[3], "line 1: neither the header"),
 ])
 def test_a_malformed_or_hostile_log_is_refused_naming_its_line(write_experiment, lab_root, log, said):
     assert said in refused(write_experiment, lab_root, log)
@@ -199,7 +279,7 @@ def test_a_log_of_several_databases_asks_which_to_replay(write_experiment, lab_r
 
 def test_a_log_of_the_other_engine_is_refused(write_experiment, lab_root):
     pg = "2026-01-05 09:00:00.000 CET|shop|orders|6a.1|LOG:  statement: SELECT 1\n"
-    assert ("workload.log: day.tsv is not a MariaDB general log (it reads as a PostgreSQL statement log (a csvlog, or a "
+    assert ("workload.log: day.tsv is not a MariaDB general or slow log (it reads as a PostgreSQL statement log (a csvlog, or a "
             "stderr log)): replay a log captured on the experiment's engine") in refused(write_experiment, lab_root, pg)
     assert "day.tsv is not a PostgreSQL statement log" in refused(write_experiment, lab_root, known_log(),
                                                                    engine="postgres")
@@ -269,6 +349,37 @@ def test_the_file_log_replays_every_statement(lab_dir):
     assert (measured.figures["statements"], measured.figures["errors"]) == (3, 0)
 
 
+def slow_log_of(lab_dir: Path) -> str:
+    """MariaDB's own slow log (long_query_time = 0) of two sessions of the workload's user inserting
+    rows, one of them first changing its database."""
+    spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
+    with provision("mariadb", spec, keep=False, connections=4) as instance:
+        with instance.admin() as admin:
+            admin.execute(SETUP.replace("known", "lab.known"))
+            path = Path(admin.execute("SELECT @@datadir").fetchone()[0]) / "storlab-slow.log"
+            admin.execute(f"SET GLOBAL slow_query_log_file = '{path}'")
+            admin.execute("SET GLOBAL long_query_time = 0")
+            admin.execute("SET GLOBAL slow_query_log = ON")
+            with instance.connect() as one, instance.connect() as two:
+                one.execute("USE lab")
+                for n in range(1, 11):
+                    (one if n % 2 else two).execute(f"INSERT INTO known VALUES ({n}, {n % 2})")
+                    time.sleep(0.01)
+            admin.execute("SET GLOBAL slow_query_log = OFF")
+        return path.read_text()
+
+
+@pytest.mark.engine
+def test_mariadb_s_own_slow_log_replays_every_statement(lab_dir):
+    text = slow_log_of(lab_dir)
+    assert mariadb_log.is_slow(text) and "# Query_time:" in text and "SET timestamp=" in text
+    _, measured, rows, counted = replayed(lab_dir, {"day.log": text, "setup.sql": SETUP}, log="day.log", speed=2)
+    assert rows == [(n, n % 2) for n in range(1, 11)] and counted["insert"] == 10
+    assert counted["set_option"] == 2  # each session's SET NAMES, as the driver sent it
+    assert (measured.figures["statements"], measured.figures["errors"]) == (12, 0)
+    assert measured.figures["connections"] == 2
+
+
 @pytest.mark.engine
 def test_errors_are_counted_by_number_and_never_stop_the_replay(lab_dir):
     files = {"day.tsv": known_log(sessions=1, each=6, duplicate=True), "setup.sql": SETUP}
@@ -283,15 +394,16 @@ def test_errors_are_counted_by_number_and_never_stop_the_replay(lab_dir):
         "'INSERT INTO known VALUES (1, 0)'")
 
 
-def clients_seen(run: subprocess.Popen, seconds: float) -> dict[int, tuple[int, str]]:
-    """Every replayer the run started while it ran: pid -> (its real uid, its control groups)."""
-    seen: dict[int, tuple[int, str]] = {}
+def clients_seen(run: subprocess.Popen, seconds: float) -> dict[int, tuple[int, str, str]]:
+    """Every replayer the run started while it ran: pid -> (its real uid, its control groups, its program)."""
+    seen: dict[int, tuple[int, str, str]] = {}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and run.poll() is None:
         for process in psutil.Process(run.pid).children(recursive=True):
             try:
                 if process.pid not in seen and process.name() == "storlab-mariadb-replay" and process.cmdline():
-                    seen[process.pid] = (process.uids().real, Path(f"/proc/{process.pid}/cgroup").read_text())
+                    seen[process.pid] = (process.uids().real, Path(f"/proc/{process.pid}/cgroup").read_text(),
+                                         process.exe())
             except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError):
                 continue
         if seen:
@@ -310,8 +422,10 @@ def test_the_replayer_is_the_client_user_s_and_ends_with_its_run(write_experimen
         seen = clients_seen(run, 120)
         assert seen, run.stderr.read() if run.poll() is not None else "no replayer seen"
         client = os_users.client_user()
-        for uid, groups in seen.values():
+        for uid, groups, program in seen.values():
             assert uid == client.uid and uid != 0 and "-clients" in groups
+            # The venv's own program, run from root's descriptor: no copy in /tmp (which may be noexec).
+            assert program == str(mariadb_replay.program())
         run.send_signal(how)
         run.wait(60)
         if how == signal.SIGINT:
@@ -324,3 +438,49 @@ def test_the_replayer_is_the_client_user_s_and_ends_with_its_run(write_experimen
     finally:
         stop_storlab(run)
     assert owned.Manifest.all() == []
+
+
+@pytest.mark.engine
+def test_a_replay_s_errors_are_shown_by_kind_in_show_and_the_report(write_experiment, lab_root, tmp_path):
+    (lab_root / "day.tsv").write_text(known_log(sessions=1, each=6, duplicate=True))
+    (lab_root / "setup.sql").write_text(SETUP)
+    out = tmp_path / "r"
+    done = storlab("run", str(write_experiment(replay_file("speed = 10\nmax_failed_percent = 100"))), "--no-trace",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    detailed = storlab("show", str(out), "--details")
+    assert detailed.returncode == 0, detailed.stderr
+    assert ("replay errors in (single cell) (" in detailed.stdout and "): 3 x error 1062 (Duplicate entry '1' for key "
+            "'PRIMARY') in 1 of 1 runs, first at day.tsv line 5: 'INSERT INTO known VALUES (1, 0)'"
+            in " ".join(detailed.stdout.split())), detailed.stdout
+    assert storlab("report", str(out)).returncode == 0
+    page = (out / "report.html").read_text()
+    section = page[page.index("<h2>Replay errors by kind</h2>"):]
+    assert "error 1062 (Duplicate entry &#x27;1&#x27; for key &#x27;PRIMARY&#x27;)" in section[:2000]
+    assert "day.tsv line 5" in section[:2000]
+
+
+@pytest.mark.engine
+def test_a_worker_skips_a_stored_mariadb_log_it_cannot_read(store_server, write_experiment, lab_root):
+    env = store_server.env()
+    (lab_root / "day.tsv").write_text(known_log())
+    (lab_root / "setup.sql").write_text(SETUP)
+    replayed = write_experiment(replay_file().replace("./disk", "disk"), "edited.toml")
+    other = write_experiment(fleet_body(name="other", reps=1).replace("data_files = [1, 2]", "data_files = 1"),
+                             "other.toml")
+    for source in (replayed, other):
+        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
+    with store_server.admin() as conn:  # a time no clock has, as a submitter who can write the store could leave it
+        schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = 'replayed'").fetchone()[0]
+        conn.execute(f"UPDATE {schema}.experiment SET files = %s", (json.dumps(
+            {"day.tsv": known_log().replace("2026-01-05 09:00:00.010000", "2026-13-45 09:00:00.010000", 1),
+             "setup.sql": SETUP}),))
+    here = lab_root / "db1"
+    here.mkdir()
+    here.chmod(0o755)
+    done = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env, cwd=here)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("replayed: ")] == [
+        "replayed: not taken by db1: replayed.toml:13: workload.log: day.tsv line 8: '2026-13-45 09:00:00.010000' is "
+        "not a time: no such date or time of day"]
+    assert "other: (single cell) #1: recorded" in done.stdout

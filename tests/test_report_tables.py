@@ -184,6 +184,19 @@ def test_the_timelines_mark_what_the_answer_says_of_the_runs_they_draw(answer, p
     assert f"marked from the answer: {said}</figcaption>" in html.unescape(latency)
 
 
+def test_the_cap_in_force_is_the_answers_on_the_device_s_iops(answer, page):
+    """The capped cell's write cap, set once, is one step a run in the answer and a line on the first run's
+    panel of the device's IOPS (its level read back from the SVG: tests/test_report_timeline.py); the other
+    cells have none."""
+    held = sorted((c["cell"], c["round"], c["key"], [s["cap"] for s in c["steps"]]) for c in answer["limits"]["in_force"])
+    assert held == [(CAPPED, 1, "write_iops", [300]), (CAPPED, 2, "write_iops", [300])]
+    iops = page[page.index("<h2>Device IOPS over time against the IOPS caps"):]
+    iops = iops[:iops.index("</figure>")]
+    drawn = re.findall(r'id="cap-in-force-iops-run(\d+)-(\d+)"', iops)
+    assert drawn == [(str(r["run"]), "1") for r in answer["first_runs"] if r["cell"] == CAPPED]
+    assert "<!-- cap in force -->" in iops and "<!-- write cap in force (disk on loop9): 300 -->" in iops
+
+
 def test_the_waits_are_coloured_in_the_answers_rank(answer, page):
     """The composition chart's legend lists the waits in the answer's rank, not one the report makes."""
     composition = page[page.index("<h2>Where the time went"):]

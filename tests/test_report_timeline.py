@@ -1,20 +1,27 @@
 """The run's timeline from its sources to the report: the metrics declared once (storlab.timeline) under
-the names every store already holds, the driver's latency percentiles per bucket, and the device
-sampler's arithmetic on a fake clock and fake counters."""
+the names every store already holds, the driver's latency percentiles per bucket, the device
+sampler's arithmetic on a fake clock and fake counters, and on a real capped device the cap in force
+drawn on the device's timelines at the level the answer holds."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from storlab import timeline
+from storlab.lab import cgroups
 from storlab.probes.recorders import DeviceTimeline, DiskCounters
 from storlab.results.store import Store
 from storlab.workloads.driver import Transactions
 from storlab.workloads.driver import timeline as driver_timeline
+from tests.commands import storlab
+from tests.experiments import write_capped
 
 RECORDED = Path(__file__).parent / "data" / "explain" / "quickstart"
 
@@ -102,3 +109,63 @@ def test_the_last_partial_interval_is_read_at_stop_and_a_sliver_is_folded_into_t
     assert [p.t_s for p in mib_s] == pytest.approx([0.5, 1.1]) and [p.value for p in mib_s] == pytest.approx([10.0, 10.0])
     # CPU over the folded interval: 0.5 s at 40 % and 0.1 s at 100 %.
     assert [p.value for p in points if p.metric == "cpu_percent"] == pytest.approx([40.0, (0.5 * 40 + 0.1 * 100) / 0.6])
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def cap_levels(page: str, gid: str) -> list[float]:
+    """The levels of the step line whose SVG group is `gid`, in the data's units: its path's y positions
+    read through the y ticks of the axes it is drawn in (each tick's position, and its label, which
+    matplotlib writes beside the glyphs as a comment)."""
+    for svg in re.findall(r"<svg.*?</svg>", page, flags=re.S):
+        if f'id="{gid}"' not in svg:
+            continue
+        root = ET.fromstring(svg, parser=ET.XMLParser(target=ET.TreeBuilder(insert_comments=True)))
+        axes = next(a for a in root.iter(f"{SVG}g") if a.get("id", "").startswith("axes_")
+                    and any(g.get("id") == gid for g in a.iter(f"{SVG}g")))
+        ticks = []
+        for tick in (g for g in axes.iter(f"{SVG}g") if g.get("id", "").startswith("ytick_")):
+            (mark,) = {float(u.get("y")) for u in tick.iter(f"{SVG}use") if u.get("y") is not None}
+            (label,) = [c.text for c in tick.iter(ET.Comment)]
+            ticks.append((mark, float(label.strip().replace("\u2212", "-").replace(",", ""))))
+        slope, offset = np.polyfit([y for y, _ in ticks], [v for _, v in ticks], 1)
+        (line,) = [g for g in axes.iter(f"{SVG}g") if g.get("id") == gid]
+        (path,) = line.iter(f"{SVG}path")
+        ys = [float(y) for y in re.findall(r"[ML] [-\d.]+ ([-\d.]+)", path.get("d"))]
+        return [slope * y + offset for i, y in enumerate(ys) if i == 0 or y != ys[i - 1]]
+    raise AssertionError(f"no line {gid} on the page")
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(cgroups.limits_unavailable(True, False) is not None, reason="IO caps cannot be set here")
+def test_the_cap_in_force_is_drawn_on_the_device_s_timelines_at_the_level_the_answer_holds(lab_root, images, tmp_path):
+    """A write MiB/s cap set once, and an IOPS bucket that runs dry: pgbench's commits at 300 IOPS spend 270
+    credits a second more than it earns, so 600 last about 2 s, then 30 IOPS hold to the end. The answer holds
+    each cap's steps; the device's MiB/s carries a line at 20, its IOPS one from 300 down to 30 where the
+    bucket ran dry."""
+    path = write_capped(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", write_mb_s = 20, '
+                                  'iops_bucket = { baseline = 30, burst = 300, size = 600 } }',
+                        workload="scale = 1\nclients = 4\nduration_s = 8")
+    path.write_text(path.read_text().replace('engine = "postgres"', 'engine = "postgres"\nrepetitions = 1'))
+    done = storlab("run", path, "--out", tmp_path / "r", "--no-trace")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(storlab("show", tmp_path / "r", "--json").stdout)
+    held = {c["key"]: c for c in answer["limits"]["in_force"]}
+    assert set(held) == {"write_mb_s", "read_iops", "write_iops"}
+    assert [s["cap"] for s in held["write_mb_s"]["steps"]] == [20]
+    (dry,) = answer["limits"]["buckets"][0]["dry"]
+    for key in ("read_iops", "write_iops"):
+        steps = held[key]["steps"]
+        assert [s["cap"] for s in steps] == [300, 30]
+        # On the timeline's axis (from the load's first start), the bucket's own from the keeper's start.
+        assert steps[1]["at_s"] == pytest.approx(dry["at_s"], abs=0.5)
+    assert storlab("report", tmp_path / "r").returncode == 0
+    page = (tmp_path / "r" / "report.html").read_text()
+    (run,) = answer["first_runs"]
+    # One line for a bucket's read and write caps (the same steps), drawn at the answer's levels, within
+    # the drawing's rounding.
+    assert cap_levels(page, f"cap-in-force-mb_s-run{run['run']}-1") == pytest.approx([20], rel=0.01)
+    assert cap_levels(page, f"cap-in-force-iops-run{run['run']}-1") == pytest.approx([300, 30], rel=0.01)
+    assert f'id="cap-in-force-iops-run{run["run"]}-2"' not in page
+    assert "Device IOPS over time against the IOPS caps" in page and "cap in force (vol on " in page

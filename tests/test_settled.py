@@ -278,7 +278,8 @@ def test_until_settled_keys(write_experiment):
     assert (settling.min_rounds, settling.max_rounds, settling.budget_s) == (2, 12, 600)
     assert exp.repetitions == 12 and exp.race() is None
     assert exp.answer_settings() == {"reference": {"data_files": 1, "log_on": "disk"}, "equivalent_within": 0.05,
-                                     "settling": {"min_rounds": 2, "max_rounds": 12, "budget_s": 600}}
+                                     "settling": {"min_rounds": 2, "max_rounds": 12, "budget_s": 600,
+                                                  "shortest_s": None, "longest_s": None}}
     flagged = load(write_experiment, "repetitions = 6", until_settled=True)
     assert (flagged.settling().min_rounds, flagged.settling().max_rounds) == (2, 6)
     named = load(write_experiment, 'repetitions = 3\nequivalent_within = "2%"\nreference = { log_on = "ram" }\norder_seed = 9')
@@ -303,6 +304,51 @@ def test_until_settled_keys(write_experiment):
 ])
 def test_bad_keys_are_one_line_naming_the_key(write_experiment, extra, message):
     assert error(write_experiment, extra).startswith(message)
+
+
+PGBENCH = BODY.replace('kind = "random-insert"', 'kind = "pgbench"\nscale = 1\nduration_s = 10').replace(
+    "data_files = [1, 2, 4, 8]\n", "")
+
+
+def test_run_length_keys(write_experiment):
+    """A bound not given is the declared duration_s; the store keeps both with until settled."""
+    planned = load(write_experiment, 'repetitions = { max = 12, until = "settled", run_length = { max = "2m" } }',
+                   body=PGBENCH)
+    settling = planned.settling()
+    assert (settling.shortest_s, settling.longest_s, settling.plans_length) == (10, 120, True)
+    assert planned.answer_settings()["settling"]["longest_s"] == 120
+    both = load(write_experiment, 'repetitions = { max = 12, until = "settled", run_length = { min = "5s", max = "1m" } }',
+                body=PGBENCH)
+    assert (both.settling().shortest_s, both.settling().longest_s) == (5, 60)
+    plain = load(write_experiment, 'repetitions = { max = 12, until = "settled" }', body=PGBENCH)
+    assert not plain.settling().plans_length  # without run_length every round runs the declared length, as before
+
+
+@pytest.mark.parametrize("extra, body, message", [
+    ('repetitions = { max = 6, until = "settled", run_length = { max = "2m" } }', BODY,
+     'repetitions.run_length: "random-insert" runs a fixed amount of work, not for a duration'),
+    ('repetitions = { max = 6, run_length = { max = "2m" } }', PGBENCH, "repetitions: a { min, max } table is for racing"),
+    ('race = true\nrepetitions = { max = 6, run_length = { max = "2m" } }', PGBENCH,
+     'repetitions: run_length: only with until = "settled"'),
+    ('repetitions = { max = 6, until = "settled", run_length = {} }', PGBENCH,
+     "repetitions: run_length: expected min, max or both"),
+    ('repetitions = { max = 6, until = "settled", run_length = { max = "5s" } }', PGBENCH,
+     "repetitions.run_length: max: the declared duration_s (10 s), the first rounds' length, is above it (5 s)"),
+    ('repetitions = { max = 6, until = "settled", run_length = { max = "90.5s" } }', PGBENCH,
+     "repetitions: run_length.max: expected whole seconds"),
+    ('repetitions = { max = 6, until = "settled", run_length = { max = "2h" } }', PGBENCH,
+     "repetitions.run_length: max: 7200 s is longer than a run's 3600 s"),
+    ('repetitions = { max = 6, until = "settled", run_length = { most = "2m" } }', PGBENCH,
+     "repetitions: run_length.most: unknown key"),
+])
+def test_bad_run_lengths_are_one_line_naming_the_key(write_experiment, extra, body, message):
+    assert error(write_experiment, extra, body=body).startswith(message)
+
+
+def test_a_run_length_needs_one_declared_duration(write_experiment):
+    swept = PGBENCH.replace("duration_s = 10", "duration_s = [10, 20]")
+    assert error(write_experiment, 'repetitions = { max = 6, until = "settled", run_length = { max = "2m" } }',
+                 body=swept).startswith("repetitions.run_length: planned from one declared length")
 
 
 def test_until_settled_flag_on_one_repetition_is_refused(write_experiment):
@@ -371,4 +417,5 @@ def test_run_until_settled_stops_when_its_budget_is_spent(write_experiment, lab_
 def test_storlab_schema_has_the_keys():
     schema = json.loads(invoke("schema").stdout)
     assert {"reference", "order_seed", "equivalent_within", "repetitions"} <= set(schema["properties"])
-    assert {"min", "max", "until", "budget"} == set(schema["$defs"]["RepetitionRange"]["properties"])
+    assert {"min", "max", "until", "budget", "run_length"} == set(schema["$defs"]["RepetitionRange"]["properties"])
+    assert {"min", "max"} == set(schema["$defs"]["RunLength"]["properties"])

@@ -1,7 +1,7 @@
-"""`duration_s = { max = …, until = "steady" }`: a pgbench run ends once the per-second throughput its
-figures will keep holds SNIA's range and excursion (fio's `ss=` for a database), read from pgbench's
-progress lines while it runs; its figures are of what ended before it was stopped, and the answer says per run
-why it ended. A kind that cannot end a run early refuses it in one line."""
+"""`duration_s = { max = …, until = "steady" }`: a pgbench or sysbench run ends once the per-second
+throughput its figures will keep holds SNIA's range and excursion (fio's `ss=` for a database), read from
+the tool's lines a second while it runs; its figures are of what ended before it was stopped, and the
+answer says per run why it ended. A kind that cannot end a run early refuses it in one line."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from storlab import steady_state
 from storlab.workloads.pgbench import _per_second as per_second
+from storlab.workloads.sysbench import _per_second as sysbench_per_second
 from storlab.workloads.rates import Until
 from storlab.workloads.tool import SteadyWatch
 from tests.commands import invoke, storlab
@@ -23,12 +24,9 @@ UNTIL = 'duration_s = { max = 60, until = "steady", least = 10 }'
 
 
 @pytest.mark.parametrize("base, old, new, line, said", [
-    (SYSBENCH, "duration_s = 20", UNTIL, 16,
-     'workload.duration_s: until = "steady" cannot end a sysbench run: it prints its totals and histogram only when '
-     "its run ends by its own clock (a run stopped early has no figures); give duration_s in seconds"),
     (BASE, "batch = 100", "batch = 100\n" + UNTIL, 19,
      'workload.duration_s: "random-insert" does not run by duration, so its runs cannot end once steady '
-     '(until = "steady" ends a pgbench run by duration)'),
+     '(until = "steady" ends a pgbench or sysbench run by duration)'),
     (PGBENCH, "duration_s = 20", 'duration_s = { max = 60, until = "steady", least = 5 }', 17,
      "workload.duration_s: least: expected a whole number of seconds from 10 to 60, got 5"),
     (PGBENCH, "duration_s = 20", 'duration_s = { until = "steady" }', 17,
@@ -39,7 +37,15 @@ UNTIL = 'duration_s = { max = 60, until = "steady", least = 10 }'
      "workload.duration_s: least: expected a whole number of seconds from 10 to 60, got 70"),
     (PGBENCH, "duration_s = 20", 'duration_s = { max = 60, until = "steady", window = 10 }', 17,
      'workload.duration_s: "window" is not a key of a run until steady (one of max, until, least)'),
-], ids=["sysbench", "random-insert", "short least", "no max", "until settled", "least past max", "unknown key"])
+    (BASE, 'kind = "random-insert"\nconnections = 2\nrows_per_connection = 1000\nbatch = 100',
+     'kind = "custom"\ntransaction = "t.sql"\n' + UNTIL, 17,
+     'workload.duration_s: "custom" does not run by duration, so its runs cannot end once steady '
+     '(until = "steady" ends a pgbench or sysbench run by duration)'),
+    (SYSBENCH, "duration_s = 20", "threads = 32\nrate = 2\n" + UNTIL, 17,
+     'workload.rate: 2 a second: under until = "steady" each of sysbench\'s 32 threads ends at its next '
+     "transaction, some 16 s for them all; give a rate of at least 4 or fewer threads"),
+], ids=["random-insert", "short least", "no max", "until settled", "least past max", "unknown key", "custom",
+        "sysbench too slow to end"])
 def test_a_run_until_steady_that_cannot_be_is_refused_in_one_line(lab_root, base, old, new, line, said):
     path = lab_root / "fz.toml"
     path.write_text(changed(old, new, lab_root / "disk", base))
@@ -69,7 +75,7 @@ def test_the_watch_stops_at_the_first_second_its_measured_part_holds():
 
 def test_the_watch_counts_from_the_declared_warmup():
     watch = SteadyWatch(Until(max=30, least=10), 5.0, per_second)
-    assert not watch.steady(progress([1000.0] * 15)) and len(watch.measured()) == 10  # seconds 6 to 15
+    assert not watch.steady(progress([1000.0] * 15)) and len(watch.throughput_kept()) == 10  # seconds 6 to 15
     assert watch.steady(progress([1000.0] * 16)) and watch.stopped["at_s"] == 16.0
 
 
@@ -81,7 +87,7 @@ def test_under_a_found_warmup_the_least_length_counts_after_the_warmup_found_so_
     stopped = next(i for i in range(1, len(lines) + 1) if watch.steady(lines[:i]))
     t = np.arange(stopped, dtype=float)
     cut = steady_state.warmup_to_cut(t, np.array(values[:stopped]))
-    assert cut >= 6 and stopped - cut > 10 and len(watch.measured()) == stopped - cut
+    assert cut >= 6 and stopped - cut > 10 and len(watch.throughput_kept()) == stopped - cut
 
 
 @pytest.mark.engine
@@ -109,3 +115,33 @@ def test_a_pgbench_run_ends_once_steady_and_its_figures_end_there(write_experime
     said = json.loads(storlab("show", str(out), "--json").stdout)["steadiness"]
     assert all(r["steady"] for c in said["cells"] for r in c["runs"]), [s["said"] for c in said["cells"] for r in c["runs"] for s in r["series"]]
     assert any("warm-up found and cut" in line and "stopped steady at" in line for line in said["lines"])
+
+
+def test_sysbench_reports_are_read_as_its_seconds():
+    line = ("[ 7s ] thds: 2 tps: 199.97 qps: 199.97 (r/w/o: 199.97/0.00/0.00) lat (ms,99%): 0.31 err/s: 0.00 "
+            "reconn/s: 0.00")
+    assert sysbench_per_second(line) == (7.0, 199.97) and sysbench_per_second("SQL statistics:") is None
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("base", [SYSBENCH, SYSBENCH.replace('engine = "postgres"', 'engine = "mariadb"')],
+                         ids=["postgres", "mariadb"])
+def test_a_sysbench_run_ends_once_steady_with_its_report_and_histogram(write_experiment, lab_root, tmp_path, base):
+    """Point selects at 200 a second (a schedule keeps the throughput steady on a busy machine), 2 s of
+    declared warm-up: the run ends once 10 measured seconds hold, long before its max of 60, its threads
+    ending at their next transaction; its figures are sysbench's own report over the measured part up to there."""
+    body = changed("duration_s = 20", 'test = "oltp_point_select"\ntables = 1\ntable_size = 1000\nthreads = 2\n'
+                   'rate = 200\nwarmup_s = 2\n' + UNTIL, lab_root / "disk", base).replace("repetitions = 2", "repetitions = 1")
+    out = tmp_path / "out"
+    done = storlab("run", str(write_experiment(body, "until.toml")), "--out", str(out))
+    assert done.returncode == 0, done.stderr + done.stdout
+    with sqlite3.connect(out / "storlab.sqlite") as db:
+        conditions = [json.loads(c) for (c,) in db.execute("SELECT conditions FROM runs")]
+        figures = dict(db.execute("SELECT name, value FROM figures"))
+    assert [held["stopped"]["by"] for held in conditions] == ["steady"]
+    assert 12 <= conditions[0]["stopped"]["at_s"] < 30, conditions
+    assert 10 <= figures["elapsed_s"] < 30 and figures["transactions_per_s"] == pytest.approx(200, rel=0.1)
+    assert figures["transactions_per_s"] == pytest.approx(figures["transactions"] / figures["elapsed_s"], rel=0.01)
+    assert figures["sustained_percent"] == 100 and figures["latency_p50_ms"] <= figures["latency_p99_ms"]
+    said = json.loads(storlab("show", str(out), "--json").stdout)["steadiness"]
+    assert any("stopped steady at" in line for line in said["lines"]), said["lines"]

@@ -412,31 +412,16 @@ def steadiness_answer(results: Results) -> model.Steadiness | None:
 def split_answer(results: Results, effects: model.FactorEffects | None = None) -> model.NoiseSplit | None:
     """The noise between runs and inside a run, from each run's measured per-second throughput; with
     the factor table, the cheaper way to what its undecided levels need (more rounds or longer runs),
-    within the budget left; nothing planned for a settled answer."""
-    series: dict[str, list] = {}
-    timing = []
-    for c in results.measured:
-        for run, kept in zip(c.runs, c.series):
-            name = next((m for m in steadiness.THROUGHPUT if m in kept.series), None)
-            if name is None:
-                continue
-            t, x = kept.series[name]
-            series.setdefault(c.cell.id, []).append(x[t >= kept.warmup_s])
-            timing.append((run.started_at, kept.warmup_s + (kept.measured_s or 0.0)))
-    undecided = [e for e in effects.effects + effects.conditional if e.verdict == "undecided"] if effects else []
-    need = None
-    if undecided and not results.settled:
-        budget = results.settling.budget_s if results.settling else None
-        used = max(s + n for s, n in timing) - min(s for s, _ in timing) if timing else 0.0
-        need = noise_split.Need(noise_split.narrowing(undecided, effects.margin), cells=len(results.measured),
-                                rounds=results.rounds, budget_left_s=None if budget is None else max(budget - used, 0.0))
-    found = noise_split.split(series, noise_split.run_cost(timing), need, settled=results.settled)
+    within the budget left; nothing planned for a settled answer; under a planned run length, which rounds
+    ran at which length and why (storlab.answer.noise_split)."""
+    found = noise_split.of_results(results, effects)
     if found is None:
         return None
+    planned = noise_split.lengths_said([(r.repetition, r.conditions) for c in results.measured for r in c.runs])
     return model.NoiseSplit(between_runs=found.between_runs, inside_run=found.inside_run, runs=found.runs,
                             seconds=found.seconds, run_cost_s=_number(found.run_cost_s),
                             best_seconds=_number(found.best_seconds), advice=found.advice, method=noise_split.METHOD,
-                            line=noise_split.line(found, results.prepared_once))
+                            line=noise_split.line(found, results.prepared_once) + (f"; {planned}" if planned else ""))
 
 
 def _headline(results: Results) -> model.Headline:
@@ -456,6 +441,14 @@ def probe_summaries(results: Results) -> dict[str, Part | None]:
     return {probe.name: probe.summary([KeptCell(c.cell.id, c.cell.label, [r.repetition for r in c.runs],
                                                 c.kept[probe.name]) for c in results.measured])
             for probe in registry.PROBES if probe.summary}
+
+
+def kind_part(results: Results, kind) -> dict[str, Part]:
+    """The workload kind's own part of the answer (Workload.part), under the kind's name beside the probes'."""
+    part = None if kind is None else kind.part([
+        KeptCell(c.cell.id, c.cell.label, [r.repetition for r in c.runs], [r.conditions.get("workload") for r in c.runs])
+        for c in results.measured])
+    return {} if part is None else {kind.name: part}
 
 
 def waits_ranked(cells: list[model.CellWaits]) -> list[str]:
@@ -506,12 +499,12 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
     fx = None if answer is None else factor_effects(answer, results.design.aliases if results.design else None)
     probed = probe_summaries(results)
     return model.Answer(
-        experiment=model.Experiment(name=results.name or "?", engine=exp.engine if exp else "?",
-                                    factors={short_name(k): v for k, v in results.factors.items()},
-                                    order_seed=exp.order_seed if exp else None,
-                                    kind=None if kind is None else kind.name,
-                                    throughput=None if kind is None or kind.throughput is None else kind.throughput.name,
-                                    declared=exp is not None),
+        experiment=model.AnsweredExperiment(name=results.name or "?", engine=exp.engine if exp else "?",
+                                            factors={short_name(k): v for k, v in results.factors.items()},
+                                            order_seed=exp.order_seed if exp else None,
+                                            kind=None if kind is None else kind.name,
+                                            throughput=None if kind is None or kind.throughput is None else kind.throughput.name,
+                                            declared=exp is not None),
         headline=_headline(results),
         figures=[model.Figure(name=f.name, unit=f.unit, label=f.label) for f in shown_figures(results)],
         rounds=results.rounds, settled=results.settled,
@@ -548,6 +541,7 @@ def compose(results: Results, over_time: str | None = None) -> model.Answer:
         swept_log=swept_log(results, swept),
         beside_headline=beside_headline(results, swept),
         **probed,
+        **kind_part(results, kind),
     )
 
 

@@ -26,7 +26,9 @@ SCHEMA_VERSION = 3
 Verdict = Literal["different", "equivalent", "undecided"]
 
 
-class Experiment(Typed):
+class AnsweredExperiment(Typed):
+    """The experiment as the answer names it (storlab.experiment.file.Experiment is the file's)."""
+
     name: str
     engine: str
     factors: dict[str, list[Any]]  # short name -> its values, in the file's order
@@ -475,7 +477,7 @@ class SeriesState(Typed):
 
 
 class RunSteadiness(Typed):
-    """What one run held: a steady state or not, its warm-up found beside the declared one, its checkpoints."""
+    """What one run showed: a steady state or not, its warm-up found beside the declared one, its checkpoints."""
 
     repetition: int
     measured_s: float | None
@@ -517,7 +519,7 @@ class Answer(Typed):
     __pydantic_extra__: dict[str, SerializeAsAny[Part] | None]
 
     schema_version: int = SCHEMA_VERSION
-    experiment: Experiment
+    experiment: AnsweredExperiment
     headline: Headline
     figures: list[Figure]  # the workload's other figures, shown per cell
     rounds: int

@@ -25,6 +25,13 @@ one another within the margin (`equivalent_within`, 5 % by default): every pair'
 1 - 2 alpha of the look (two one-sided tests, Schuirmann 1987) on the same pooled fit, lies inside ±margin.
 "Every pair" is again an intersection-union test: each pair at the look's alpha, with no correction, keeps
 the chance of calling cells equivalent that are not at or below the look's alpha.
+It also ends, "not told apart", once the rounds left could not change it (stopping for futility, as a
+clinical trial stops on low conditional power): with every difference seen taken as the truth and its
+standard error shrunk to what `max_rounds` would make it, no cell left could be dropped and the cells left
+could not be shown equivalent even at the most lenient later look. The cells left are then those the race
+would most likely end with at `max_rounds`, in fewer runs: where the noise hides the difference between the
+best cells and their margin (16 cells at a CV of 15-20 %, ±25 %), running them to the last round bought
+nothing. Stopping drops no cell and claims no equivalence, so neither error rate can rise.
 
 Simulated (tests/test_racing_simulated.py: docs/statistics.md has the figures): a 16-cell matrix where one
 factor of 4 levels does nothing, and benchmarks/racing.py's 16 cells as a real full matrix measured them.
@@ -132,7 +139,7 @@ def race(values: Rounds, settings: RaceSettings) -> RaceState:
     alive = list(values)
     drops: list[Drop] = []
     tests: list[Look] = []
-    finished, equivalent, fit = None, (), None
+    finished, equivalent, fit, futile = None, (), None, None
     done = 0
     for rnd in range(1, settings.max_rounds + 1):
         if any(rnd not in values[cell] for cell in alive):
@@ -149,7 +156,11 @@ def race(values: Rounds, settings: RaceSettings) -> RaceState:
             alive = [c for c in alive if c not in {d.cell for d in dropped}]
             if len(alive) > 1 and fit.equivalent(alive, margin, alpha):
                 equivalent = tuple(alive)
-        finished = _finish(alive, equivalent, rnd, settings, margin, alpha, levels)
+            elif len(alive) > 1 and rnd < settings.max_rounds:
+                later = max(sequential.alpha_at(k - settings.min_rounds + 1, looks, settings.alpha)
+                            for k in range(rnd + 1, settings.max_rounds + 1))
+                futile = fit.futile(alive, margin, later / look.comparisons, later, rnd, settings.max_rounds)
+        finished = _finish(alive, equivalent, rnd, settings, margin, alpha, levels, futile)
         if finished:
             break
     best = (fit.best(alive) if fit is not None else None) or (_best_mean(values, alive, done, settings.lower_is_better)
@@ -202,13 +213,18 @@ class Pooled:
         params, cov = self.result.params, self.cov
         return float(params[i] - params[j]), math.sqrt(max(cov[i, i] + cov[j, j] - 2 * cov[i, j], 0.0))
 
-    def worse_matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        """For every ordered pair of the fit's cells (row, column): the one-sided p-value of "row is worse than
-        column", and the log ratio row / column."""
+    def gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every ordered pair of the fit's cells (row, column): the log ratio row / column and its
+        standard error."""
         k = len(self.cells)
         params, cov = np.asarray(self.result.params)[:k], self.cov[:k, :k]
         gap = params[:, None] - params[None, :]
-        se = np.sqrt(np.maximum(np.diag(cov)[:, None] + np.diag(cov)[None, :] - 2 * cov, 0.0))
+        return gap, np.sqrt(np.maximum(np.diag(cov)[:, None] + np.diag(cov)[None, :] - 2 * cov, 0.0))
+
+    def worse_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every ordered pair of the fit's cells (row, column): the one-sided p-value of "row is worse than
+        column", and the log ratio row / column."""
+        gap, se = self.gaps()
         with np.errstate(divide="ignore", invalid="ignore"):
             p = sps.t.sf(gap / se, self.df)
         return np.where(se > 0, p, np.where(gap > 0, 0.0, 1.0)), gap
@@ -224,6 +240,26 @@ class Pooled:
         if any(c not in self.cells for c in cells):
             return False
         return all(self.within(a, b, margin, alpha) for a, b in itertools.combinations(cells, 2))
+
+    def futile(self, alive: Sequence[str], margin: float, each: float, alpha: float, rnd: int, last: int) -> str | None:
+        """Why the rounds left up to `last` would not change the race, or None when they might. Each difference
+        seen is taken as the truth and its standard error projected to `last` rounds (shrinking as the rounds
+        grow; a dropped cell's half of it does not): if no cell could then be dropped (one-sided at `each`, the
+        most a later look allows one comparison) and the cells left could not be shown equivalent (at `alpha`,
+        the most a later look spends), more rounds would most likely end the race at `last` with the same
+        cells. Stopping drops nothing and claims nothing, so neither error rate can rise."""
+        df = self.df + (last - rnd) * (len(alive) - 1)
+        drop, same = float(sps.t.ppf(1 - each, df)), float(sps.t.ppf(1 - alpha, df))
+        shrink = math.sqrt(rnd / last)
+        racing = np.array([c in alive for c in self.cells])
+        gap, se = (m[racing] for m in self.gaps())  # rows: the cells left; columns: every cell fitted
+        later = se * np.where(racing, shrink, math.sqrt((shrink ** 2 + 1) / 2))[None, :]
+        if (gap > drop * later).any():  # a cell's gap to itself is 0, never above
+            return None
+        if (np.abs(gap) + same * later < math.log1p(margin))[:, racing].all():
+            return None
+        return (f"the noise ({100 * self.noise:.2g} % a run) would hide a difference between them, and equivalence "
+                f"within ±{100 * margin:g} %, through round {last}")
 
     def best(self, cells: Sequence[str]) -> str | None:
         fitted = [c for c in cells if c in self.cells]
@@ -315,13 +351,16 @@ def _best_mean(values: Rounds, alive: Sequence[str], rnd: int, lower_is_better: 
 
 
 def _finish(alive: Sequence[str], equivalent: Sequence[str], rnd: int, settings: RaceSettings, margin: float,
-            alpha: float, levels: Mapping[str, Mapping[str, str]]) -> str | None:
+            alpha: float, levels: Mapping[str, Mapping[str, str]], futile: str | None = None) -> str | None:
     if len(alive) == 1:
         return f"one cell left after round {rnd}"
     if equivalent:
         named = ", ".join(_named(c, levels) for c in equivalent)
         return (f"any of these: {named}: they are equivalent within ±{100 * margin:g} % (after round "
                 f"{rnd}, every pair's {100 * (1 - 2 * alpha):.1f} % interval of the ratio inside the margin)")
+    if futile:
+        named = ", ".join(_named(c, levels) for c in alive)
+        return f"any of these: {named}: not told apart after round {rnd}: {futile}"
     if rnd >= settings.max_rounds:
         return f"max reached: {rnd} rounds"
     return None

@@ -1,9 +1,11 @@
-"""What each run held: whether its per-second throughput (and p99 latency, where its kind has one)
+"""What each run showed: whether its per-second throughput (and p99 latency, where its kind has one)
 reached a steady state (steady_state.py), where its warm-up really ended beside the declared one (or
 the one found and cut, under `warmup_s = "found"`), why a run until steady ended, and
 the checkpoints inside its measured part (probes/checkpoints.py); per cell, what that does to its
 verdicts: runs not steady, or holding no checkpoint, or different numbers of them, measure another
-system than a long run does."""
+system than a long run does. The rule that judges one series is storlab.steady_state's (a load
+run `until = "steady"` is stopped by it too: workloads/tool.py); this module applies it to the stored
+runs, for the answer."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ class Instance(Probed, Protocol):
 
     def log_statements(self) -> int:
         """From now on the server logs every statement of the workload's sessions, as the replay kind
-        reads a captured log; where its log is now. PostgreSQL only: MariaDB raises UserError."""
+        reads a captured log (PostgreSQL's stderr log, MariaDB's general log as a table); where its log is now."""
 
     def statements_logged_since(self, position: int) -> str:
         """The statement log of the workload's sessions written after `position` (log_statements)."""

@@ -18,11 +18,16 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import shutil
 import subprocess
+import tempfile
 from abc import ABC, abstractmethod
-from typing import Any
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 from storlab.errors import RunFailed, UserError
+from storlab.lab import os_users, user_tools
 from storlab.sizes import parse_size
 
 MAX_TEXT = 4096
@@ -71,6 +76,21 @@ def output(argv: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RunFailed(f"{argv[0]}: cannot list the engine's settings: {exc}") from None
     return done.stdout
+
+
+@contextmanager
+def throwaway_configuration(user: os_users.OsUser, files: dict[str, str]) -> Iterator[Path]:
+    """A folder holding `files` (name: text) for the installed engine to read a user's settings from,
+    as the servers' OS user `user`; removed on every path."""
+    folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
+    try:
+        for name, text in files.items():
+            (folder / name).write_text(text)
+            (folder / name).chmod(0o644)  # mariadbd ignores a world-writable option file
+        user_tools.give_to(folder, user)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def setting_bytes(settings: dict[str, Any], name: str, default: int, unit: int) -> int:

@@ -79,7 +79,7 @@ class Experiment:
         named = {k: v for k, v in (self.model.reference or {}).items()}
         reference = {short_name(d): named.get(short_name(d), values[0]) for d, values in self.factors.items()}
         settling = self.settling()
-        goal = getattr(self.model.workload, "latency_goal", None)
+        goal = self.model.workload.goal_ms()
         design = self.model.design.model_dump(exclude_none=True)
         return {"reference": reference, "equivalent_within": self.model.margin,
                 "settling": None if settling is None else asdict(settling), **({"latency_goal": goal} if goal else {}),

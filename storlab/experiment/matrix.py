@@ -126,7 +126,7 @@ def _cells(experiment: Experiment) -> list[Cell]:
             elif section in sections:  # the host is where a cell runs, not part of its configuration
                 sections[section][key] = value
         workload = model.workload.model_copy(update=sections["workload"])
-        if getattr(workload, "checkpoint_cycles", None) is not None:
+        if workload.cycles_per_run() is not None:
             workload = _whole_cycles(engines.engine(experiment.engine), workload, sections["engine_settings"])
         result.append(Cell(
             id=cell_id(factors), factors=factors, engine_version=version, layout=_layout(sections["layout"]),
@@ -140,14 +140,16 @@ def _cells(experiment: Experiment) -> list[Cell]:
 
 
 def _whole_cycles(engine: engines.Engine, workload: Any, settings: dict[str, Any]) -> Any:
-    """A run of `checkpoint_cycles` whole cycles of the cell's checkpoint_timeout: its duration_s."""
+    """A run of the kind's whole cycles of the cell's checkpoint_timeout (WorkloadParams.cycles_per_run):
+    its duration_s."""
+    cycles = workload.cycles_per_run()
     try:
         cycle = engine.checkpoint_cycle_s(settings)
     except ValueError as exc:
         raise UserError(f"engine_settings.{exc}; checkpoint_cycles needs it") from None
-    seconds = math.ceil(workload.checkpoint_cycles * cycle)
+    seconds = math.ceil(cycles * cycle)
     if seconds > MAX_DURATION_S:
-        raise UserError(f"workload.checkpoint_cycles: {workload.checkpoint_cycles} cycles of checkpoint_timeout "
+        raise UserError(f"workload.checkpoint_cycles: {cycles} cycles of checkpoint_timeout "
                         f"{settings.get('checkpoint_timeout', '5min')} last {seconds} s, more than a run's "
                         f"{MAX_DURATION_S} s")
     return workload.model_copy(update={"duration_s": seconds})

@@ -106,34 +106,32 @@ class Layout(_Strict):
     @field_validator("data_on", "log_on", "temp_on", mode="before")
     @classmethod
     def _placements(cls, v):
-        if v is None:
-            return v
-        return factors.factor(v, _placement_ref, "a placement name (or a ratio table for data_on)")
+        return factors.optional(v, _placement_ref, "a placement name (or a ratio table for data_on)")
 
     @field_validator("log_size", "log_growth", mode="before")
     @classmethod
     def _sizes(cls, v):
-        return None if v is None else factors.factor(v, factors.size_text, 'a size such as "1GB"')
+        return factors.optional(v, factors.size_text, 'a size such as "1GB"')
 
     @field_validator("server_memory", mode="before")
     @classmethod
     def _server_memory(cls, v):
-        return None if v is None else factors.factor(v, _memory_text, 'a size such as "512MB" (or "max": no limit)')
+        return factors.optional(v, _memory_text, 'a size such as "512MB" (or "max": no limit)')
 
     @field_validator("page_size", mode="before")
     @classmethod
     def _page_size(cls, v):
-        return None if v is None else factors.factor(v, factors.choice(PAGE_SIZES), "one of " + ", ".join(PAGE_SIZES))
+        return factors.optional(v, factors.choice(PAGE_SIZES), "one of " + ", ".join(PAGE_SIZES))
 
     @field_validator("file_kind", mode="before")
     @classmethod
     def _file_kind(cls, v):
-        return None if v is None else factors.factor(v, factors.choice(FILE_KINDS), "one of " + ", ".join(FILE_KINDS))
+        return factors.optional(v, factors.choice(FILE_KINDS), "one of " + ", ".join(FILE_KINDS))
 
     @field_validator("striping", mode="before")
     @classmethod
     def _striping(cls, v):
-        return None if v is None else factors.factor(v, factors.choice(STRIPINGS), "one of " + ", ".join(STRIPINGS))
+        return factors.optional(v, factors.choice(STRIPINGS), "one of " + ", ".join(STRIPINGS))
 
 
 def _version_text(v: Any, what: str) -> str:
@@ -235,7 +233,7 @@ class ExperimentModel(RacingKeys, _Strict):
     @field_validator("engine_version", mode="before")
     @classmethod
     def _engine_version(cls, v):
-        return None if v is None else factors.factor(v, _version_text, 'a version such as "15"')
+        return factors.optional(v, _version_text, 'a version such as "15"')
 
     @field_validator("engine_settings", mode="before")
     @classmethod

@@ -16,8 +16,8 @@ from storlab.lab import caps, cgroups, devices, mounts, os_users, placements
 from storlab.volume import registry
 
 
-class Experiment(Protocol):
-    """What the checks read of an experiment file (storlab.experiment.file.Experiment)."""
+class CheckedExperiment(Protocol):
+    """An experiment file as these checks read it (storlab.experiment.file.Experiment is one)."""
 
     model: ExperimentModel
     path: Path
@@ -34,7 +34,7 @@ class Experiment(Protocol):
     def placement_path(self, name: str) -> Path: ...
 
 
-def data_folders_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+def data_folders_problem(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """Each placement that holds data files (any value of data_on names it) is a folder the engine can
     keep them in (PostgreSQL: no ' in a tablespace's location), and each that temp_on names one it can
     keep its temporary files in (MariaDB: a path innodb_temp_data_file_path can name), judged by the
@@ -59,7 +59,7 @@ def data_folders_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+def placements_problem(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """Each placement can hold a server's files, and no directory has two names; a device placement
     can be made on this machine (root, tools, room for its image). Only looks."""
     user = os_users.server_user(create=False)
@@ -91,7 +91,7 @@ def placements_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def image_space_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+def image_space_problem(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """The device placements' images fit together in the free space of each filesystem that holds
     them: a cell makes every placement's device at once, while devices.check_host weighs each image
     alone. Each placement counts its largest image, on the filesystem of its image folder (of the
@@ -117,7 +117,7 @@ def image_space_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def volume_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+def volume_problem(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """What each property of a placement's volume needs of this host (storlab.volume: a control group
     that holds IO caps, the delay layer), said by the property, before anything else is looked at."""
     for name, raw in experiment.model.placements.items():
@@ -129,7 +129,7 @@ def volume_problem(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def limits_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+def limits_problem(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """A server memory limit can be set here (cgroups) beside the IO caps asked."""
     memory = any(m not in (None, places.UNCAPPED) for m in factors.values(experiment.model.layout.server_memory))
     why = cgroups.limits_unavailable(bool(experiment.capped), memory) if memory else None
@@ -144,7 +144,7 @@ def limits_problem(experiment: Experiment) -> tuple[tuple, str] | None:
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 
 
-def _memory_on_ram(experiment: Experiment) -> tuple[tuple, str] | None:
+def _memory_on_ram(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """A server memory limit beside a placement on a RAM disk is refused: the limit could not say what it holds."""
     layout = experiment.model.layout
     used = {name for key in ("data_on", "log_on", "temp_on") for ref in factors.values(getattr(layout, key))
@@ -159,7 +159,7 @@ def _memory_on_ram(experiment: Experiment) -> tuple[tuple, str] | None:
     return None
 
 
-def capped_devices_problem(experiment: Experiment) -> tuple[tuple, str] | None:
+def capped_devices_problem(experiment: CheckedExperiment) -> tuple[tuple, str] | None:
     """Each capped directory sits on a device of its own among the placements: a cap holds the whole
     device, and every placement on it."""
     capped = experiment.capped

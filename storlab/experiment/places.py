@@ -2,7 +2,8 @@
 pydantic model per kind of placement, a problem naming its key): a directory, "tmpfs", a table for a
 directory with IO caps on its device, or a table for a device storlab makes. The keys of a volume's
 properties (its format, caps, credits, latency) are each checked by its property (storlab.volume); a
-table's list values are factors of the matrix."""
+table's list values are factors of the matrix. The file's words only: whether a path can hold a
+server's files on this machine is storlab.lab.placements' to say."""
 
 from __future__ import annotations
 

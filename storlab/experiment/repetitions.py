@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from storlab.factors import show
+from storlab.factors import KeyProblem, show
 from storlab.rounds import DEFAULT_MARGIN, DEFAULT_MIN_ROUNDS, MAX_ROUNDS, RaceSettings, Settling
 from storlab.sizes import NUMBER, digits_note, parse_duration
 
@@ -41,6 +41,32 @@ Duration = Annotated[float, BeforeValidator(parse_duration),
                      WithJsonSchema({"type": "string", "description": 'a duration such as "90s", "10m" or "2h"'})]
 
 
+class RunLength(BaseModel):
+    """`run_length = { min = "10s", max = "2m" }` under until settled: before each round after `min`, the
+    noise split plans the runs' length (the workload's duration_s) within these bounds; a bound not given
+    is the declared duration_s."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: Duration | None = None  # seconds
+    max: Duration | None = None
+
+    @field_validator("min", "max")
+    @classmethod
+    def _whole(cls, v):
+        if v is not None and v != int(v):
+            raise ValueError(f"expected whole seconds (a load generator counts its run time so), got {v:g} s")
+        return v
+
+    @model_validator(mode="after")
+    def _given(self):
+        if self.min is None and self.max is None:
+            raise ValueError('expected min, max or both, such as { min = "10s", max = "2m" }')
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max:g} s) is below min ({self.min:g} s)")
+        return self
+
+
 class RepetitionRange(BaseModel):
     """`repetitions = { min = 3, max = 10 }`: a race's bounds on the rounds; with `until = "settled"`
     (min 2 by default, an optional `budget = "10m"` of wall time), the rounds stop once the answer
@@ -52,6 +78,7 @@ class RepetitionRange(BaseModel):
     max: int
     until: Literal["settled"] | None = None
     budget: Duration | None = None  # seconds
+    run_length: RunLength | None = None
 
     @field_validator("min", "max", mode="before")
     @classmethod
@@ -73,6 +100,8 @@ class RepetitionRange(BaseModel):
             raise ValueError(f"max ({self.max}) is below min ({self.min})")
         if self.budget is not None and self.until is None:
             raise ValueError('budget: only with until = "settled"')
+        if self.run_length is not None and self.until is None:
+            raise ValueError('run_length: only with until = "settled"')
         return self
 
 
@@ -122,6 +151,33 @@ class RacingKeys(BaseModel):
             raise ValueError("a race needs at least 2 repetitions")
         return v
 
+    @model_validator(mode="after")
+    def _run_length(self):
+        """The run length planned is the workload's duration_s: one whole number of seconds, within the bounds."""
+        rng = self.repetitions
+        if not isinstance(rng, RepetitionRange) or rng.run_length is None:
+            return self
+        from storlab.workloads.rates import MAX_DURATION_S  # the workload kinds load after the file's keys
+
+        workload = getattr(self, "workload", None)
+        where = ("repetitions", "run_length")
+        if "duration_s" not in type(workload).model_fields:
+            raise KeyProblem(where, f"{show(workload.kind)} runs a fixed amount of work, not for a duration: only a "
+                             "kind with duration_s (pgbench, sysbench) has a run length to plan")
+        declared = workload.duration_s
+        if isinstance(declared, (list, dict)) or workload.cycles_per_run() is not None:
+            raise KeyProblem(where, "planned from one declared length: duration_s must be one whole number of "
+                             "seconds (not a factor, a run until steady, or checkpoint_cycles)")
+        length = workload.duration
+        low, high = rng.run_length.min or length, rng.run_length.max or length
+        for bound, outside in (("min", length < low), ("max", length > high)):
+            if outside:
+                raise KeyProblem(where, f"{bound}: the declared duration_s ({length:g} s), the first rounds' length, "
+                                 f"is {'below' if bound == 'min' else 'above'} it ({low if bound == 'min' else high:g} s)")
+        if high > MAX_DURATION_S:
+            raise KeyProblem(where, f"max: {high:g} s is longer than a run's {MAX_DURATION_S} s")
+        return self
+
     @field_validator("reference", mode="before")
     @classmethod
     def _reference(cls, v):
@@ -154,7 +210,12 @@ class RacingKeys(BaseModel):
         rng = self.repetitions
         if not isinstance(rng, RepetitionRange) or rng.until is None:
             return None
-        return Settling(min(rng.min or DEFAULT_MIN_SETTLING, rng.max), rng.max, rng.budget)
+        low = rng.min or DEFAULT_MIN_SETTLING
+        if rng.run_length is None:
+            return Settling(min(low, rng.max), rng.max, rng.budget)
+        length = self.workload.duration  # the bounds were checked against it (_run_length)
+        return Settling(min(low, rng.max), rng.max, rng.budget, rng.run_length.min or length,
+                        rng.run_length.max or length)
 
     @property
     def margin(self) -> float:

@@ -134,7 +134,7 @@ class DeviceCap:
 
 
 @dataclass(frozen=True)
-class Limits:
+class GroupLimits:
     """What an instance's group holds back: IO on each capped device, and its memory (bytes, the page
     cache included); empty when the cell asks for neither."""
 
@@ -314,12 +314,12 @@ def device_of(path: Path) -> tuple[str, str] | None:
     return None if dev is None else (device, dev)
 
 
-def resolve(placements: dict[str, Path], io_caps: dict[str, IoCaps], memory_bytes: int | None) -> Limits:
+def resolve(placements: dict[str, Path], io_caps: dict[str, IoCaps], memory_bytes: int | None) -> GroupLimits:
     """The caps asked for each placement (`io_caps`, by name) on the devices under them. A cap holds a
     whole device: two placements on one device must ask the same caps (the file's load refused
     otherwise; here for a caller that did not load one)."""
     if not any(io_caps.values()):
-        return Limits((), memory_bytes)
+        return GroupLimits((), memory_bytes)
     by_dev: dict[str, DeviceCap] = {}
     uncapped: dict[str, str] = {}  # "major:minor" -> a placement there that asks no cap
     for name, path in placements.items():
@@ -333,13 +333,13 @@ def resolve(placements: dict[str, Path], io_caps: dict[str, IoCaps], memory_byte
         if not asked:
             uncapped.setdefault(dev, name)
             continue
-        held = by_dev.get(dev)
-        if held is not None and held.caps != asked:
-            raise RunFailed(f"placements.{name}: its device {device} holds placements.{held.placements[0]} too, "
+        sharing = by_dev.get(dev)  # another placement's cap on the same device
+        if sharing is not None and sharing.caps != asked:
+            raise RunFailed(f"placements.{name}: its device {device} holds placements.{sharing.placements[0]} too, "
                             "with other caps (a cap holds a whole device)")
-        by_dev[dev] = DeviceCap((*held.placements, name) if held else (name,), device, dev, asked)
+        by_dev[dev] = DeviceCap((*sharing.placements, name) if sharing else (name,), device, dev, asked)
     for dev, cap in by_dev.items():
         if dev in uncapped:
             raise RunFailed(f"placements.{uncapped[dev]}: its device {cap.device} is capped for "
                             f"placements.{cap.placements[0]} (a cap holds a whole device)")
-    return Limits(tuple(by_dev.values()), memory_bytes)
+    return GroupLimits(tuple(by_dev.values()), memory_bytes)

@@ -101,15 +101,15 @@ def _root_held(mount: Path, own: Path) -> Path:
     chain = [own, *own.parents]
     if mount not in chain:
         return own
-    held = mount
+    deepest = mount
     for directory in reversed(chain[: chain.index(mount)]):  # from the mount down to `own`
         try:
             if os.lstat(directory).st_uid != 0:
                 break
         except OSError:
             break
-        held = directory
-    return held
+        deepest = directory
+    return deepest
 
 
 def _unified() -> Hierarchy | None:
@@ -215,7 +215,7 @@ class Placed:
         return [self.path, *self.more.values()]
 
 
-def place(name: str, limits: caps.Limits | None = None) -> Placed | None:
+def place(name: str, limits: caps.GroupLimits | None = None) -> Placed | None:
     """Where the group for instance `name` goes on this host; None where storlab can make none. With
     `limits`, RunFailed where they cannot be held here (the experiment's load refused it already)."""
     group = PREFIX + name
@@ -278,11 +278,11 @@ class ControlGroup:
     hierarchies its limits need (`more`, by controller). A process joins it by writing its pid to
     every directory's cgroup.procs (`joining`)."""
 
-    def __init__(self, path: Path, more: dict[str, Path] | None = None, limits: caps.Limits | None = None,
+    def __init__(self, path: Path, more: dict[str, Path] | None = None, limits: caps.GroupLimits | None = None,
                  version: int = 1):
         self.path = path
         self.more = dict(more or {})
-        self.limits = limits or caps.Limits()
+        self.limits = limits or caps.GroupLimits()
         self.version = version
         self.guests: list[int] = []
 
@@ -330,13 +330,13 @@ class ControlGroup:
         return [self.path, *self.more.values()]
 
     @classmethod
-    def make(cls, where: Path | Placed, limits: caps.Limits | None = None,
+    def make(cls, where: Path | Placed, limits: caps.GroupLimits | None = None,
              guests: list[Guest] | None = None) -> "ControlGroup | None":
         """A new, empty group (from `place`), its limits set, the `guests` lent to it; None if the kernel
         will not make a group without limits (one with limits is RunFailed: a cell must never run
         uncapped unsaid)."""
         placed = where if isinstance(where, Placed) else Placed(where, 1)
-        limits = limits or caps.Limits()
+        limits = limits or caps.GroupLimits()
         made: list[Path] = []
         try:
             for path in placed.paths:

@@ -26,7 +26,7 @@ from storlab.sampler import Sampler
 PERIOD_S = 0.1
 
 
-def held(base: caps.IoCaps, bucket: Bucket, rate: float) -> caps.IoCaps:
+def at_rate(base: caps.IoCaps, bucket: Bucket, rate: float) -> caps.IoCaps:
     """`base` with the bucket's directions capped at `rate` (a bucket holds reads and writes alike)."""
     if bucket.unit == "iops":
         return replace(base, read_iops=round(rate), write_iops=round(rate))
@@ -69,7 +69,7 @@ class Credits:
 
 
 @dataclass
-class BucketUse:
+class RunBucket:
     """What one bucket did over one run."""
 
     device: str
@@ -87,8 +87,8 @@ class BucketUse:
 class _Device:
     cap: caps.DeviceCap
     credits: list[Credits]
-    use: list[BucketUse]
-    held: caps.IoCaps | None = None  # in force now
+    use: list[RunBucket]
+    in_force: caps.IoCaps | None = None  # now
 
 
 class CreditKeeper:
@@ -112,7 +112,7 @@ class CreditKeeper:
         self.t0 = t0
         for d in self.devices:
             d.credits = [Credits(b) for b in d.cap.caps.buckets]
-            d.use = [BucketUse(d.cap.device, list(d.cap.placements), b, None, 0.0, 0.0, b.start) for b in d.cap.caps.buckets]
+            d.use = [RunBucket(d.cap.device, list(d.cap.placements), b, None, 0.0, 0.0, b.start) for b in d.cap.caps.buckets]
             self._hold(d)
         self.t, self.io = self.clock(), self.group.charged_io()
         self.last_point = self.t
@@ -144,14 +144,14 @@ class CreditKeeper:
 
     def in_force(self, dev: str) -> caps.IoCaps | None:
         """The caps held on a device ("major:minor") now; None for a device without a bucket."""
-        return next((d.held for d in self.devices if d.cap.dev == dev), None)
+        return next((d.in_force for d in self.devices if d.cap.dev == dev), None)
 
     def _hold(self, d: _Device) -> None:
         held_caps = d.cap.caps
         for credits in d.credits:
-            held_caps = held(held_caps, credits.bucket, credits.cap)
+            held_caps = at_rate(held_caps, credits.bucket, credits.cap)
         self.group.hold(replace(d.cap, caps=held_caps))
-        d.held = held_caps
+        d.in_force = held_caps
 
     def _record(self, now: float, force: bool) -> None:
         if not force and now - self.last_point < self.record_every_s:
@@ -161,7 +161,7 @@ class CreditKeeper:
             for credits, use in zip(d.credits, d.use):
                 use.points.append((now - self.t0, credits.cap, 100 * max(credits.left, 0.0) / credits.bucket.size))
 
-    def stop(self) -> list[BucketUse]:
+    def stop(self) -> list[RunBucket]:
         """The run's last stretch settled, what each bucket did; the start's caps set back whatever
         happens."""
         if self.sampler is not None:

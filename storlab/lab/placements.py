@@ -2,7 +2,9 @@
 
 A placement's name goes into SQL (tablespace names) and directory names, and its path must be a
 directory the servers' OS user can reach. Both are checked by looking only: nothing is created until
-every placement has passed (storlab run makes the missing directories afterwards).
+every placement has passed (storlab run makes the missing directories afterwards). What the
+experiment file may say of a placement (a directory, tmpfs, a table of a volume's keys) is
+storlab.experiment.places'; this module knows only names and paths on this machine.
 """
 
 from __future__ import annotations

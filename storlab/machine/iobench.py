@@ -245,7 +245,7 @@ class Scratch:
 
 
 @interrupts.owning
-def _scratch(target: Path, limits: caps.Limits, declared: latency.DeviceLatency | None = None) -> Iterator[Scratch]:
+def _scratch(target: Path, limits: caps.GroupLimits, declared: latency.DeviceLatency | None = None) -> Iterator[Scratch]:
     """A fresh directory under `target` for the test file, written down in a manifest and marked as
     storlab's (as an instance's directories are), with `limits` a control group holding them, and with
     `declared` a delay layer serving its `files` folder at its `layer` folder, so `storlab clean`
@@ -314,14 +314,14 @@ def check_volume(target: Path, declared: Mapping[str, Any]) -> None:
     _cap_limits(target, io_caps.held(declared))
 
 
-def _cap_limits(target: Path, held: caps.IoCaps) -> caps.Limits:
+def _cap_limits(target: Path, held: caps.IoCaps) -> caps.GroupLimits:
     """The caps on the device under `target` (UserError where there is none)."""
     if not held:
-        return caps.Limits()
+        return caps.GroupLimits()
     found = caps.device_of(target)
     if found is None:
         raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): there is no device to cap")
-    return caps.Limits((caps.DeviceCap(("io",), found[0], found[1], held),))
+    return caps.GroupLimits((caps.DeviceCap(("io",), found[0], found[1], held),))
 
 
 def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None,
@@ -354,7 +354,7 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
                 progress.update(task, total=1, completed=1)
             results = []
 
-            def one(job: Job, where: Path, name: str) -> tuple[Measured, list[credits.BucketUse]]:
+            def one(job: Job, where: Path, name: str) -> tuple[Measured, list[credits.RunBucket]]:
                 task = progress.add_task(name, total=seconds) if progress else None
                 tick = (lambda dt, t=task: progress.advance(t, dt)) if progress else None
                 keeper = credits.CreditKeeper(scratch.group) if scratch.group is not None else None

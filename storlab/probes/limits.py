@@ -13,7 +13,10 @@ end:
   long the baseline was in force, the credits spent and left, on the timeline the cap in force and
   the credits left.
 
-Recorded only for an instance whose cell asks for a cap or a memory limit."""
+Recorded only for an instance whose cell asks for a cap or a memory limit. Each limit at three
+stages, named by the stage: Run* what one run did (RunDevice, RunMemory, storlab.lab.credits' RunBucket,
+together RunLimits), Cell* a cell's runs summed up (CellCaps, CellMemory, CellBucket), and *Row the
+answer's row of a cell (limits_part: CapRow, MemoryRow, BucketRow)."""
 
 from __future__ import annotations
 
@@ -26,14 +29,14 @@ from storlab import timeline
 from storlab.lab import caps, credits
 from storlab.lab.cgroups import ControlGroup
 from storlab.probes.kept import Db, KeptCell, Probe, RunScope
-from storlab.probes.limits_part import BucketRow, CapRow, DryRun, Limits, MemoryRow
+from storlab.probes.limits_part import BucketRow, CapInForce, CapRow, CapStep, DryRun, Limits, MemoryRow
 from storlab.probes.recorders import DEVICE_PERIOD_S, TimelinePoint
 from storlab.sampler import Sampler
 from storlab.sizes import format_bytes
 
 
 @dataclass
-class DeviceUse:
+class RunDevice:
     """One device under the placements, over one run."""
 
     device: str
@@ -49,7 +52,7 @@ class DeviceUse:
 
 
 @dataclass
-class MemoryUse:
+class RunMemory:
     limit_bytes: int
     cgroup_version: int
     hits: int | None  # times the group reached its limit
@@ -58,10 +61,10 @@ class MemoryUse:
 
 
 @dataclass
-class LimitsUse:
-    devices: list[DeviceUse] = field(default_factory=list)
-    memory: MemoryUse | None = None
-    buckets: list[credits.BucketUse] = field(default_factory=list)
+class RunLimits:
+    devices: list[RunDevice] = field(default_factory=list)
+    memory: RunMemory | None = None
+    buckets: list[credits.RunBucket] = field(default_factory=list)
     points: list[TimelinePoint] = field(default_factory=list)  # for the run's timeline, not kept here
 
 
@@ -136,7 +139,7 @@ class LimitsRecorder:
             self.peak = max(self.peak, group_b.memory_bytes)
             self.points.append(TimelinePoint(t, timeline.SERVER_MEMORY.name, group_b.memory_bytes / caps.MIB))
 
-    def stop(self) -> LimitsUse:
+    def stop(self) -> RunLimits:
         self.sampler.stop()
         held = self.keeper.stop() if self.keeper else []  # the start's caps set back for the next run
         if self.sampler.error is not None:
@@ -144,7 +147,7 @@ class LimitsRecorder:
         end = self._read(devices=True)
         self._interval(self.last, end)
         (t_a, group_a, served_a), (t_b, group_b, served_b) = self.first, end
-        found = LimitsUse(points=self.points + [
+        found = RunLimits(points=self.points + [
             TimelinePoint(t, metric.of(p), value) for use in held for p in use.placements
             for t, cap, left in use.points
             for metric, value in ((timeline.BUCKET_CAP[use.bucket.unit], cap), (timeline.CREDITS_LEFT[use.bucket.unit], left))],
@@ -156,7 +159,7 @@ class LimitsRecorder:
             if a is None or b is None:
                 continue
             charged = (group_b.io.get(w.dev, caps.IoCount()) - group_a.io.get(w.dev, caps.IoCount())) if w.caps else None
-            found.devices.append(DeviceUse(w.device, w.placements, w.caps, self.group.version,
+            found.devices.append(RunDevice(w.device, w.placements, w.caps, self.group.version,
                                            caps.queue_value(w.device, "max_sectors_kb"), b - a, charged,
                                            self.at_cap.get(w.dev, 0.0) if w.caps else None, t_b - t_a,
                                            pressure if w.caps else None))
@@ -167,7 +170,7 @@ class LimitsRecorder:
 
             peak = group_b.peak_bytes if self.group.version == 1 and group_b.peak_bytes is not None else \
                 max(self.peak, group_b.memory_bytes or 0) or None
-            found.memory = MemoryUse(limit, self.group.version, moved(group_a.memory_hits, group_b.memory_hits),
+            found.memory = RunMemory(limit, self.group.version, moved(group_a.memory_hits, group_b.memory_hits),
                                      moved(group_a.oom_kills, group_b.oom_kills), peak)
         return found
 
@@ -195,7 +198,7 @@ def _recording(run: RunScope) -> LimitsRecorder | None:
     return LimitsRecorder(group, watched(group, run.instance.spec.placements))
 
 
-def _points(found: LimitsUse) -> list[TimelinePoint]:
+def _points(found: RunLimits) -> list[TimelinePoint]:
     return found.points
 
 
@@ -203,7 +206,7 @@ _CAPS = ("read_iops", "write_iops", "read_mb_s", "write_mb_s")
 _COUNTS = ("read_ios", "write_ios", "read_bytes", "write_bytes")
 
 
-def _write(db: Db, run_id: int, found: LimitsUse) -> None:
+def _write(db: Db, run_id: int, found: RunLimits) -> None:
     db.executemany(
         f"INSERT INTO io_caps (run_id, device, placements, cgroup_version, max_sectors_kb, {', '.join(_CAPS)}, "
         f"{', '.join('served_' + c for c in _COUNTS)}, {', '.join('charged_' + c for c in _COUNTS)}, "
@@ -223,8 +226,8 @@ def _write(db: Db, run_id: int, found: LimitsUse) -> None:
                    "VALUES (?, ?, ?, ?, ?, ?)", (run_id, m.limit_bytes, m.cgroup_version, m.hits, m.oom_kills, m.peak_bytes))
 
 
-def _read(db: Db, run_id: int) -> LimitsUse:
-    found = LimitsUse()
+def _read(db: Db, run_id: int) -> RunLimits:
+    found = RunLimits()
     rows = db.execute(
         f"SELECT device, placements, cgroup_version, max_sectors_kb, {', '.join(_CAPS)}, "
         f"{', '.join('served_' + c for c in _COUNTS)}, {', '.join('charged_' + c for c in _COUNTS)}, "
@@ -232,18 +235,20 @@ def _read(db: Db, run_id: int) -> LimitsUse:
     for row in rows:
         device, placements, version, sectors, *rest = row
         cap, served, charged, (at_cap, run_s, pressure) = rest[:4], rest[4:8], rest[8:12], rest[12:]
-        found.devices.append(DeviceUse(device, placements.split(","), caps.IoCaps(*cap), version, sectors,
+        found.devices.append(RunDevice(device, placements.split(","), caps.IoCaps(*cap), version, sectors,
                                        caps.IoCount(*served), None if charged[0] is None else caps.IoCount(*charged),
                                        at_cap, run_s, pressure))
     row = db.execute("SELECT limit_bytes, cgroup_version, hits, oom_kills, peak_bytes FROM memory_limit WHERE run_id = ?",
                      (run_id,)).fetchone()
     if row is not None:
-        found.memory = MemoryUse(*row)
+        found.memory = RunMemory(*row)
     for device, placements, unit, baseline, burst, size, start, *done in db.execute(
             "SELECT device, placements, unit, baseline, burst, size, start, dry_at_s, dry_s, spent, left_end, run_s "
             "FROM io_buckets WHERE run_id = ? ORDER BY device, unit", (run_id,)).fetchall():
-        found.buckets.append(credits.BucketUse(device, placements.split(","),
+        found.buckets.append(credits.RunBucket(device, placements.split(","),
                                                caps.Bucket(unit, baseline, burst, size, start), *done))
+    for use in found.buckets:
+        use.points = _bucket_points(db, run_id, use)
     # A device's caps as declared: its buckets with the caps they started each run with.
     found.devices = [replace(d, caps=replace(d.caps, buckets=tuple(b.bucket for b in found.buckets if b.device == d.device)))
                      for d in found.devices]
@@ -289,9 +294,9 @@ def _mean_count(counts: list[caps.IoCount]) -> caps.IoCount:
     return caps.IoCount(*(round(_mean([getattr(c, f) for c in counts])) for f in _COUNTS))
 
 
-def per_cell(runs: list[LimitsUse]) -> tuple[list[CellCaps], CellMemory | None]:
+def per_cell(runs: list[RunLimits]) -> tuple[list[CellCaps], CellMemory | None]:
     """A cell's runs (those that recorded their limits), each capped device and the memory summed up."""
-    by_device: dict[str, list[DeviceUse]] = {}
+    by_device: dict[str, list[RunDevice]] = {}
     for run in runs:
         for d in run.devices:
             if d.caps:
@@ -329,9 +334,9 @@ class CellBucket:
     spent: float  # credits a run
 
 
-def buckets_per_cell(runs: list[LimitsUse]) -> list[CellBucket]:
+def buckets_per_cell(runs: list[RunLimits]) -> list[CellBucket]:
     """A cell's runs, each bucket summed up (`dry_at_s` in the runs' order)."""
-    by_bucket: dict[tuple[str, str], list[credits.BucketUse]] = {}
+    by_bucket: dict[tuple[str, str], list[credits.RunBucket]] = {}
     for run in runs:
         for b in run.buckets:
             by_bucket.setdefault((b.device, b.bucket.unit), []).append(b)
@@ -414,13 +419,46 @@ def _memory_row(cell: KeptCell, m: CellMemory) -> MemoryRow:
         said=memory_line(m))
 
 
+def _bucket_points(db: Db, run_id: int, use: credits.RunBucket) -> list[tuple[float, float, float]]:
+    """A bucket's (t, cap in force, % left) as the run put them on its timeline (every half second and at
+    each change), read back from there: the run's own record of them."""
+    held, left = (metric[use.bucket.unit].of(use.placements[0]) for metric in (timeline.BUCKET_CAP, timeline.CREDITS_LEFT))
+    found: dict[float, dict[str, float]] = {}
+    for t, metric, value in db.execute("SELECT t_s, metric, value FROM timeline WHERE run_id = ? AND metric IN (?, ?)",
+                                       (run_id, held, left)).fetchall():
+        found.setdefault(t, {})[metric] = value
+    return [(t, pair[held], pair.get(left, 0.0)) for t, pair in sorted(found.items()) if held in pair]
+
+
+def in_force(cell: KeptCell) -> list[CapInForce]:
+    """Each cap of each capped device over each of the cell's runs: a cap set once its level throughout; a
+    bucket's caps (both directions of its unit) at the start and at each change the keeper recorded."""
+    found = []
+    for rnd, run in zip(cell.rounds, cell.runs):
+        for d in run.devices:
+            bucketed = {b.bucket.unit: b for b in run.buckets if b.device == d.device}
+            keys = dict.fromkeys([*d.caps.as_dict(), *(f"{way}_{unit}" for unit in bucketed for way in ("read", "write"))])
+            for key in keys:
+                use = bucketed.get(key.split("_", 1)[1])
+                if use is None:
+                    steps = [(0.0, float(getattr(d.caps, key)))]
+                elif use.points:
+                    steps = [(t, cap) for i, (t, cap, _) in enumerate(use.points) if i == 0 or cap != use.points[i - 1][1]]
+                else:  # no points recorded: the start's cap, and the baseline from when it first ran dry
+                    steps = [(0.0, use.bucket.start_cap)] + ([(use.dry_at_s, use.bucket.baseline)] if use.dry_at_s else [])
+                found.append(CapInForce(cell=cell.cell, round=rnd, device=d.device, placements=d.placements, key=key,
+                                        steps=[CapStep(at_s=t, cap=cap) for t, cap in steps]))
+    return found
+
+
 def summary(cells: list[KeptCell]) -> Limits | None:
     """What each cell's IO caps, credit buckets and server memory limit did, and what a cap holds back on
     the hosts that ran them (cgroup v1: only what the servers submit)."""
-    capped, buckets, memory, versions = [], [], [], set()
+    capped, buckets, memory, versions, held_caps = [], [], [], set(), []
     for cell in cells:
         devices, held = per_cell(cell.runs)
         capped += [_cap_row(cell, d) for d in devices]
+        held_caps += in_force(cell)
         buckets += [_bucket_row(cell, b) for b in buckets_per_cell(cell.runs)]
         memory += [_memory_row(cell, held)] if held else []
         versions |= {d.cgroup_version for d in devices} | ({held.cgroup_version} if held else set())
@@ -432,7 +470,7 @@ def summary(cells: list[KeptCell]) -> Limits | None:
                         ("credit buckets, per run (each run starts with its declared credits):", buckets),
                         ("server memory, per run (the control group's limit, the page cache included):", memory)):
         lines += [title] + [f"  {row.label} ({row.cell}): {row.said}" for row in rows] if rows else []
-    return Limits(covers=covers, caps=capped, memory=memory, lines=lines, buckets=buckets)
+    return Limits(covers=covers, caps=capped, memory=memory, lines=lines, buckets=buckets, in_force=held_caps)
 
 
 PROBE = Probe(

@@ -55,6 +55,25 @@ class DryRun(Typed):
     at_s: float  # from the run's start
 
 
+class CapStep(Typed):
+    """A cap's level from `at_s` on, until the next step or the run's end."""
+
+    at_s: float  # on the run's timeline (from the load's first start), as its other series
+    cap: float  # IOs or MiB a second
+
+
+class CapInForce(Typed):
+    """One cap on one device over one run: its level at the start and at each change (a credit bucket
+    running dry, or holding a second of bursting again); a cap without a bucket is one step."""
+
+    cell: str
+    round: int
+    device: str
+    placements: list[str]
+    key: str  # read_iops, write_iops, read_mb_s or write_mb_s
+    steps: list[CapStep]
+
+
 class BucketRow(Typed):
     """What a cell's credit bucket on one device did: a cap at its burst rate while the bucket held
     credits, at its baseline once it was empty."""
@@ -91,6 +110,7 @@ class Limits(Part):
     memory: list[MemoryRow]
     lines: list[str]  # all of it in words
     buckets: list[BucketRow] = []
+    in_force: list[CapInForce] = []  # each cap of each run, over its time
 
     def sentences(self) -> list[str]:
         return list(self.lines)

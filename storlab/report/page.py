@@ -34,7 +34,8 @@ figcaption, .note { color: #555; font-size: 13px; }
 """
 FILES = ["report.html", "factor_effects.png", "half_normal.png", "elapsed.png", "wait_composition.png",
          "waits_over_time.png", "rows_per_s.png", "transactions_per_s.png", "latency.png", "mb_s.png",
-         f"{timeline.CAP_USE.name}.png", "credits.png", f"{timeline.SERVER_MEMORY.name}.png", "cpu_percent.png", "io.png",
+         f"{timeline.IOPS.name}.png", f"{timeline.CAP_USE.name}.png", "credits.png", f"{timeline.SERVER_MEMORY.name}.png",
+         "cpu_percent.png", "io.png",
          "io_sizes.png", io_report.BESIDE_FILE, rate_chart.FILE]
 
 
@@ -371,6 +372,9 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         device = timelines.device_chart(raw, answer, folder / f"{timeline.MIB_S.name}.png")
         if device:
             sections.append("<h2>Device MiB/s over time, per placement</h2>" + _figure(device[1], device[0]))
+        device = timelines.device_iops_chart(raw, answer, folder / f"{timeline.IOPS.name}.png")
+        if device:
+            sections.append("<h2>Device IOPS over time against the IOPS caps, per placement</h2>" + _figure(device[1], device[0]))
         held = timelines.cap_chart(raw, answer, folder / f"{timeline.CAP_USE.name}.png")
         if held:
             sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))

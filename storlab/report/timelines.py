@@ -1,8 +1,8 @@
 """The report's charts of metrics over a run's time axis (storlab.timeline declares them), from each
 cell's first run: throughput and CPU (one line per cell), and the latency percentiles and device
-MiB/s (one panel per cell, the run's traced checkpoints and WAL switches marked); on the throughput and
-each panel, what the answer says of the run: the warm-up found, the checkpoints counted, the moment a
-credit bucket ran dry. A value that covers
+MiB/s and IOPS (one panel per cell, the run's traced checkpoints and WAL switches marked); on the throughput
+and each panel, what the answer says of the run: the warm-up found, the checkpoints counted, the moment a
+credit bucket ran dry, and on the device's MiB/s and IOPS the cap in force over the run. A value that covers
 the interval its time opens (the driver's buckets) is drawn as a step over that interval, the last to
 the run's end; the device sampler's values, each closing its interval, as a line through their points."""
 
@@ -17,6 +17,7 @@ from matplotlib.patches import Patch
 
 from storlab import timeline
 from storlab.answer import model
+from storlab.probes import limits_part
 from storlab.report.charts import PALETTE, RawSeries, plt, svg
 from storlab.timeline import Metric
 
@@ -25,6 +26,7 @@ PERCENTILE_COLOURS = {timeline.LATENCY_P50_MS: "#9ecae1", timeline.LATENCY_P95_M
                       timeline.LATENCY_P99_MS: "#08306b"}
 CHECKPOINT_COLOUR, WAL_SWITCH_COLOUR = "#f28e2b", "#555555"
 WARMUP_COLOUR, DRY_COLOUR = "#2e7d32", "#c0392b"
+CAP_COLOUR = "#7b241c"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,33 @@ def marks(answer: model.Answer, run: model.DrawnRun) -> Marks:
     # A warm-up found at the run's first second is none: nothing to mark.
     warmup = None if held is None or not held.found_warmup_s else held.found_warmup_s
     return Marks(warmup, [] if held is None else held.checkpoint_times_s, sorted(dry))
+
+
+def caps_in_force(answer: model.Answer, run: model.DrawnRun, unit: str) -> list[tuple[str, list[limits_part.CapStep]]]:
+    """The caps of `unit` ("iops" or "mb_s") the answer holds in force over the run, a (label, steps) a
+    line: a device's read and write caps one line where their steps are the same (a bucket holds both)."""
+    found: dict[tuple[str, tuple], list[str]] = {}
+    for held in answer.limits.in_force if answer.limits else []:
+        way, key_unit = held.key.split("_", 1)
+        if held.cell == run.cell and held.round == run.repetition and key_unit == unit:
+            steps = tuple((s.at_s, s.cap) for s in held.steps)
+            found.setdefault((f"{', '.join(held.placements)} on {held.device}", steps), []).append(way)
+    return [(f"{'cap' if len(ways) > 1 else ways[0] + ' cap'} in force ({where})",
+             [limits_part.CapStep(at_s=t, cap=c) for t, c in steps]) for (where, steps), ways in found.items()]
+
+
+def _draw_caps(ax, held: list[tuple[str, list[limits_part.CapStep]]], end: float, gid: str) -> None:
+    """Each cap in force as steps from its first to the run's end (`end`), dashed, its level written where
+    it starts (named at the first); in the SVG its group's id is `gid` and the line's number, so that a
+    reader or a test finds the line the answer put there."""
+    for i, (label, steps) in enumerate(held):
+        edges = [s.at_s for s in steps] + [max(end, steps[-1].at_s + 1e-3)]
+        patch = ax.stairs([s.cap for s in steps], edges, baseline=None, color=CAP_COLOUR, linewidth=1.3,
+                          linestyle=(0, (5, 2)))
+        patch.set_gid(f"{gid}-{i + 1}")
+        for j, step in enumerate(steps):
+            ax.annotate(f"{label}: {step.cap:g}" if j == 0 else f"{step.cap:g}", (step.at_s, step.cap),
+                        textcoords="offset points", xytext=(2, 2), fontsize=7, color=CAP_COLOUR)
 
 
 def _mark(ax, found: Marks, colour: str | None = None) -> None:
@@ -139,11 +168,12 @@ def caption(metric: Metric, answer: model.Answer | None = None) -> str:
 
 
 def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...], ylabel: str, png: Path,
-              colours: dict[str, str] | None = None) -> tuple[set[Metric], str] | None:
+              colours: dict[str, str] | None = None, cap_unit: str | None = None) -> tuple[set[Metric], str] | None:
     """Small multiples: one panel per cell (its first run), one line per metric (or member of a
     family), on one scale for every cell, with the run's traced checkpoints (shaded from their start
     over their duration) and WAL switches (dotted). `colours`: a colour per line's label, in the
-    legend's order (default: the palette, by label). Returns (the events drawn, svg)."""
+    legend's order (default: the palette, by label); `cap_unit`: the caps of that unit the answer holds
+    in force over each run drawn as steps. Returns (the events drawn, svg)."""
     panels = []
     for run in answer.first_runs:
         lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -163,11 +193,18 @@ def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...],
     colours = colours or {text: PALETTE[i % len(PALETTE)] for i, text in enumerate(sorted(set(label.values())))}
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 + 1.6 * len(panels)), squeeze=False, sharex=True,
                              sharey=True, layout="constrained")
-    marked = []
+    marked, capped, top = [], False, 0.0
     for ax, (run, lines, events) in zip(axes[:, 0], panels):
         found = marks(answer, run)
         _mark(ax, found)
         marked.append(found)
+        held = caps_in_force(answer, run, cap_unit) if cap_unit else []
+        if held:
+            end = max((t for points in lines.values() for t, _ in points), default=0.0)
+            _draw_caps(ax, held, end if run.elapsed_s is None else max(end, run.elapsed_s),
+                       f"cap-in-force-{cap_unit}-run{run.run}")
+            capped = True
+            top = max(top, *(s.cap for _, steps in held for s in steps))
         for name, points in sorted(lines.items()):
             xs, ys = zip(*sorted(points))
             if timeline.find(name).steps:
@@ -183,7 +220,7 @@ def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...],
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     # One scale for every cell, set once: each panel's own autoscaling would keep only its data.
-    top = max(v for _, lines, _ in panels for points in lines.values() for _, v in points)
+    top = max(top, *(v for _, lines, _ in panels for points in lines.values() for _, v in points))
     axes[-1, 0].set_ylim(0, 1.05 * top if top > 0 else 1.0)
     axes[-1, 0].set_xlabel(X_LABEL, fontsize=8)
     drawn = {metric for _, _, events in panels for metric in events}
@@ -194,6 +231,8 @@ def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...],
     if timeline.WAL_SWITCH in drawn:
         handles.append((Line2D([], [], color=WAL_SWITCH_COLOUR, linewidth=0.8, linestyle=":"), timeline.WAL_SWITCH.label))
     handles += _mark_handles(marked)
+    if capped:
+        handles.append((Line2D([], [], color=CAP_COLOUR, linewidth=1.3, linestyle=(0, (5, 2))), "cap in force"))
     fig.legend([h for h, _ in handles], [text for _, text in handles], loc="outside lower center",
                ncol=min(len(handles), 5), fontsize=8, frameon=False)
     return drawn, svg(fig, png)
@@ -218,17 +257,36 @@ def latency_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str,
             f"each drawn over the time its bucket covers; {_events_note(drawn, answer)}"), drawing
 
 
+CAPS_NOTE = ("; dashed steps: the cap in force as the answer holds it (a credit bucket's changes as it ran dry and "
+             "filled again), which holds the instance's control group while the device counts everyone's IO")
+
+
 def device_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
-    """One panel per cell: each placement's device MiB/s, with the run's traced events. Returns
-    (caption, svg)."""
-    found = _per_cell(raw, answer, (timeline.MIB_S,), timeline.MIB_S.label, png)
+    """One panel per cell: each placement's device MiB/s, with the run's traced events and MiB/s caps in
+    force. Returns (caption, svg)."""
+    found = _per_cell(raw, answer, (timeline.MIB_S,), timeline.MIB_S.label, png, cap_unit="mb_s")
     if found is None:
         return None
     drawn, drawing = found
+    capped = any(caps_in_force(answer, run, "mb_s") for run in answer.first_runs)
     return ("first run of each cell: each point what the placement's device (the whole device, /proc/diskstats) moved "
             f"since the point before, divided by the time between the two readings; {_events_note(drawn, answer)}. A steady "
             "load can still reach its device in bursts (a new log file written whole when it is made, a checkpoint): "
-            "each is one high interval"), drawing
+            f"each is one high interval{CAPS_NOTE if capped else ''}"), drawing
+
+
+def device_iops_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:
+    """One panel per cell: each placement's device IOPS under the IOPS caps in force, where the answer holds
+    any (uncapped, the MiB/s above says what the device did). Returns (caption, svg)."""
+    if not any(caps_in_force(answer, run, "iops") for run in answer.first_runs):
+        return None
+    found = _per_cell(raw, answer, (timeline.IOPS,), timeline.IOPS.label, png, cap_unit="iops")
+    if found is None:
+        return None
+    drawn, drawing = found
+    return ("first run of each cell: each point the IOs the placement's device (the whole device, /proc/diskstats) "
+            f"completed since the point before, divided by the time between the two readings; {_events_note(drawn, answer)}"
+            f"{CAPS_NOTE}"), drawing
 
 
 def cap_chart(raw: RawSeries, answer: model.Answer, png: Path) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
 from storlab.lab import devices, safe_files
 from storlab.running import cell_runs, plan, stall
-from storlab.workloads import KINDS, captured_log, mariadb_log, replay
+from storlab.workloads import captured_log, mariadb_log, replay
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def pick(experiment: Experiment, cell_id: str | None) -> matrix.Cell:
 def check(experiment: Experiment, out: Path) -> None:
     """Refused before anything starts: an engine without a replayer, a file already there, a folder
     it cannot be written to."""
-    if experiment.engine not in KINDS["replay"].engines:
+    if experiment.engine not in replay.ENGINES:
         raise UserError(f"{experiment.path.name}: capture writes a statement log for the replay kind; "
                         f"{experiment.engine} has no replayer that keeps its timing (docs/experiment-file.md, replay)")
     if out.exists() or out.is_symlink():

@@ -189,6 +189,8 @@ def measure(experiment: Experiment, cell: matrix.Cell, instance: Instance, on_pr
         conditions.update(warmup_s=measured.warmup_cut_s, warmup_found=True)
     if measured.stopped is not None:
         conditions["stopped"] = measured.stopped
+    if measured.kept is not None:
+        conditions["workload"] = measured.kept
     if counts_temporary:  # once the load's sessions are closed: they report their temporary files as they end
         measured.figures.update({name: count - spilled.get(name, 0.0)
                                  for name, count in instance.temporary_files().items()})

@@ -1,15 +1,16 @@
 """The plan of an experiment's runs, which `storlab run` and the fleet both follow: what is checked
 before anything starts (preflight), where the placements are, the runs to do next (the whole matrix,
-the next round until settled, or a race's next round), why the runs stop, and the plan in words for
---dry-run."""
+the next round until settled, or a race's next round) and, under a planned run length, how long each
+round's runs last, why the runs stop, and the plan in words for --dry-run."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 from storlab import engines
-from storlab.answer import analysis, racing
+from storlab.answer import analysis, noise_split, racing
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import design, design_key, matrix, places, swept
 from storlab.experiment.file import Experiment
@@ -91,6 +92,11 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
         budget = f", or once {settling.budget_s:g} s of wall time are spent" if settling.budget_s else ""
         lines.append(f"  until settled: after each round from {settling.min_rounds}, the factor effects are fitted "
                      f"again; the runs stop once every factor is different or equivalent{budget}; at most:")
+        if settling.plans_length:
+            lines.append(f"  run length: rounds 1 to {settling.min_rounds} of the declared "
+                         f"{experiment.model.workload.duration:g} s; before each later round, the noise split plans "
+                         f"it between {settling.shortest_s:g} and {settling.longest_s:g} s (the cheaper way to the "
+                         "interval the verdicts need: more rounds, or longer runs)")
     lines += [f"  cell {c.id}  {c.label}" for c in cells]
     order = "in this order" if seed is not None else \
         "listed in the matrix order (each round's order is drawn at the first run; order_seed fixes it)"
@@ -128,6 +134,63 @@ def stop_reason(experiment: Experiment, store: Store, started: float | None = No
         return f"budget spent: {settling.budget_s:g} s after {results.rounds} rounds, not settled: " \
             + analysis.verdicts_line(results)
     return None
+
+
+def round_length(experiment: Experiment, store: Store, rnd: int, started: float | None = None) -> tuple[float, str] | None:
+    """How long round `rnd`'s runs last and why, under a planned run length (None otherwise): the declared
+    duration_s up to the first look; after it the length the noise split plans from every run so far (within
+    the file's run_length, its max and the budget left of this invocation since `started`), or the last
+    round's when nothing is planned. A round some of whose runs are recorded keeps their length (a resume)."""
+    settling = experiment.settling()
+    if settling is None or not settling.plans_length:
+        return None
+    declared = experiment.model.workload.duration
+    if rnd <= settling.min_rounds:
+        return declared, "declared duration_s, until the first look"
+    held = {r.repetition: r.conditions[noise_split.RUN_LENGTH] for r in store.runs()
+            if noise_split.RUN_LENGTH in (r.conditions or {})}
+    if rnd in held:
+        return held[rnd]["s"], held[rnd]["why"]
+    last = held[max(held)]["s"] if held else declared
+    results = analysis.load(store, cached=True)
+    left = None
+    if settling.budget_s is not None and started is not None:
+        left = max(settling.budget_s - (time.monotonic() - started), 0.0)
+    found = noise_split.of_results(results, results.answer, left)
+    if found is None:
+        return last, "kept, nothing planned (no noise split yet: two runs of a cell of three seconds or more)"
+    if found.costed is None:
+        return last, f"kept, nothing planned ({found.plan})"
+    return found.costed.length, f"planned: {found.plan}"
+
+
+def with_lengths(experiment: Experiment, store: Store, todo: list[tuple[matrix.Cell, int]],
+                 started: float | None = None) -> tuple[list[tuple[matrix.Cell, int]], dict[int, tuple[float, str]]]:
+    """`todo` with each round's runs at their length (round_length: the cell's workload duration_s), and
+    each round's length and why; `todo` as it is without a planned run length."""
+    lengths = {rnd: found for rnd in sorted({rep for _, rep in todo})
+               if (found := round_length(experiment, store, rnd, started)) is not None}
+    if not lengths:
+        return todo, {}
+    return [(dataclasses.replace(cell, workload=cell.workload.model_copy(update={"duration_s": int(lengths[rep][0])})), rep)
+            for cell, rep in todo], lengths
+
+
+def lengths_line(experiment: Experiment, store: Store) -> str | None:
+    """Which rounds ran at which length, for the line that says why the runs stopped."""
+    settling = experiment.settling()
+    if settling is None or not settling.plans_length:
+        return None
+    by_round = {r.repetition: r.conditions[noise_split.RUN_LENGTH]["s"] for r in store.runs()
+                if noise_split.RUN_LENGTH in (r.conditions or {})}
+    spans: list[list] = []
+    for rnd in sorted(by_round):
+        if spans and spans[-1][2] == by_round[rnd] and spans[-1][1] == rnd - 1:
+            spans[-1][1] = rnd
+        else:
+            spans.append([rnd, rnd, by_round[rnd]])
+    said = [f"round{'s' if a != b else ''} {a}{'' if a == b else f'-{b}'} {s:g} s" for a, b, s in spans]
+    return "runs of " + ", ".join(said) + " (run_length planned: show --details says why)" if said else None
 
 
 def max_reason(experiment: Experiment, store: Store) -> str | None:

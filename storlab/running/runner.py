@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from storlab import interrupts
+from storlab.answer import noise_split
 from storlab.errors import RunFailed, UserError
 from storlab.experiment import matrix
 from storlab.experiment.file import Experiment
@@ -71,7 +72,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         started = time.monotonic()
         todo = plan.next_runs(experiment, cells, store, tried, started)
         if not todo:
-            why = plan.stop_reason(experiment, store) or plan.max_reason(experiment, store)
+            why = _with_lengths(plan.stop_reason(experiment, store) or plan.max_reason(experiment, store), experiment, store)
             store.record_stop(why)
             console.print(why or f"all {outcome.skipped} runs are already in {folder}", markup=False)
             return outcome
@@ -84,19 +85,30 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
             bar = Bar(progress, progress.add_task("runs", total=plan.most_left(experiment, cells, store)),
                       progress.add_task("", total=1, visible=False))
             while todo:
+                # Under a planned run length, each round's length is chosen before it starts, and said.
+                todo, lengths = plan.with_lengths(experiment, store, todo, started)
+                for rnd, (seconds, why) in lengths.items():
+                    console.print(f"round {rnd}: runs of {seconds:g} s ({why})", markup=False)
                 for cell, reps in _groups(experiment, todo):
-                    _attempt(experiment, cell, reps, paths, keep, pool, store, facts_id, outcome, bar, tracing)
+                    _attempt(experiment, cell, reps, paths, keep, pool, store, facts_id, outcome, bar, tracing, lengths)
                     tried.update((cell.id, rep) for rep in reps)
                 todo = plan.next_runs(experiment, cells, store, tried, started) if settings or settling else []
                 # A race that dropped cells, or an answer that settled, has fewer runs left than the bar expected.
                 left = plan.most_left(experiment, cells, store) if todo else 0
                 progress.update(bar.overall, total=progress.tasks[bar.overall].completed + left)
             progress.update(bar.current, visible=False)
-        why = plan.stop_reason(experiment, store, started) or plan.max_reason(experiment, store)
+        why = _with_lengths(plan.stop_reason(experiment, store, started) or plan.max_reason(experiment, store),
+                            experiment, store)
         store.record_stop(why)
         if why:
             console.print(why, markup=False)
     return outcome
+
+
+def _with_lengths(why: str | None, experiment: Experiment, store: Store) -> str | None:
+    """Why the runs stopped, and, under a planned run length, which rounds ran at which length."""
+    lengths = plan.lengths_line(experiment, store)
+    return f"{why}; {lengths}" if why and lengths else why
 
 
 def _warn(console: Console, line: str) -> None:
@@ -144,11 +156,14 @@ class _PlannedRun:
     facts_id: int
     outcome: RunOutcome
     bar: Bar
+    length: tuple[float, str] | None = None  # under a planned run length: its seconds and why
 
     def progress(self, done: int, total: int) -> None:
         self.bar.transactions(done, total)
 
     def record(self, result: RunResult) -> None:
+        if self.length is not None:  # kept with the run: a resume keeps its round's length, the answer says it
+            result.conditions[noise_split.RUN_LENGTH] = {"s": self.length[0], "why": self.length[1]}
         self.store.record_run(self.cell.id, self.repetition, result, self.facts_id)
         self.outcome.finished += 1
         self.bar.done()
@@ -159,14 +174,14 @@ class _PlannedRun:
 
 def _attempt(experiment: Experiment, cell: matrix.Cell, reps: list[int], paths: dict[str, Path], keep: bool,
              pool: devices.DevicePool | None, store: Store, facts_id: int, outcome: RunOutcome, bar: Bar,
-             tracing: Tracing) -> None:
+             tracing: Tracing, lengths: dict[int, tuple[float, str]]) -> None:
     """The runs of one instance, each recorded whole as soon as it ends, or its failure recorded: a
     failure the next runs would repeat stops the experiment; any other fails this run (and the
     instance's runs not made yet, which the next `storlab run` retries)."""
     def planned():
         for rep in reps:
             bar.start(cell, rep)
-            yield _PlannedRun(cell, rep, store, facts_id, outcome, bar)
+            yield _PlannedRun(cell, rep, store, facts_id, outcome, bar, lengths.get(rep))
 
     failure = cell_runs.run_cell(cell_runs.Lab(experiment, paths, keep, pool, tracing), cell, planned())
     if failure is None:

@@ -73,7 +73,7 @@ def held(declared: Mapping[str, Any]) -> caps.IoCaps:
     found = caps.IoCaps(either("read_iops", "iops"), either("write_iops", "iops"),
                         either("read_mb_s", "mb_s"), either("write_mb_s", "mb_s"), buckets)
     for bucket in buckets:
-        found = credits.held(found, bucket, bucket.start_cap)
+        found = credits.at_rate(found, bucket, bucket.start_cap)
     return found
 
 

@@ -70,7 +70,7 @@ class Calibrated:
     measured: Measured
     device: str
     alone: Measured | None = None
-    spent: tuple[Any, ...] = ()  # lab.credits.BucketUse, one per bucket
+    spent: tuple[Any, ...] = ()  # lab.credits.RunBucket, one per bucket
     alone_spent: tuple[Any, ...] = ()
 
 

@@ -18,7 +18,7 @@ from storlab import factors, timeline
 from storlab.engines.base import Instance
 from storlab.errors import UserError
 from storlab.workloads.statements import Statement, StatementLoad
-from storlab.workloads.driver import session_error
+from storlab.workloads.driver import TRANSACTION_LATENCY, session_error
 from storlab.session import Session
 from storlab.workloads.kind import (ELAPSED, TEMPORARY, Connections, Figure, Load, UnitOfWork, Warmup, Workload,
                                     WorkloadParams)
@@ -73,7 +73,7 @@ class CustomParams(Warmup, WorkloadParams):
     @field_validator("setup", "transaction", mode="before")
     @classmethod
     def _files(cls, v):
-        return None if v is None else factors.factor(v, factors.text, "a SQL file's path")
+        return factors.optional(v, factors.text, "a SQL file's path")
 
     @field_validator("transactions_per_connection", mode="before")
     @classmethod
@@ -111,9 +111,7 @@ class Custom(Workload):
     figures = (
         ELAPSED,
         Figure("transactions_per_s", "txn/s", "txn/s", "higher"),
-        Figure("latency_p99_ms", "ms", "p99 txn ms", "lower"),
-        Figure("latency_p50_ms", "ms", "p50 txn ms", "lower", shown=False),
-        Figure("latency_p95_ms", "ms", "p95 txn ms", "lower", shown=False),
+        *TRANSACTION_LATENCY,
         Figure("transactions", "txn", "transactions", shown=False),
         *TEMPORARY,
     )

@@ -21,12 +21,18 @@ import numpy as np
 from storlab import timeline as timeline_metrics
 from storlab.engines.base import Instance
 from storlab.errors import RunFailed
-from storlab.workloads.kind import Measurement, Progress
+from storlab.workloads.kind import Figure, Measurement, Progress
 
 PROGRESS_PERIOD_S = 1.0
 # A last bucket shorter than this is folded into the one before: a rate over a sliver of a second
 # is noise, and an unfolded partial bucket divided by a whole second draws a false tail-off.
 MIN_LAST_BUCKET_S = 0.5
+# The transactions' latency `measure` gives, as the kinds it measures declare it (p99 shown).
+TRANSACTION_LATENCY = (
+    Figure("latency_p99_ms", "ms", "p99 txn ms", "lower"),
+    Figure("latency_p50_ms", "ms", "p50 txn ms", "lower", shown=False),
+    Figure("latency_p95_ms", "ms", "p95 txn ms", "lower", shown=False),
+)
 
 
 @dataclass

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Mapping
+from typing import ClassVar, Literal, Mapping
 
-from pydantic import field_validator, model_validator
+from pydantic import create_model, field_validator, model_validator
 
 from storlab import factors, timeline
 from storlab.engines.base import Instance, Table
-from storlab.workloads.driver import ProcedureLoad, batches
+from storlab.workloads.driver import TRANSACTION_LATENCY, ProcedureLoad, batches
 from storlab.workloads.kind import (ELAPSED, Connections, Figure, Footprint, Load, UnitOfWork, Warmup, Workload,
                                     WorkloadParams)
 
@@ -92,12 +92,20 @@ class InsertSQL:
     insert: str  # inserts `take` rows; `{batch}`: the rows a transaction
     row_bytes: Footprint  # what each row writes (measured: `du` before and after)
 
+
+def insert_sql(postgres: Table, postgres_row: Footprint, mariadb: Table, mariadb_insert: str,
+               mariadb_row: Footprint) -> dict[str, InsertSQL]:
+    """An insert kind's `engines`: its table on each engine and what a row writes there. On PostgreSQL
+    every column comes from its default, the rows made in the server; on MariaDB `mariadb_insert` makes
+    them from the Sequence engine."""
+    return {"postgres": InsertSQL(POSTGRES_LOOP, postgres, "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
+                                  postgres_row),
+            "mariadb": InsertSQL(MARIADB_LOOP, mariadb, mariadb_insert, mariadb_row)}
+
 INSERT_FIGURES = (
     ELAPSED,
     Figure("rows_per_s", "rows/s", "rows/s", "higher"),
-    Figure("latency_p99_ms", "ms", "p99 txn ms", "lower"),
-    Figure("latency_p50_ms", "ms", "p50 txn ms", "lower", shown=False),
-    Figure("latency_p95_ms", "ms", "p95 txn ms", "lower", shown=False),
+    *TRANSACTION_LATENCY,
     Figure("transactions_per_s", "txn/s", "txn/s", "higher", shown=False),
     Figure("rows", "rows", "rows", shown=False),
     Figure("transactions", "txn", "transactions", shown=False),
@@ -129,8 +137,16 @@ class InsertParams(Warmup, WorkloadParams):
         return self
 
 
+def params_of(kind: str) -> type[InsertParams]:
+    """The `[workload]` keys of the insert kind named `kind`: InsertParams', with `kind` the value that picks
+    it among every kind's (the experiment file's union of them)."""
+    title = "".join(word.title() for word in kind.split("-"))
+    return create_model(f"{title}Params", __base__=InsertParams, kind=(Literal[kind], ...))
+
+
 class InsertWorkload(Workload):
-    """Subclasses set `engines`: what they run on each engine they support."""
+    """Subclasses set `name`, `Params` (params_of(name)) and `engines`: what they run on each engine
+    they support."""
 
     Params: ClassVar[type[WorkloadParams]] = InsertParams
     figures = INSERT_FIGURES

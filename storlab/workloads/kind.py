@@ -13,6 +13,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, mo
 from storlab import factors
 from storlab import steady_state
 from storlab.engines.base import Engine, Instance
+from storlab.probes.kept import KeptCell
+from storlab.probes.part import Part
 from storlab.timeline import METRICS, Metric
 
 
@@ -65,6 +67,9 @@ class Measurement:
     warmup_cut_s: float | None = None
     # Under `until = "steady"`: why the load ended (tool.SteadyWatch.stopped), kept with the run's conditions.
     stopped: dict[str, Any] | None = None
+    # What the kind keeps of the run beyond its figures (a replay's errors by kind), as JSON, kept with the
+    # run's conditions under `workload`; its part of the answer reads it (Workload.part).
+    kept: dict[str, Any] | None = None
 
 
 Progress = Callable[[int, int], None]
@@ -124,8 +129,8 @@ class WorkloadParams(BaseModel):
         if isinstance(data, dict) and "duration_s" not in cls.model_fields and any(
                 isinstance(level, dict) and "until" in level for level in factors.values(data.get("duration_s"))):
             raise factors.KeyProblem(("workload", "duration_s"), f"{factors.show(data.get('kind'))} does not run by "
-                                     'duration, so its runs cannot end once steady (until = "steady" ends a pgbench '
-                                     "run by duration)")
+                                     'duration, so its runs cannot end once steady (until = "steady" ends a pgbench or '
+                                     "sysbench run by duration)")
         return data
 
     @field_validator("stall_after_s", mode="before")
@@ -155,6 +160,19 @@ class WorkloadParams(BaseModel):
     def file_bytes(self) -> dict[str, int]:
         """key -> the largest file it may name, in bytes, where that is not an experiment file's limit."""
         return {}
+
+    # What the cells and the answer ask of every kind's parameters, so that nothing outside a kind's
+    # module names its keys: the kinds that take the key answer (rates.RateParams), the others None.
+    def goal_ms(self) -> dict[str, float] | None:
+        """The latency goal the answer reads the runs against, percentile -> ms ({"p99_ms": 20}): the
+        highest rate each layout sustains inside it. None: the kind takes no goal."""
+        return None
+
+    def cycles_per_run(self) -> int | None:
+        """How many whole checkpoint cycles each run lasts, from the checkpoint forced before it: the
+        cells set each run's duration_s from the cell's checkpoint_timeout (experiment/matrix.py).
+        None: the runs' length is declared otherwise."""
+        return None
 
 
 def _seconds(v, least: float, most: float) -> float | None:
@@ -189,7 +207,7 @@ class Warmup(BaseModel):
     @field_validator("warmup_s", mode="before")
     @classmethod
     def _warmup(cls, v):
-        return None if v is None else factors.factor(
+        return factors.optional(
             v, _warmup_level, f'a number of seconds from 0 to {MAX_WARMUP_S}, or "{FOUND}"')
 
     @model_validator(mode="after")
@@ -295,6 +313,12 @@ class Workload:
 
     def load(self, instance: Instance, params: WorkloadParams, files: dict[str, str]) -> Load:
         raise NotImplementedError
+
+    def part(self, cells: list[KeptCell]) -> Part | None:
+        """The kind's own part of the answer, held beside the probes' under the kind's name (show
+        --details and the report show it as theirs), from what each measured cell's runs kept
+        (Measurement.kept, each run's, None where it kept nothing); None: nothing to say."""
+        return None
 
 
 # Each kind's declarations and what they are: a kind missing one is refused when storlab loads.

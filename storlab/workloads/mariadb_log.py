@@ -1,4 +1,4 @@
-"""A MariaDB statement log as storlab's replayer reads it, in either of two forms:
+"""A MariaDB statement log as storlab's replayer reads it, in one of three forms:
 
 - the general log written as a table (`log_output = 'TABLE'`), dumped with its microsecond stamps:
   `mariadb --batch` of `SELECT event_time, thread_id, command_type, CONVERT(argument USING utf8mb4) AS
@@ -6,7 +6,16 @@
   <TAB>argument`, then one event a line, tab-separated, a tab, newline, carriage return, NUL or
   backslash in the argument escaped as \\t \\n \\r \\0 \\\\, as --batch escapes them);
 - the general log written as a file (`log_output = 'FILE'`): whole seconds (a line without a stamp
-  shares the one before's), so the events of one second are spread evenly over it in their logged order.
+  shares the one before's), so the events of one second are spread evenly over it in their logged order;
+- the slow log with `long_query_time = 0` (every statement, written when it ends): each statement
+  starts at its logged time minus its `Query_time`, in its entry's thread (`# Thread_id:`, or `Id:`
+  on the `# User@Host:` line as MySQL writes it) and database (`Schema:`, else the log's last `use
+  db;` line, which the log writes when the database differs from its previous entry's, any thread's).
+  MariaDB stamps whole seconds (`# Time:`, written when the second changes; an entry before the
+  first takes its `SET timestamp=` second), so the entries ending in one second are spread evenly
+  over it in their logged order, as in the file log; a microsecond stamp (MySQL's) is taken as it
+  is. The log has no connect or quit: a session connects at its first statement and quits when its
+  last one ends. `SET timestamp=...;` is the logger's, not the session's, and is not replayed.
 
 Read once when the experiment file loads, and refused in one line naming the line where it is
 malformed (a time no clock has, a thread id that is not a number, a session used after it quit, a
@@ -20,6 +29,7 @@ statement and replays as nothing."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -102,9 +112,10 @@ class MariadbLog:
 
 
 def is_mariadb(text: str) -> bool:
-    """A MariaDB log by its first line (the table dump's header, or the file log's preamble)."""
+    """A MariaDB log by its first line (the table dump's header, the file log's preamble, a slow log's entry)."""
     first = text.split("\n", 1)[0].rstrip("\r")
-    return first.startswith("event_time") or bool(FILE_PREAMBLE.match(first)) or bool(FILE_EVENT.match(first))
+    return (first.startswith("event_time") or bool(FILE_PREAMBLE.match(first)) or bool(FILE_EVENT.match(first))
+            or bool(SLOW_ENTRY.match(first)))
 
 
 def _unescape(field: str, line: int) -> str:
@@ -196,6 +207,167 @@ def _file_events(text: str) -> Iterator[tuple[int, float, int, str, str]]:
         yield from spread()
 
 
+SLOW_ENTRY = re.compile(r"^# (Time|User@Host): ")
+SLOW_WHOLE_SECOND = re.compile(r"\d{6} [ \d]\d:\d\d:\d\d")
+SLOW_MICROSECOND = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)?")
+SLOW_EXACT = re.compile(r"^# Time: \d{4}-", re.M)
+SLOW_THREAD = re.compile(r"(?:^# Thread_id|\sId):\s+(\S+)")
+SLOW_SCHEMA = re.compile(r"\sSchema: (\S*)")
+SLOW_USER = re.compile(r"^# User@Host: (\S*?)\[")
+SLOW_QUERY_TIME = re.compile(r"^# Query_time: (\S+)")
+SLOW_TIMESTAMP = re.compile(r"^SET timestamp=(.*);$")
+SLOW_USE = re.compile(r"^use (`(?:[^`]|``)+`|\S+);$")
+ADMINISTRATOR = "# administrator command: "  # a protocol command (Ping, Quit, ...): replays as nothing
+# A Query_time longer than a day (a run's default limit, run_limit_s) is a malformed number, not a statement.
+MAX_QUERY_TIME_S = 86400.0
+
+
+def is_slow(text: str) -> bool:
+    """The slow log: its first line past the server's preamble begins an entry."""
+    for raw in text.split("\n", 4):
+        if not FILE_PREAMBLE.match(raw.rstrip("\r")):
+            return bool(SLOW_ENTRY.match(raw))
+    return False
+
+
+@dataclass
+class _SlowEntry:
+    line: int
+    second: float | None = None  # its `# Time:`'s (the latest one), or its SET timestamp's
+    exact: bool = False  # a microsecond stamp
+    thread: int | None = None
+    user: str = ""
+    schema: str | None = None
+    query_time: float | None = None
+    sql: list[str] | None = None
+    sql_line: int = 0
+    use: tuple[str, int] | None = None  # its `use db;` line (a statement of its own when nothing follows)
+
+
+def _slow_stamp(text: str, line: int) -> tuple[float, bool]:
+    if SLOW_WHOLE_SECOND.fullmatch(text):
+        try:
+            return datetime.strptime(text[:7] + text[7:].replace(" ", "0", 1), "%y%m%d %H:%M:%S").timestamp(), False
+        except ValueError:
+            raise LogProblem(line, f"{text!r} is not a time: no such date or time of day") from None
+    if SLOW_MICROSECOND.fullmatch(text):
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp(), True
+        except ValueError:
+            raise LogProblem(line, f"{text!r} is not a time: no such date or time of day") from None
+    raise LogProblem(line, f"{text[:30]!r} is not a time as the slow log stamps it (YYMMDD HH:MM:SS, or "
+                     "YYYY-MM-DDTHH:MM:SS.ffffff)")
+
+
+def _slow_entries(text: str) -> Iterator[_SlowEntry]:
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    entry: _SlowEntry | None = None
+    second, exact = None, False
+    logged_database: str | None = None  # the log's last `use` line's
+    for number, raw in enumerate(lines, start=1):
+        if FILE_PREAMBLE.match(raw):  # the server started again: its preamble is written again
+            continue
+        begins = SLOW_ENTRY.match(raw)
+        if begins and (entry is None or entry.sql is not None or begins.group(1) == "Time"):
+            if entry is not None:
+                yield entry
+            entry = _SlowEntry(number)
+        if entry is None:
+            raise LogProblem(number, "not a line of the slow log: an entry begins with '# Time:' or '# User@Host:'")
+        if entry.sql is not None:  # the statement, up to the next entry: the log writes its newlines as they are
+            entry.sql.append(raw)
+        elif raw.startswith("# Time: "):
+            second, exact = _slow_stamp(raw[len("# Time: "):].strip(), number)
+        elif raw.startswith("# User@Host: "):
+            user = SLOW_USER.match(raw)
+            entry.user = user.group(1) if user else ""
+            if (thread := SLOW_THREAD.search(raw)) is not None:
+                entry.thread = _thread(thread.group(1), number)
+        elif raw.startswith("# Thread_id: "):
+            entry.thread = _thread(SLOW_THREAD.search(raw).group(1), number)
+            if (schema := SLOW_SCHEMA.search(raw)) is not None:
+                entry.schema = schema.group(1)
+        elif raw.startswith("# Query_time: "):
+            value = SLOW_QUERY_TIME.match(raw).group(1)
+            try:
+                entry.query_time = float(value)
+            except ValueError:
+                entry.query_time = math.nan
+            if not 0 <= entry.query_time <= MAX_QUERY_TIME_S:
+                raise LogProblem(number, f"{value[:30]!r} is not a Query_time (seconds, from 0 to {MAX_QUERY_TIME_S:g})")
+        elif raw.startswith("#"):
+            continue  # more of what the server says of the statement (rows, log_slow_verbosity's lines)
+        elif (use := SLOW_USE.match(raw)) is not None:
+            logged_database = use.group(1).strip("`").replace("``", "`")
+            entry.use = (raw, number)
+        elif (stamp := SLOW_TIMESTAMP.match(raw)) is not None:
+            if not stamp.group(1).isdigit() or int(stamp.group(1)) > 2**37:
+                raise LogProblem(number, f"{stamp.group(1)[:30]!r} is not a time in seconds since 1970")
+            if second is None:  # before the log's first `# Time:`: the second the statement started in
+                entry.second = float(stamp.group(1))
+        else:
+            entry.sql, entry.sql_line = [raw], number
+        if second is not None:
+            entry.second, entry.exact = second, exact
+        if entry.schema is None and logged_database is not None:
+            entry.schema = logged_database
+    if entry is not None:
+        yield entry
+
+
+def _slow_events(text: str) -> Iterator[tuple[int, float, int, str, str]]:
+    """The slow log's entries as the general log's events (module docstring): each session's Connect
+    at its first statement's start, its Init DB where its database changes, its Quit where its last
+    statement ends; in the order they start."""
+    entries = list(_slow_entries(text))
+    by_second: dict[float, list[_SlowEntry]] = {}
+    for entry in entries:
+        if entry.sql is None and entry.use is not None:
+            entry.sql, entry.sql_line = [entry.use[0]], entry.use[1]
+        if entry.sql is None:
+            raise LogProblem(entry.line, "an entry without its statement")
+        if entry.thread is None:
+            raise LogProblem(entry.line, "an entry without its thread ('# Thread_id:', or 'Id:' on its '# User@Host:' line)")
+        if entry.query_time is None:
+            raise LogProblem(entry.line, "an entry without its '# Query_time:'")
+        if entry.second is None:
+            raise LogProblem(entry.line, "an entry without its time (a '# Time:' line before it, or its 'SET timestamp=')")
+        if not entry.exact:
+            by_second.setdefault(entry.second, []).append(entry)
+    ended: dict[int, float] = {}  # the entry's line -> when it ended
+    for second, group in by_second.items():
+        for k, entry in enumerate(group):
+            ended[entry.line] = second + k / len(group)
+    events: list[tuple[float, int, int, str, str]] = []  # (at, order, thread, command, argument) with its line
+    last_start: dict[int, float] = {}
+    database: dict[int, str] = {}
+    last_entry: dict[int, tuple[_SlowEntry, float]] = {}
+    for entry in entries:
+        sql = "\n".join(entry.sql)
+        if sql.startswith(ADMINISTRATOR):
+            continue
+        sql = sql[:-1] if sql.endswith(";") else sql
+        end = ended.get(entry.line, entry.second)
+        # A session's statements do not overlap: one spread within its second keeps its place after the last.
+        start = max(end - entry.query_time, last_start.get(entry.thread, -math.inf))
+        last_start[entry.thread] = start
+        if entry.thread not in database:
+            database[entry.thread] = entry.schema or ""
+            events.append((start, len(events), entry.thread, "Connect",
+                           f"{entry.user}@localhost on {entry.schema or ''}", entry.line))
+        elif entry.schema and entry.schema != database[entry.thread]:
+            database[entry.thread] = entry.schema
+            events.append((start, len(events), entry.thread, "Init DB", entry.schema, entry.line))
+        events.append((start, len(events), entry.thread, "Query", sql, entry.sql_line))
+        last_entry[entry.thread] = (entry, max(start, end))
+    for thread, (entry, end) in last_entry.items():
+        events.append((end, len(events), thread, "Quit", "", entry.sql_line))
+    for at, _, thread, command, argument, number in sorted(events):
+        yield number, at, thread, command, argument
+
+
 def _skeleton(sql: str) -> str:
     """The statement as the server parses it: comments out, executable comments opened, quoted text emptied."""
     sql = QUOTED.sub("''", sql)
@@ -224,7 +396,8 @@ def read(text: str, database: str | None = None) -> MariadbLog:
     """What a replay of the log does (of the sessions in `database`, or all); LogProblem naming the
     line where it is malformed or holds what storlab will not replay, or when it replays nothing."""
     table = text.startswith("event_time")
-    raw = _table_events(text) if table else _file_events(text)
+    slow = not table and is_slow(text)
+    raw = _table_events(text) if table else _slow_events(text) if slow else _file_events(text)
     sessions: dict[int, int] = {}  # thread id -> session number
     quit_at: dict[int, int] = {}  # thread id -> the line of its Quit
     last_at: dict[int, float] = {}
@@ -296,7 +469,8 @@ def read(text: str, database: str | None = None) -> MariadbLog:
             most, most_line = len(open_now), number
         statements += what == "query"
     return MariadbLog(tuple(events), statements, len(renumbered), latest[0] - first, (found[0][4], latest[4]),
-                      max(1, len(opening)), max(1, most), most_line, databases, not table)
+                      max(1, len(opening)), max(1, most), most_line, databases,
+                      not table and not (slow and SLOW_EXACT.search(text)))
 
 
 REPLAYER_KINDS = {"connect": "C", "query": "Q", "use": "U", "quit": "X"}

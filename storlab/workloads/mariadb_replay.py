@@ -1,10 +1,13 @@
-"""The replay kind on MariaDB: a general log (mariadb_log.py) replayed by storlab's own replayer,
+"""The replay kind on MariaDB: a general or slow log (mariadb_log.py) replayed by storlab's own replayer,
 native/storlab-mariadb-replay.c (no maintained replayer keeps a session's timing from MariaDB's logs).
 
 The replayer is a C client on MariaDB's client library, built by `make venv` beside the venv's
-Python. The venv is root's and the client user cannot read it, so each run copies the program into
-its client's folder with the log it reads; it runs there as every client does (tool.ToolLoad: as the
-OS user storlab-client, in the run's clients' group, ended with storlab on every path).
+Python. The venv is root's and the client user may not reach it, and a copy in the client's folder
+would not run where /tmp is mounted noexec: storlab opens the venv's program (a path only root can
+change, as the venv's Python itself) and the client execs that descriptor, /proc/self/fd/N, after
+dropping to the client user; no path another user could replace is opened by root. It runs as every
+client does (tool.ToolLoad: as the OS user storlab-client, in the run's clients' group, in a folder
+holding the log it reads, ended with storlab on every path).
 
 Each captured session is a thread of the replayer with a connection of its own, opened and closed
 where the log says, its statements sent in order when the captured schedule divided by `speed` says.
@@ -12,11 +15,12 @@ Unlike pgreplay, the sessions do not wait for each other: a slow statement holds
 only, so a lock held by one session never stops the replay's clock. Every session replays as the
 workload's user in the workload's database: a change to the captured database (`Init DB`, `USE`)
 becomes a change to the workload's. Errors are counted by their MariaDB error number and never stop
-the replay; the figures are the replayer's (its lag, from when each statement was due to when it was
-sent, in microseconds)."""
+the replay: the answer shows them by number (replay_errors.py); the figures are the replayer's (its
+lag, from when each statement was due to when it was sent, in microseconds)."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -26,8 +30,7 @@ from storlab import timeline
 from storlab.engines.base import Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
-from storlab.lab import safe_files
-from storlab.workloads import captured_log, mariadb_log, rates, replay_figures
+from storlab.workloads import captured_log, mariadb_log, rates, replay_errors, replay_figures
 from storlab.workloads.custom import GRAMMARS, split
 from storlab.workloads.driver import session_error
 from storlab.workloads.kind import ELAPSED, Measurement
@@ -122,7 +125,7 @@ def errors_text(errors: list[tuple[int, int, int, str, str]], log_name: str) -> 
                      for number, count, line, message, statement in sorted(errors, key=lambda e: -e[1]))
 
 
-def measured(ended: Ended, params, log: mariadb_log.MariadbLog, server_cpu_s: float, started: float) -> Measurement:
+def measurement_of(ended: Ended, params, log: mariadb_log.MariadbLog, server_cpu_s: float, started: float) -> Measurement:
     """The run's figures from the replayer's (module docstring)."""
 
     if ended.code != 0:
@@ -152,13 +155,8 @@ def measured(ended: Ended, params, log: mariadb_log.MariadbLog, server_cpu_s: fl
     # Each second of the schedule, with statements due in it, on the run's axis (the replay's start is its 0).
     lags = [(float(second), metric.name, lag) for second, due, mean, most in found.seconds if due
             for metric, lag in ((timeline.REPLAY_LAG_MS, mean), (timeline.REPLAY_LAG_MAX_MS, most))]
-    return Measurement(elapsed, figures, lags, started)
-
-
-def _copy_program(folder: ClientFolder) -> Path:
-    target = folder.path / BINARY
-    safe_files.write_new(target, program().read_bytes(), 0o755)
-    return target
+    errors = [(str(number), count, line, message, statement) for number, count, line, message, statement in found.errors]
+    return Measurement(elapsed, figures, lags, started, kept=replay_errors.kept(errors, params.log) if errors else None)
 
 
 class MariadbReplayLoad(ToolLoad):
@@ -170,20 +168,30 @@ class MariadbReplayLoad(ToolLoad):
         self.speed = params.speed
 
         def argv(folder: ClientFolder) -> list[str]:
-            return [str(folder.path / BINARY), str(address.socket), address.user, address.database,
-                    f"{params.speed!r}", str(folder.path / REPLAYED)]
+            return [BINARY, str(address.socket), address.user, address.database, f"{params.speed!r}",
+                    str(folder.path / REPLAYED)]
 
         def prepare(folder: ClientFolder) -> None:
-            _copy_program(folder)
             folder.write(REPLAYED, replayed)
 
         def measure(ended: Ended, folder: ClientFolder, cpu: float) -> Measurement:
-            return measured(ended, params, log, cpu, self.client.started)
+            return measurement_of(ended, params, log, cpu, self.client.started)
 
         # Never taken for stuck however far behind it falls (that is the answer): the run's limit
         # (run_limit_s) and the stall watchdog end a replay that does not end.
         super().__init__(instance, argv, {}, BINARY, log.opening, log.span_s / params.speed, measure, prepare,
                          grace_s=None, open_files=OPEN_FILES)
+
+    def start(self) -> None:
+        """The program run from a descriptor of the venv's (module docstring), closed here once the
+        client has exec'd it."""
+        fd = os.open(program(), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self.popen = {"executable": f"/proc/self/fd/{fd}", "pass_fds": (fd,)}
+            super().start()
+        finally:
+            self.popen = {}
+            os.close(fd)
 
     def open(self) -> list[int]:
         """The sessions of the log's opening, once all are open or its opening is over (at the cell's

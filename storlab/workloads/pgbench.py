@@ -40,9 +40,9 @@ from storlab.engines.base import Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import pgbench_log, rates
-from storlab.workloads.kind import (MAX_CONNECTIONS, ClientProgram, Figure, Footprint, Load, Measurement, Workload,
+from storlab.workloads.kind import (MAX_CONNECTIONS, ClientProgram, Connections, Figure, Footprint, Load, Measurement,
                                     found_cut)
-from storlab.workloads.tool import ToolLoad, Ended, SteadyWatch, run_to_end
+from storlab.workloads.tool import ToolLoad, Ended, run_to_end, watch_of
 
 BUILTIN = ("tpcb-like", "simple-update", "select-only")
 PROTOCOLS = ("simple", "extended", "prepared")
@@ -64,6 +64,7 @@ SCHEDULE_LAG = Figure("schedule_lag_ms", "ms", "lag ms", "lower", shown=False)
 SCHEDULE_LAG_MAX = Figure("schedule_lag_max_ms", "ms", "max lag ms", "lower", shown=False)
 SKIPPED = Figure("skipped", "txn", "skipped", shown=False)
 LATE = Figure("late", "txn", "late", shown=False)
+FIGURES = (*rates.COMMON, SCHEDULE_LAG, SCHEDULE_LAG_MAX, SKIPPED, LATE)
 
 SUMMARY = {
     "processed": re.compile(r"^number of transactions actually processed: (\d+)", re.M),
@@ -111,10 +112,11 @@ def _files(script: str | dict[str, int]) -> list[str]:
 
 class PgbenchParams(rates.RateParams):
     kind: Literal["pgbench"]
+    figures: ClassVar[tuple[Figure, ...]] = FIGURES
     cannot_cut_found: ClassVar[str | None] = None  # its log holds every transaction: any second can start the figures
     script: str | dict[str, int] | list[str | dict[str, int]] = "tpcb-like"
     scale: int | list[int] = 1
-    clients: int | list[int] = 4
+    clients: Connections = 4
     jobs: int | list[int] | None = None  # pgbench's threads; by default one per client, up to the cores
     protocol: str | list[str] = "simple"
     transactions: int | list[int] | None = None  # per client, instead of duration_s
@@ -130,15 +132,10 @@ class PgbenchParams(rates.RateParams):
     def _scale(cls, v):
         return factors.factor(v, factors.at_most(MAX_SCALE), "a positive integer (pgbench -i's scale)")
 
-    @field_validator("clients", mode="before")
-    @classmethod
-    def _clients(cls, v):
-        return factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
-
     @field_validator("jobs", mode="before")
     @classmethod
     def _jobs(cls, v):
-        return None if v is None else factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
+        return factors.optional(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
 
     @field_validator("protocol", mode="before")
     @classmethod
@@ -148,7 +145,7 @@ class PgbenchParams(rates.RateParams):
     @field_validator("transactions", mode="before")
     @classmethod
     def _transactions(cls, v):
-        return None if v is None else factors.factor(v, factors.positive_int, "a positive integer (per client)")
+        return factors.optional(v, factors.positive_int, "a positive integer (per client)")
 
     @field_validator("latency_limit_ms", mode="before")
     @classmethod
@@ -159,11 +156,6 @@ class PgbenchParams(rates.RateParams):
         if min(factors.values(found)) <= 0:
             raise ValueError("expected milliseconds above 0, got 0")
         return found
-
-    @field_validator("headline", mode="before")
-    @classmethod
-    def _headline(cls, v):
-        return rates.check_headline(v, Pgbench.figures)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -320,7 +312,7 @@ class _Before:
         return self.at
 
 
-def measured(ended: Ended, folder: ClientFolder, params: PgbenchParams, server_cpu_s: float) -> Measurement:
+def measurement_of(ended: Ended, folder: ClientFolder, params: PgbenchParams, server_cpu_s: float) -> Measurement:
     """The run's figures from what pgbench printed and logged (module docstring)."""
     early = _stopped_well(ended)
     if ended.code != 0 and not early:
@@ -375,24 +367,15 @@ def _write_scripts(script: str | dict[str, int], files: dict[str, str], folder: 
         folder.write(name, files[name])
 
 
-class Pgbench(Workload):
+class Pgbench(rates.RateWorkload):
     name = "pgbench"
-    unit_of_work = rates.PER_TRANSACTION
-    throughput = timeline.TRANSACTIONS_PER_S
-    answer_keys = rates.ANSWER_KEYS
     Params = PgbenchParams
-    figures = (*rates.COMMON, SCHEDULE_LAG, SCHEDULE_LAG_MAX, SKIPPED, LATE)
+    figures = FIGURES
     note = ("pgbench: each run has a fresh instance whose data set pgbench -i rebuilds at the cell's scale (the rows "
             "generated in the server: the same rows every time), vacuumed and checkpointed; figures as pgbench printed "
             "and logged them, latency under a rate from each transaction's scheduled start; waits counted from when "
             "storlab finds pgbench's sessions, a fraction of a second after they connect")
     engines = ENGINES
-
-    def figures_of(self, declared: Mapping[str, Any]) -> tuple[Figure, ...]:
-        return rates.figures_of(self.figures, declared)
-
-    def check_layout(self, layout: Any) -> None:
-        rates.check_layout(self.name, layout)
 
     def client_programs(self, params: PgbenchParams, files: Mapping[str, str]) -> list[ClientProgram]:
         return [found for name in sorted({name for level in factors.values(params.script) for name in _files(level)})
@@ -421,8 +404,7 @@ class Pgbench(Workload):
         run_s = params.declared_warmup + params.duration
         length = ["-T", f"{run_s:.0f}"] if params.transactions is None else ["-t", str(params.transactions)]
         # Until steady: its throughput each second (-P 1, on its output) read while it runs.
-        watch = None if params.until is None else SteadyWatch(params.until, params.declared_warmup, _per_second,
-                                                              params.finds_warmup)
+        watch = watch_of(params, _per_second)
         if watch is not None:
             length += ["-P", "1"]
         schedule = []
@@ -439,6 +421,6 @@ class Pgbench(Workload):
 
         return ToolLoad(instance, argv, {"PGAPPNAME": tag}, tag, params.clients,
                         run_s if params.transactions is None else None,
-                        lambda ended, folder, cpu: measured(ended, folder, params, cpu),
+                        lambda ended, folder, cpu: measurement_of(ended, folder, params, cpu),
                         lambda folder: _write_scripts(params.script, files, folder),
                         lambda said: failure(params.script, said), ERRORS, settle_s=OWN_SESSION_S, watch=watch)

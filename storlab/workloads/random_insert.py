@@ -3,9 +3,7 @@ on a random page of the key's index: the load that shows allocation and page-lat
 
 from __future__ import annotations
 
-from typing import Literal
-
-from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertParams, InsertSQL, InsertWorkload
+from storlab.workloads.inserts import InsertWorkload, insert_sql, params_of
 from storlab.workloads.kind import Footprint
 from storlab.workloads.tables import RANDOM_KEY_MARIADB, RANDOM_KEY_POSTGRES
 
@@ -13,21 +11,15 @@ from storlab.workloads.tables import RANDOM_KEY_MARIADB, RANDOM_KEY_POSTGRES
 # keys would append. 10.11 has no UUID_v4(): one from 16 random bytes, version and variant bits set.
 RANDOM_UUID = "INSERT(INSERT(HEX(RANDOM_BYTES(16)), 13, 1, '4'), 17, 1, HEX(8 + FLOOR(RAND() * 4)))"
 
-
-class RandomInsertParams(InsertParams):
-    kind: Literal["random-insert"]
+RandomInsertParams = params_of("random-insert")
 
 
 class RandomInsert(InsertWorkload):
     name = "random-insert"
     Params = RandomInsertParams
     # PostgreSQL heap and btree 222-226 bytes a row measured, WAL 210-294 (more full-page images as the
-    # index grows); InnoDB clusters on the random key, so its pages split half full: 392-461.
-    engines = {
-        # Every column from its default (the key from gen_random_uuid()), the rows made in the server.
-        "postgres": InsertSQL(POSTGRES_LOOP, RANDOM_KEY_POSTGRES, "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
-                              Footprint(230, 300)),
-        "mariadb": InsertSQL(MARIADB_LOOP, RANDOM_KEY_MARIADB,
-                             "INSERT INTO lab_insert (c1) SELECT " + RANDOM_UUID + " FROM seq_1_to_{batch} LIMIT take",
-                             Footprint(460, 0)),
-    }
+    # index grows); InnoDB clusters on the random key, so its pages split half full: 392-461. The key
+    # from gen_random_uuid() on PostgreSQL, a version 4 UUID on MariaDB.
+    engines = insert_sql(RANDOM_KEY_POSTGRES, Footprint(230, 300), RANDOM_KEY_MARIADB,
+                         "INSERT INTO lab_insert (c1) SELECT " + RANDOM_UUID + " FROM seq_1_to_{batch} LIMIT take",
+                         Footprint(460, 0))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from pydantic import field_validator, model_validator
 
-from storlab import factors
+from storlab import factors, timeline
 from storlab import steady_state
-from storlab.workloads.kind import FOUND, Figure, UnitOfWork, Warmup, WorkloadParams
+from storlab.workloads.kind import FOUND, Figure, UnitOfWork, Warmup, Workload, WorkloadParams
 
 MAX = "max"  # the rate level that means closed loop: each session sends its next transaction at once
 MAX_RATE = 1_000_000  # transactions a second; more is a typing mistake on any machine storlab runs on
@@ -129,6 +129,8 @@ def until(level: Any) -> Until | None:
 class RateParams(Warmup, WorkloadParams):
     """The keys of a kind driven by a load generator of the field (its own keys come beside them)."""
 
+    # The kind's figures (its Workload's), of which `headline` must name one that ranks.
+    figures: ClassVar[tuple[Figure, ...]] = COMMON
     duration_s: int | dict[str, Any] | list[int | dict[str, Any]] | None = None
     rate: float | int | str | list[float | int | str] | None = None
     # How the answer reads the runs (not what is measured): the highest rate each layout sustains
@@ -142,10 +144,8 @@ class RateParams(Warmup, WorkloadParams):
     @field_validator("duration_s", mode="before")
     @classmethod
     def _duration(cls, v):
-        if v is None:
-            return v
-        return factors.factor(v, _duration_level, f"a whole number of seconds from 1 to {MAX_DURATION_S}, or "
-                              f'{{ max = …, until = "{STEADY}" }}')
+        return factors.optional(v, _duration_level, f"a whole number of seconds from 1 to {MAX_DURATION_S}, or "
+                                f'{{ max = …, until = "{STEADY}" }}')
 
     @field_validator("checkpoint_cycles", mode="before")
     @classmethod
@@ -155,6 +155,11 @@ class RateParams(Warmup, WorkloadParams):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CYCLES:
             raise ValueError(f"expected a whole number of checkpoint cycles from 1 to {MAX_CYCLES}, got {factors.show(v)}")
         return v
+
+    @field_validator("headline", mode="before")
+    @classmethod
+    def _headline(cls, v):
+        return check_headline(v, cls.figures)
 
     @model_validator(mode="after")
     def _cycles_alone(self):
@@ -166,6 +171,12 @@ class RateParams(Warmup, WorkloadParams):
                                              f"checkpoint_cycles or {key}, not both")
         return self
 
+    def goal_ms(self) -> dict[str, float] | None:
+        return self.latency_goal
+
+    def cycles_per_run(self) -> int | None:
+        return self.checkpoint_cycles
+
     def check_engine(self, engine: Any) -> None:
         if self.checkpoint_cycles is not None and engine.checkpoint_cycle_s({}) is None:
             raise factors.KeyProblem(("workload", "checkpoint_cycles"), f"{engine.title} has no checkpoint cycle in "
@@ -174,7 +185,7 @@ class RateParams(Warmup, WorkloadParams):
     @field_validator("rate", mode="before")
     @classmethod
     def _rate(cls, v):
-        return None if v is None else factors.factor(
+        return factors.optional(
             v, _rate, f'a rate in transactions a second (above 0, at most {MAX_RATE:,}) or "max" (closed loop)')
 
     @field_validator("latency_goal", mode="before")
@@ -240,14 +251,25 @@ def _least_s(level: Any) -> float:
     return float(level) if found is None else float(found.least)
 
 
-def check_layout(kind: str, layout: Any) -> None:
-    """A load generator creates its own tables, each in one file: one data file on one placement."""
-    if any(n != 1 for n in factors.values(layout.data_files)):
-        raise factors.KeyProblem(("layout", "data_files"), f"{kind} creates its own tables, each in one file: "
-                                 "data_files = 1 (the default)")
-    if any(isinstance(ref, dict) for ref in factors.values(layout.data_on)):
-        raise factors.KeyProblem(("layout", "data_on"), f"{kind} creates its own tables, each in one file: name "
-                                 "one placement, not a ratio")
+class RateWorkload(Workload):
+    """A kind run by a load generator of the field: its work is transactions, its throughput transactions
+    a second, its latency goal read by the answer only; it ranks by what is declared (figures_of), and
+    creates its own tables, each in one file. A kind adds its name, Params, figures, engines, prepare and load."""
+
+    unit_of_work = PER_TRANSACTION
+    throughput = timeline.TRANSACTIONS_PER_S
+    answer_keys = ANSWER_KEYS
+
+    def figures_of(self, declared: Mapping[str, Any]) -> tuple[Figure, ...]:
+        return figures_of(self.figures, declared)
+
+    def check_layout(self, layout: Any) -> None:
+        if any(n != 1 for n in factors.values(layout.data_files)):
+            raise factors.KeyProblem(("layout", "data_files"), f"{self.name} creates its own tables, each in one "
+                                     "file: data_files = 1 (the default)")
+        if any(isinstance(ref, dict) for ref in factors.values(layout.data_on)):
+            raise factors.KeyProblem(("layout", "data_on"), f"{self.name} creates its own tables, each in one file: "
+                                     "name one placement, not a ratio")
 
 
 def check_headline(declared: str | None, figures: tuple[Figure, ...]) -> str | None:

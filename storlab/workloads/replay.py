@@ -1,7 +1,7 @@
 """replay (seed 004's pre-production test): a statement log captured on a server, replayed with its
 captured timing, or `speed` times faster (a factor: 1, 2, 4 asks how much faster a layout can take the
 same day): by pgreplay on PostgreSQL, by storlab's own replayer on MariaDB (mariadb_replay.py, which
-reads MariaDB's general log: mariadb_log.py). What follows is PostgreSQL's.
+reads MariaDB's general or slow log: mariadb_log.py). What follows is PostgreSQL's.
 
 The log (`log`, a file in the experiment's folder: csvlog if its name ends in .csv, else a stderr log
 written with log_line_prefix = '%m|%u|%d|%c|'; captured_log.py says what pgreplay reads of it) is
@@ -15,7 +15,8 @@ pgreplay keeps the captured order across sessions: a statement waits for the one
 one slow statement holds the others back, and the replay falls behind the captured schedule. Figures
 from pgreplay's own statistics: the replay's elapsed time, how far it fell behind (its maximum lag, in
 whole seconds, and how much later than the schedule it ended), statements, errors, statement
-durations; the temporary files the server wrote. A replay whose statements fail beyond
+durations; the temporary files the server wrote; the errors by kind, as the server logged them
+(replay_errors.py). A replay whose statements fail beyond
 `max_failed_percent` (the log does not fit the setup's database) is a failed run, with the first error
 the server logged.
 
@@ -44,7 +45,9 @@ from storlab import factors, processes
 from storlab.engines.base import Engine, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
-from storlab.workloads import captured_log, mariadb_log, mariadb_replay, rates
+from storlab.probes.kept import KeptCell
+from storlab.probes.part import Part
+from storlab.workloads import captured_log, mariadb_log, mariadb_replay, rates, replay_errors
 from storlab.workloads.replay_figures import (AT_ONCE, BEHIND, CALLS, CONNECTIONS, ERRORS, FAILED_PERCENT, LAG_MAX, SCHEDULE,
                                               STATEMENT_AVG, STATEMENT_MAX, STATEMENTS, LAG_P50, LAG_P99)
 from storlab.workloads.statements import Statement
@@ -109,18 +112,19 @@ class PgreplayOn:
     program: str = "pgreplay"
 
 
-ENGINES = {"postgres": PgreplayOn("""
+PGREPLAY = PgreplayOn("""
     SELECT w.pid, left(w.query, 200), b.pid, left(b.query, 200)
     FROM pg_stat_activity w, unnest(pg_blocking_pids(w.pid)) AS blocker(pid), pg_stat_activity b
     WHERE b.pid = blocker.pid AND w.application_name = %(tag)s AND b.application_name = %(tag)s
       AND w.wait_event_type = 'Lock' AND b.state = 'idle in transaction'
       AND w.query_start < clock_timestamp() - make_interval(secs => %(held_s)s)
-    LIMIT 1"""), "mariadb": mariadb_replay.ReplayerOn()}
-LOG_OF = {"postgres": "a PostgreSQL statement log (a csvlog, or a stderr log)", "mariadb": "a MariaDB general log"}
+    LIMIT 1""")
+ENGINES = {"postgres": PGREPLAY, "mariadb": mariadb_replay.ReplayerOn()}
+LOG_OF = {"postgres": "a PostgreSQL statement log (a csvlog, or a stderr log)", "mariadb": "a MariaDB general or slow log"}
 
 
 def program() -> str:
-    found = shutil.which(ENGINES["postgres"].program)
+    found = shutil.which(PGREPLAY.program)
     if found is None:
         raise UserError("pgreplay not found: install Debian's pgreplay package (make demo does)")
     return found
@@ -146,7 +150,7 @@ class ReplayParams(WorkloadParams):
     @field_validator("log", "setup", mode="before")
     @classmethod
     def _files(cls, v):
-        return None if v is None else factors.factor(v, factors.text, "a file's path")
+        return factors.optional(v, factors.text, "a file's path")
 
     @field_validator("speed", mode="before")
     @classmethod
@@ -190,7 +194,7 @@ def _parse_check(text: str, csv: bool, origin: list[int]) -> str | None:
     """pgreplay's own parse of the log as it will replay it (when pgreplay is installed here): its
     first error, the line named as the log the user gave numbers it; None when it parses. A C parser
     fed the user's file runs as nobody, never as root, the log on its standard input."""
-    found = shutil.which(ENGINES["postgres"].program)
+    found = shutil.which(PGREPLAY.program)
     if found is None:
         return None
     nobody = {"uid": NOBODY, "gid": NOBODY} if os.getuid() == 0 else {}
@@ -259,6 +263,26 @@ def first_error(logged: str) -> str | None:
     return None
 
 
+def server_errors(logged: str, errors: float) -> list[tuple[str, int, int, str, str]]:
+    """pgreplay's `errors` by kind, as the server logged them: (message, count, 0, message, its first
+    statement), the most frequent first; those not in what was read of the log counted apart."""
+    kinds: dict[str, list] = {}
+    lines = logged.splitlines()
+    for i, line in enumerate(lines):
+        error = SERVER_ERROR.match(line)
+        if error is None:
+            continue
+        statement = next((m.group(2) for later in lines[i + 1:i + 4]
+                          if (m := SERVER_STATEMENT.match(later)) and m.group(1) == error.group(1)), "")
+        kinds.setdefault(error.group(2), [0, statement])[0] += 1
+    found = [(message, count, 0, message, statement) for message, (count, statement) in kinds.items()]
+    unread = int(errors) - sum(k[1] for k in found)
+    if unread > 0:
+        found.append(("unread", unread, 0, f"not in the server log storlab read (its first {LOG_SINCE_BYTES // 2**20} "
+                      "MiB from the replay's start)", ""))
+    return sorted(found, key=lambda k: -k[1])
+
+
 def _number(name: str, text: str) -> float:
     found = STATISTICS[name].search(text)
     if found is None:
@@ -266,7 +290,7 @@ def _number(name: str, text: str) -> float:
     return float(found.group(1))
 
 
-def measured(ended: Ended, params: ReplayParams, log: captured_log.CapturedLog, server_cpu_s: float,
+def measurement_of(ended: Ended, params: ReplayParams, log: captured_log.CapturedLog, server_cpu_s: float,
              errors_logged: str) -> Measurement:
     """The run's figures from pgreplay's statistics (module docstring)."""
     text = "\n".join(ended.text)
@@ -295,7 +319,8 @@ def measured(ended: Ended, params: ReplayParams, log: captured_log.CapturedLog, 
     if statements:
         figures[STATEMENT_AVG.name] = 1000 * _number("average", text)
         figures[STATEMENT_MAX.name] = 1000 * _number("longest", text)
-    return Measurement(elapsed, figures, [], ended.lines[0][0] if ended.lines else 0.0)
+    return Measurement(elapsed, figures, [], ended.lines[0][0] if ended.lines else 0.0,
+                       kept=replay_errors.kept(server_errors(errors_logged, errors), params.log) if errors else None)
 
 
 class ReplayLoad(ToolLoad):
@@ -313,7 +338,7 @@ class ReplayLoad(ToolLoad):
                     "-s", f"{params.speed:g}", str(folder.path / REPLAYED)]
 
         def measure(ended: Ended, folder: ClientFolder, cpu: float) -> Measurement:
-            return measured(ended, params, log, cpu, instance.logged_since(self.log_at, LOG_SINCE_BYTES))
+            return measurement_of(ended, params, log, cpu, instance.logged_since(self.log_at, LOG_SINCE_BYTES))
 
         # Never taken for stuck however far behind it falls (that is the answer): the run's wall-clock
         # limit (run_limit_s) and the stall watchdog end a replay that does not end.
@@ -337,7 +362,7 @@ class ReplayLoad(ToolLoad):
             return super().run(watched)
 
     def _check_stuck(self, conn: Session) -> None:
-        row = conn.execute(ENGINES[self.instance.engine].stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
+        row = conn.execute(PGREPLAY.stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
         if row is not None:
             waiter, waiting, holder, held = row
             raise RunFailed(f"the replay is stuck: session {waiter} has waited over {STUCK_S:g} s for a lock session "
@@ -385,6 +410,9 @@ class Replay(Workload):
             "the captured schedule (divided by the speed) the replay ended; waits counted for the sessions begun in "
             "the log's first captured second")
     engines = ENGINES
+
+    def part(self, cells: list[KeptCell]) -> Part | None:
+        return replay_errors.part(cells)
 
     def check_files(self, params: ReplayParams, files: Mapping[str, str]) -> None:
         first = files[factors.values(params.log)[0]]

@@ -7,15 +7,11 @@ engine_settings brings back the statement-long AUTO-INC lock, which serialises t
 
 from __future__ import annotations
 
-from typing import Literal
-
-from storlab.workloads.inserts import MARIADB_LOOP, POSTGRES_LOOP, InsertParams, InsertSQL, InsertWorkload
+from storlab.workloads.inserts import InsertWorkload, insert_sql, params_of
 from storlab.workloads.kind import Footprint
 from storlab.workloads.tables import SERIAL_KEY_MARIADB, SERIAL_KEY_POSTGRES
 
-
-class SequentialInsertParams(InsertParams):
-    kind: Literal["sequential-insert"]
+SequentialInsertParams = params_of("sequential-insert")
 
 
 class SequentialInsert(InsertWorkload):
@@ -23,9 +19,5 @@ class SequentialInsert(InsertWorkload):
     Params = SequentialInsertParams
     # Measured, 4 x 100,000 rows: PostgreSQL 197 bytes a row of heap and index, 252 of WAL; MariaDB 409
     # of datadir (the clustered table, its undo).
-    engines = {
-        "postgres": InsertSQL(POSTGRES_LOOP, SERIAL_KEY_POSTGRES, "INSERT INTO lab_insert SELECT FROM generate_series(1, take)",
-                              Footprint(210, 270)),
-        "mariadb": InsertSQL(MARIADB_LOOP, SERIAL_KEY_MARIADB,
-                             "INSERT INTO lab_insert (c4) SELECT 1 FROM seq_1_to_{batch} LIMIT take", Footprint(420, 0)),
-    }
+    engines = insert_sql(SERIAL_KEY_POSTGRES, Footprint(210, 270), SERIAL_KEY_MARIADB,
+                         "INSERT INTO lab_insert (c4) SELECT 1 FROM seq_1_to_{batch} LIMIT take", Footprint(420, 0))

@@ -15,7 +15,12 @@ p95 and p99 from its latency histogram (`--histogram`: its single percentile is 
 the per-second throughput and p99 from its intermediate reports. With `warmup_s`, its report
 checkpoint at the end of the warm-up resets its counters and histogram, so the report at the end is
 of the measured part. Beyond its rate, sysbench may stop with its queue full: the run is recorded as
-not sustained, with the throughput and p99 of its last reports."""
+not sustained, with the throughput and p99 of its last reports.
+Under `duration_s = { max, until = "steady" }` its reports a second are read while it runs
+(tool.SteadyWatch); once steady, storlab writes a file in the client's folder, each of its threads
+ends at its next transaction without running it (the launcher's event() returns true, sysbench's own
+way to end a thread), and sysbench prints its report and histogram as at the end of its -T: the
+figures are of the measured part up to there, its length sysbench's own (transactions / their rate)."""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal, Mapping
+from typing import Callable, ClassVar, Literal, Mapping
 
 from pydantic import field_validator, model_validator
 
@@ -34,8 +39,8 @@ from storlab.engines.base import ClientAddress, Instance
 from storlab.errors import RunFailed, UserError
 from storlab.lab.clients import ClientFolder
 from storlab.workloads import rates
-from storlab.workloads.kind import MAX_CONNECTIONS, Figure, Footprint, Load, Measurement, Workload
-from storlab.workloads.tool import ToolLoad, Ended, run_to_end
+from storlab.workloads.kind import Connections, Figure, Footprint, Load, Measurement
+from storlab.workloads.tool import STOP_S, ToolLoad, Ended, run_to_end, watch_of
 
 TESTS = ("oltp_read_write", "oltp_read_only", "oltp_write_only", "oltp_update_index", "oltp_update_non_index",
          "oltp_point_select", "oltp_insert", "oltp_delete")
@@ -47,6 +52,7 @@ PREPARE_ROWS_PER_S = 10_000  # generous: one thread inserts some 50,000 rows a s
 
 RECONNECTS = Figure("reconnects", "", "reconnects", shown=False)
 QUEUE_FULL = Figure("queue_full", "", "queue full", shown=False)
+FIGURES = (*rates.COMMON, RECONNECTS, QUEUE_FULL)
 
 # Runs the test named by the environment, its random numbers seeded first when it prepares (once per
 # Lua state: prepare runs on one thread, so the rows come out the same every time).
@@ -59,8 +65,27 @@ if sysbench.cmdline.command == "prepare" then
 end
 dofile(os.getenv("STORLAB_TEST"))
 """
+# Under until = "steady", after the test's script: once the stop file is there, each thread's next event
+# returns true without running, which ends that thread's run (sysbench's thread_run); sysbench then
+# reports as at the end of its run. One access() an event: a microsecond beside a transaction.
+STOPS = """-- storlab: the run ends once steady
+local stop = [==[{path}]==]
+local ffi = require("ffi")
+ffi.cdef[[int access(const char *path, int mode);]]
+local event_of_test = event
+function event(thread_id)
+   if ffi.C.access(stop, 0) == 0 then
+      return true
+   end
+   return event_of_test(thread_id)
+end
+"""
 
 LAUNCHER = "storlab.lua"  # SCRIPT, in the client's folder
+STOP = "stop"  # written beside it once the run is steady
+# Once the stop file is written, the seconds its threads may take to end, a transaction each (a third of
+# tool.STOP_S, past which the run fails: a Poisson schedule's gaps vary).
+STOPS_WITHIN_S = STOP_S / 3
 
 REPORT = re.compile(r"^\[ (\d+)s \] thds: \d+ tps: ([\d.]+) .* lat \(ms,\d+%\): ([\d.]+) err/s: ([\d.]+) reconn/s: ([\d.]+)")
 HISTOGRAM = re.compile(r"^\s*([\d.]+) \|\**\s+(\d+)$")
@@ -111,13 +136,14 @@ def test_script(test: str) -> Path:
 
 class SysbenchParams(rates.RateParams):
     kind: Literal["sysbench"]
+    figures: ClassVar[tuple[Figure, ...]] = FIGURES
     cannot_cut_found: ClassVar[str | None] = (
         "its percentiles come from one histogram of everything after a report checkpoint set before the run "
         "starts, and its reports a second give no histogram to recompute them from")
     test: str | list[str] = "oltp_read_write"
     tables: int | list[int] = 4
     table_size: int | list[int] = 10_000
-    threads: int | list[int] = 4
+    threads: Connections = 4
 
     @field_validator("test", mode="before")
     @classmethod
@@ -139,24 +165,6 @@ class SysbenchParams(rates.RateParams):
         found = factors.factor(v, factors.at_most(MAX_TABLE_SIZE), "a positive integer (rows a table)")
         return found
 
-    @field_validator("threads", mode="before")
-    @classmethod
-    def _threads(cls, v):
-        return factors.factor(v, factors.at_most(MAX_CONNECTIONS), "a positive integer")
-
-    @field_validator("headline", mode="before")
-    @classmethod
-    def _headline(cls, v):
-        return rates.check_headline(v, Sysbench.figures)
-
-    @model_validator(mode="after")
-    def _no_early_end(self):
-        if any(rates.until(level) is not None for level in factors.values(self.duration_s)):
-            raise factors.KeyProblem(("workload", "duration_s"), f'until = "{rates.STEADY}" cannot end a sysbench run: '
-                                     "it prints its totals and histogram only when its run ends by its own clock "
-                                     "(a run stopped early has no figures); give duration_s in seconds")
-        return self
-
     @model_validator(mode="after")
     def _whole_rates(self):
         for rate in factors.values(self.rate):
@@ -164,6 +172,20 @@ class SysbenchParams(rates.RateParams):
                 raise factors.KeyProblem(("workload", "rate"), f"{rate:g}: sysbench takes whole transactions a second")
         if max(factors.values(self.tables)) * max(factors.values(self.table_size)) > MAX_ROWS:
             raise factors.KeyProblem(("workload", "table_size"), f"more than {MAX_ROWS:,} rows (tables x table_size)")
+        return self
+
+    @model_validator(mode="after")
+    def _ends_soon_once_steady(self):
+        # Once steady each thread ends at its next transaction: under a slow rate a thread waits for one.
+        slowest = min((rates.target(rate) for rate in factors.values(self.rate) if rates.target(rate) is not None),
+                      default=None)
+        threads = max(factors.values(self.threads))
+        if slowest is not None and any(rates.until(level) for level in factors.values(self.duration_s)) and \
+                threads / slowest > STOPS_WITHIN_S:
+            raise factors.KeyProblem(("workload", "rate"), f'{slowest:g} a second: under until = "{rates.STEADY}" each '
+                                     f"of sysbench's {threads} threads ends at its next transaction, some "
+                                     f"{threads / slowest:.0f} s for them all; give a rate of at least "
+                                     f"{math.ceil(threads / STOPS_WITHIN_S)} or fewer threads")
         return self
 
     @property
@@ -188,7 +210,12 @@ def percentiles(histogram: list[tuple[float, int]], wanted: tuple[float, ...]) -
     return found
 
 
-def measured(ended: Ended, params: SysbenchParams, server_cpu_s: float) -> Measurement:
+def _per_second(line: str) -> tuple[float, float] | None:
+    found = REPORT.match(line)
+    return (float(found.group(1)), float(found.group(2))) if found else None
+
+
+def measurement_of(ended: Ended, params: SysbenchParams, server_cpu_s: float) -> Measurement:
     """The run's figures from what sysbench printed."""
     lines = ended.text
     full = any(QUEUE_IS_FULL in line for line in lines)
@@ -225,48 +252,47 @@ def measured(ended: Ended, params: SysbenchParams, server_cpu_s: float) -> Measu
         if "transactions" not in final or not histogram:
             raise RunFailed(f"sysbench printed no report: {ended.last_words()}")
         tps = float(final["transactions"].group(2))
+        # Stopped once steady, it measured until its threads ended: its count over its rate is that time.
+        stopped_early = ended.stopped_at is not None and tps > 0
         p50, p95, p99 = percentiles(histogram, (50, 95, 99))
         figures.update({rates.TPS.name: tps, rates.P50.name: p50, rates.P95.name: p95, rates.P99.name: p99,
                         rates.AVERAGE.name: float(final["average"].group(1)),
                         rates.TRANSACTIONS.name: float(final["transactions"].group(1)),
                         rates.ERRORS.name: float(final["errors"].group(1)),
                         RECONNECTS.name: float(final["reconnects"].group(1))})
-        elapsed = params.duration
+        elapsed = float(final["transactions"].group(1)) / tps if stopped_early else params.duration
     figures.update({rates.ELAPSED.name: elapsed, **rates.rate_figures(params.target, tps, elapsed, not full),
                     **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, params.threads)})
-    return Measurement(elapsed, figures, points, start)
+    return Measurement(elapsed, figures, points, start, stopped=ended.stopped)
 
 
 def _options(engine: SysbenchOn, instance: Instance, params: SysbenchParams) -> list[str]:
     return [*engine.driver(instance.client_address()), f"--tables={params.tables}", f"--table-size={params.table_size}"]
 
 
-def _write_launcher(folder: ClientFolder) -> None:
-    folder.write(LAUNCHER, SCRIPT)
+def _write_launcher(folder: ClientFolder, stops: bool = False) -> None:
+    folder.write(LAUNCHER, SCRIPT + (STOPS.replace("{path}", str(folder.path / STOP)) if stops else ""))
+
+
+def _stop(folder: ClientFolder) -> None:
+    """The run ended once steady: the file each of sysbench's threads looks for before its next transaction."""
+    if not (folder.path / STOP).exists():
+        folder.write(STOP, "")
 
 
 def _env(test: str, tag: str, engine: SysbenchOn) -> dict[str, str]:
     return {"STORLAB_TEST": str(test_script(test)), "STORLAB_SEED": str(SEED), **engine.env(tag)}
 
 
-class Sysbench(Workload):
+class Sysbench(rates.RateWorkload):
     name = "sysbench"
-    unit_of_work = rates.PER_TRANSACTION
-    throughput = timeline.TRANSACTIONS_PER_S
-    answer_keys = rates.ANSWER_KEYS
     Params = SysbenchParams
-    figures = (*rates.COMMON, RECONNECTS, QUEUE_FULL)
+    figures = FIGURES
     note = ("sysbench: each run has a fresh instance whose tables sysbench prepare rebuilds on one thread, its random "
             "numbers seeded (the same rows every time), checkpointed; figures as sysbench printed them, percentiles "
             "from its histogram, latency under a rate from when an event was queued; waits counted from when storlab "
             "finds sysbench's sessions, a fraction of a second after they connect")
     engines = ENGINES
-
-    def figures_of(self, declared: Mapping[str, Any]) -> tuple[Figure, ...]:
-        return rates.figures_of(self.figures, declared)
-
-    def check_layout(self, layout: Any) -> None:
-        rates.check_layout(self.name, layout)
 
     def sessions(self, params: SysbenchParams, files: Mapping[str, str] | None = None) -> int:
         return params.threads
@@ -297,5 +323,8 @@ class Sysbench(Workload):
                     f"--threads={params.threads}", f"--time={run_s:.0f}", "--report-interval=1", "--histogram=on",
                     "--percentile=99", *extra, "run"]
 
+        watch = watch_of(params, _per_second)
         return ToolLoad(instance, argv, _env(params.test, tag, engine), tag, params.threads, run_s,
-                          lambda ended, folder, cpu: measured(ended, params, cpu), _write_launcher, errors=ERRORS)
+                        lambda ended, folder, cpu: measurement_of(ended, params, cpu),
+                        lambda folder: _write_launcher(folder, stops=watch is not None), errors=ERRORS, watch=watch,
+                        stop_by=_stop)

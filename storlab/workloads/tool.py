@@ -11,7 +11,8 @@ OS user storlab-client, never root, in the clients' control group, in a private 
 storlab.processes (its own process group, killed with storlab), and is stopped, with whatever it
 started, and its folder removed on every way out: a failed run, Ctrl-C, a stalled server. A run until
 steady (SteadyWatch) reads the client's per-second throughput from its output while it runs, and ends
-it once steady by cancelling its sessions' statements."""
+it once steady: by cancelling its sessions' statements (pgbench), or as the kind says (sysbench's
+threads end at their next transaction once storlab writes a file in the client's folder)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from storlab.engines.base import Instance
 from storlab.errors import RunFailed
 from storlab.lab.clients import ClientFolder, Clients
 from storlab.workloads.kind import Measurement, Progress
-from storlab.workloads.rates import Until
+from storlab.workloads.rates import RateParams, Until
 
 POLL_S = 0.02  # while its sessions connect: a client connects a session in milliseconds
 # A client may open a session of its own before its load's (pgbench: the server's version and its
@@ -70,7 +71,7 @@ class SteadyWatch:
     stopped: dict | None = None
     stopped_at: float | None = None
 
-    def measured(self) -> np.ndarray:
+    def throughput_kept(self) -> np.ndarray:
         """The throughput of the seconds its figures would keep if it ended now."""
         t, x = np.array([p[0] for p in self.points]), np.array([p[1] for p in self.points])
         begins = steady_state.warmup_to_cut(t, x) if self.finds else self.warmup_s
@@ -87,9 +88,9 @@ class SteadyWatch:
                 self.points.append((found[0] - 1, found[1]))
         if at is None:
             return False
-        measured = self.measured()
+        kept = self.throughput_kept()
         # One second more than least: the answer leaves out a run's last second, cut short where it ended.
-        if len(measured) <= self.until.least or not steady_state.snia_holds(measured):
+        if len(kept) <= self.until.least or not steady_state.snia_holds(kept):
             return False
         self.stopped_at = time.time()
         self.stopped = {**self._said, "by": "steady", "at_s": at}
@@ -102,6 +103,12 @@ class SteadyWatch:
     @property
     def _said(self) -> dict:
         return {"least_s": self.until.least, "max_s": self.until.max}
+
+
+def watch_of(params: RateParams, per_second: Callable[[str], tuple[float, float] | None]) -> SteadyWatch | None:
+    """The watch of a run until steady, reading the client's lines with `per_second`; None for a run by duration."""
+    return None if params.until is None else SteadyWatch(params.until, params.declared_warmup, per_second,
+                                                         params.finds_warmup)
 
 
 @dataclass
@@ -138,6 +145,7 @@ class Client:
     folder: ClientFolder
     errors: re.Pattern | None = None
     open_files: int | None = None  # the most descriptors it may open (None: storlab's own limit)
+    popen: dict = field(default_factory=dict)  # more of subprocess.Popen's arguments (executable, pass_fds)
     lines: list[tuple[float, str]] = field(default_factory=list)
     child: subprocess.Popen | None = None
     started: float = 0.0
@@ -147,7 +155,7 @@ class Client:
     def start(self) -> None:
         self.started = time.time()
         self.child = self.clients.start(self.argv, self.env, self.folder, self.open_files, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", **self.popen)
         self._reader = threading.Thread(target=self._read, name="storlab-client-output", daemon=True)
         self._reader.start()
 
@@ -241,16 +249,19 @@ class ToolLoad:
     path taken out: RunFailed, or UserError for a mistake in the user's script); `errors` finds the
     lines of its output that say what went wrong; `grace_s`: how long past `run_s` it may run before
     it is taken for stuck (None: as long as it takes); `open_files`: the most descriptors it may open;
-    `settle_s`: how long a session of the client's own, opened before its load's, may stay (Client.sessions)."""
+    `settle_s`: how long a session of the client's own, opened before its load's, may stay (Client.sessions);
+    `watch`: a run until steady, ended once steady by `stop_by` (what makes the client end, written in its
+    folder), else by cancelling its sessions' statements."""
 
     def __init__(self, instance: Instance, argv: Callable[[ClientFolder], list[str]], env: dict[str, str], tag: str,
                  sessions: int, run_s: float | None, measure: Callable[[Ended, ClientFolder, float], Measurement],
                  prepare_folder: Callable[[ClientFolder], None] | None = None,
                  failure: Callable[[str], Exception] = RunFailed, errors: re.Pattern | None = None,
                  grace_s: float | None = GRACE_S, open_files: int | None = None, settle_s: float = 0.0,
-                 watch: SteadyWatch | None = None):
+                 watch: SteadyWatch | None = None, stop_by: Callable[[ClientFolder], None] | None = None):
         self.instance = instance
         self.watch = watch
+        self.stop_by = stop_by
         self.settle_s = settle_s
         self.open_files = open_files
         self.argv = argv
@@ -265,6 +276,7 @@ class ToolLoad:
         self.grace_s = grace_s
         self.folder: ClientFolder | None = None
         self.client: Client | None = None
+        self.popen: dict = {}  # more of subprocess.Popen's arguments for the client (Client.popen)
         self.server_cpu_before = 0.0
         self._kept = ExitStack()
 
@@ -293,12 +305,13 @@ class ToolLoad:
         if self.prepare_folder is not None:
             self.prepare_folder(self.folder)
         self.client = Client(self.argv(self.folder), self.env, self.instance.clients, self.folder, self.errors,
-                             self.open_files)
+                             self.open_files, self.popen)
         self.server_cpu_before = self.instance.cpu_s()
         self.client.start()
 
     def run(self, on_progress: Progress | None = None) -> Measurement:
-        ended = self.client.wait(self.run_s, on_progress, self.grace_s, self.watch, self._stop_sessions)
+        stop = self._stop_sessions if self.stop_by is None else lambda: self.stop_by(self.folder)
+        ended = self.client.wait(self.run_s, on_progress, self.grace_s, self.watch, stop)
         self._let_go()
         server_cpu_s = self.instance.cpu_s() - self.server_cpu_before
         return self.measure(ended, self.folder, server_cpu_s)

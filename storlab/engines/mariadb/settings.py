@@ -9,9 +9,7 @@ and `-`, and a value stays on its line."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -105,15 +103,10 @@ class MariadbSettings(common.Settings):
 
     def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
         user = os_users.server_user()
-        folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
-        try:
-            conf = folder / "my.cnf"
-            conf.write_text("[mysqld]\n" + "".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
-            conf.chmod(0o644)  # mariadbd ignores a world-writable option file
-            user_tools.give_to(folder, user)
-            said = _messages(user, [str(binaries()[0]), f"--defaults-file={conf}", "--verbose", "--help"], folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        conf = "[mysqld]\n" + "".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items())
+        with common.throwaway_configuration(user, {"my.cnf": conf}) as folder:
+            said = _messages(user, [str(binaries()[0]), f"--defaults-file={folder / 'my.cnf'}", "--verbose", "--help"],
+                             folder)
         for line in map(log.message, said.splitlines()):
             name = self.blamed(line, settings)
             if name is None:

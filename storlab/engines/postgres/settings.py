@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -205,15 +203,11 @@ class PostgresSettings(common.Settings):
 
     def verdict(self, settings: dict[str, Any], known: set[str], warnings: list[str]) -> tuple[str, str] | None:
         user = os_users.server_user()
-        folder = Path(tempfile.mkdtemp(prefix="storlab-settings-"))
-        try:
+        files = {"postgresql.conf": "".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()),
+                 "postgresql.auto.conf": ""}
+        with common.throwaway_configuration(user, files) as folder:
             conf = folder / "postgresql.conf"
-            conf.write_text("".join(f"{k} = {conf_value(v)}\n" for k, v in settings.items()))
-            (folder / "postgresql.auto.conf").write_text("")
-            user_tools.give_to(folder, user)
             code, out = user_tools.run_tool(user, [str(bin_dir(self.version) / "postgres"), "-D", str(folder), "-C", "port"])
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
         if code == 0:
             return None
         lines = [log.message(line) for line in out.splitlines()
