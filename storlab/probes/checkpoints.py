@@ -15,12 +15,12 @@ One short query a second, on a session of its own."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from storlab import timeline
 from storlab.errors import RunFailed
 from storlab.probes.kept import Db, Probe, RunScope
 from storlab.probes.recorders import TimelinePoint
+from storlab.probes.target import Probed
 from storlab.sampler import Sampler
 from storlab.session import Session
 
@@ -48,7 +48,7 @@ class Checkpoints:
 
 
 class _Recording:
-    def __init__(self, instance: Any):
+    def __init__(self, instance: Probed):
         self.instance = instance
         self.conn: Session | None = None
         self.found: Checkpoints | None = None
