@@ -31,7 +31,7 @@ class _Uninterrupted:
 
     def __init__(self) -> None:
         self.depth = 0
-        self.held = False
+        self.deferred = False
 
     def __enter__(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -41,8 +41,8 @@ class _Uninterrupted:
         if threading.current_thread() is not threading.main_thread():
             return False
         self.depth -= 1
-        if self.depth == 0 and self.held:
-            self.held = False
+        if self.depth == 0 and self.deferred:
+            self.deferred = False
             raise KeyboardInterrupt
         return False
 
@@ -65,7 +65,7 @@ def interrupt(signum: int, frame) -> None:
     global _interrupted
     _interrupted = True
     if uninterrupted.holds(frame):
-        uninterrupted.held = True
+        uninterrupted.deferred = True
         return
     raise KeyboardInterrupt
 

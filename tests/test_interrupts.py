@@ -136,7 +136,7 @@ def test_a_ctrl_c_at_any_moment_of_an_instance_life_leaves_nothing_of_it(handled
     assert counted.seen > 100 and left_of(made, lab_dir) == []  # the profiler saw the life, which left nothing
     broken = {}
     for at in range(1, counted.seen + 1):
-        interrupts.uninterrupted.held = interrupts._interrupted = False
+        interrupts.uninterrupted.deferred = interrupts._interrupted = False
         first = len(made)
         try:
             an_instance_life(lab_dir, CtrlC(at))

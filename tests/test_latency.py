@@ -347,7 +347,7 @@ def test_kill_9_mid_run_then_clean_leaves_no_layer_mount_device_or_server(lab_ro
         (entry,) = pool.devices
         assert latency.is_layer_mount(Path(entry["layer"])) and owned.running(entry["layer_pid"], entry["layer_start"])
         (instance,) = [m for m in owned.Manifest.all() if m.engine == "postgres"]
-        segments, files = shared_memory.held([Path(d) for d in instance.dirs])  # read through the live layer
+        segments, files = shared_memory.in_use([Path(d) for d in instance.dirs])  # read through the live layer
         assert segments and files
         proc.send_signal(signal.SIGKILL)
         proc.wait()

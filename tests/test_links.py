@@ -249,7 +249,7 @@ def test_a_killed_servers_shared_memory_is_never_read_through_a_fifo(lab_dir, pr
         with open(f"/proc/{ws.server.pid}/maps") as maps:
             fifos = sorted({Path(line.split()[-1]) for line in maps if "/dev/shm/PostgreSQL." in line})
         assert fifos  # the control segment, mapped by the postmaster
-        _, made = shared_memory.held(list(map(Path, ws.manifest.dirs)))  # what the FIFO hides from release
+        _, made = shared_memory.in_use(list(map(Path, ws.manifest.dirs)))  # what the FIFO hides from release
         processes.kill_tree(ws.server.pid)
         ws.server.proc.wait()
         for fifo in fifos:

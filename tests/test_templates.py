@@ -70,7 +70,7 @@ def test_an_immediate_shutdown_leaves_no_shared_memory(lab_dir, private_template
     spec = spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir})
     with provision("postgres", spec, keep=False, connections=2) as inst:
         run_load(inst, "random-insert", connections=2, rows_per_connection=1000, batch=100)
-        segments, files = shared_memory.held(list(inst.roots.values()))
+        segments, files = shared_memory.in_use(list(inst.roots.values()))
         assert segments and files  # it had some
     left = {(s.shmid, s.creator_pid) for s in shared_memory.segments()}
     assert not [s for s in segments if (s.shmid, s.creator_pid) in left]

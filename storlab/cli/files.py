@@ -45,7 +45,7 @@ def export_command(folder: str | None, dsn: str | None, experiment: str | None, 
 
     with options.opened(folder, dsn, experiment, out) as store:
         options.beside(store, out)
-        held = store.experiment()
-        kind = KINDS.get(held.kind or "") if held is not None else None
+        stored = store.experiment()
+        kind = KINDS.get(stored.kind or "") if stored is not None else None
         for path in exporter.write(store, fmt, [f.name for f in kind.figures] if kind is not None else None):
             click.echo(f"wrote {path}")

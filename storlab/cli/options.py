@@ -101,8 +101,8 @@ def opened(folder: str | None, dsn: str | None, experiment: str | None, out: Pat
 def beside(store, out: Path | None) -> None:
     """Where a shared store's report and export go: --out, or results/<experiment name>."""
     if store.folder is None:
-        held = store.experiment()
-        store.folder = out or results_folder(Path("results") / (held.name if held is not None else "store"),
+        stored = store.experiment()
+        store.folder = out or results_folder(Path("results") / (stored.name if stored is not None else "store"),
                                              "the folder for its files")
         try:
             store.folder.mkdir(parents=True, exist_ok=True)

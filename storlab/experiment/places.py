@@ -96,7 +96,7 @@ class VolumeKeys(BaseModel):
 
     def caps(self, chosen: dict[str, Any] | None = None) -> IoCaps:
         """One cell's caps: each direction's, a bucket's unit capped at the rate it starts a run with."""
-        return io_caps.held(self.declared(chosen))
+        return io_caps.of(self.declared(chosen))
 
 
 class DirectoryPlacement(VolumeKeys):
@@ -166,7 +166,7 @@ class DevicePlacement(VolumeKeys):
 
     def latency(self, chosen: dict[str, Any] | None = None) -> DeviceLatency | None:
         """One cell's latency; None when the table declares none."""
-        return added_latency.held(self.declared(chosen))
+        return added_latency.of(self.declared(chosen))
 
     def spec(self, chosen: dict[str, Any] | None = None) -> devices.DeviceSpec:
         """One cell's device: `chosen` holds a value for each factor key (the matrix's choice)."""
@@ -176,7 +176,7 @@ class DevicePlacement(VolumeKeys):
             devices.DeviceFormat(self.size_bytes, value.get("sector") or 512, fs, value.get("mount_options") or "",
                                  Path(self.image_dir or devices.DEFAULT_IMAGE_DIR)),
             devices.DEFAULT_READ_AHEAD_KB if value.get("read_ahead_kb") is None else value["read_ahead_kb"],
-            bool(self.allow_tmpfs), value.get("max_sectors_kb"), added_latency.held(value))
+            bool(self.allow_tmpfs), value.get("max_sectors_kb"), added_latency.of(value))
 
     def specs(self) -> list[devices.DeviceSpec]:
         """Every device the table can ask for, one per combination of its format's factors' values."""

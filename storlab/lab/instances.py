@@ -227,21 +227,21 @@ def workspace(engine: Server, placements: dict[str, Path], keep: bool, stop_sign
                 thread.start()  # not a daemon: exit waits
                 _ending.append(thread)
             else:
-                held = _end_told(end, iid, _tell)
-                if held is not None and ended_well:  # after a failure, that failure is the run's
-                    raise RunFailed(f"the instance's end: {held}")
+                delayed = _end_told(end, iid, _tell)
+                if delayed is not None and ended_well:  # after a failure, that failure is the run's
+                    raise RunFailed(f"the instance's end: {delayed}")
 
 
 def _end(manifest: Manifest, engine: Server, ws: Workspace | None, group: cgroups.ControlGroup | None,
          stop_signal: signal.Signals, keep: bool, within: Deadline) -> str | None:
     """An instance's end: its clients killed and its server stopped, its group and shared memory gone,
     its directories removed (unless kept), and its manifest forgotten once nothing of it is left. A
-    server not stopped `within` its deadline is killed with everything in its group: what held the
+    server not stopped `within` its deadline is killed with everything in its group: what delayed the
     end, in words; None when nothing did."""
-    held = None
+    delayed = None
     clients_left = ws is not None and not ws.clients.remove()
     if ws is not None and ws.server is not None and not ws.server.stop(stop_signal, within.seconds):
-        held = (f"{engine.title} (pid {ws.server.pid}) did not stop within {within} of {stop_signal.name}; "
+        delayed = (f"{engine.title} (pid {ws.server.pid}) did not stop within {within} of {stop_signal.name}; "
                 "everything of the instance was killed")
     # What the server started and left (a program an experiment's SQL ran in a session of its
     # own) ends with the instance; the group goes only once it is empty.
@@ -265,17 +265,17 @@ def _end(manifest: Manifest, engine: Server, ws: Workspace | None, group: cgroup
             manifest.forget()
         else:
             manifest.save()
-    return held
+    return delayed
 
 
 def _end_told(end: Callable[[], str | None], iid: str, tell: Callable[[str], None] | None) -> str | None:
-    """`end()`, what held it told to `tell` where someone listens (the run it ended keeps its result, or
+    """`end()`, what delayed it told to `tell` where someone listens (the run it ended keeps its result, or
     its own failure), else returned."""
-    held = end()
-    if held is not None and tell is not None:
-        tell(f"the end of instance {iid}: {held}")
+    delayed = end()
+    if delayed is not None and tell is not None:
+        tell(f"the end of instance {iid}: {delayed}")
         return None
-    return held
+    return delayed
 
 
 # While ending_in_background() is open: the instances ending now, stopped and removed by threads of

@@ -308,10 +308,10 @@ def check_volume(target: Path, declared: Mapping[str, Any]) -> None:
         found = prop.host_problem(declared)
         if found is not None:
             raise UserError(found[1])
-    if added_latency.held(declared) is not None and caps.device_of(target) is None:
+    if added_latency.of(declared) is not None and caps.device_of(target) is None:
         raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): a latency is "
                         "added to a device's own")
-    _cap_limits(target, io_caps.held(declared))
+    _cap_limits(target, io_caps.of(declared))
 
 
 def _cap_limits(target: Path, held: caps.IoCaps) -> caps.GroupLimits:
@@ -332,8 +332,8 @@ def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console
     (its name ending "+latency"); each job's flags say whether what binds it held."""
     target, declared = Path(target), dict(declared or {})
     check_volume(target, declared)
-    limits = _cap_limits(target, io_caps.held(declared))
-    delay = added_latency.held(declared)
+    limits = _cap_limits(target, io_caps.of(declared))
+    delay = added_latency.of(declared)
     free = shutil.disk_usage(target).free
     if size > free:
         raise UserError(f"--size: {size / 2**20:.0f} MiB does not fit in the {free / 2**20:.0f} MiB free on {target}")

@@ -252,11 +252,11 @@ def _changes(run: model.RunSteadiness) -> str:
 STEADY = {True: "steady", False: "not steady", None: "not judged"}
 
 
-def _steadiness_html(held: model.Steadiness, order: list[str]) -> str:
+def _steadiness_html(steadiness: model.Steadiness, order: list[str]) -> str:
     """What each run held, a row a run (cells in `order`): steady or not and where it changed, the warm-up
     found beside the declared one, the checkpoints inside it and when."""
     rows = []
-    for c in sorted(held.cells, key=lambda c: order.index(c.cell) if c.cell in order else len(order)):
+    for c in sorted(steadiness.cells, key=lambda c: order.index(c.cell) if c.cell in order else len(order)):
         for r in c.runs:
             checkpoints = "—" if r.checkpoints is None else str(r.checkpoints)
             if r.checkpoint_times_s:
@@ -270,7 +270,7 @@ def _steadiness_html(held: model.Steadiness, order: list[str]) -> str:
     return ("<h2>What each run held: steady state, warm-up, checkpoints</h2>"
             + _table(["cell", "round", "measured s", "steady", "changed", "warm-up found s", "declared s", "checkpoints",
                       "cycle", "ended"], rows, words=(3, 4, 6, 7, 8, 9))
-            + f"<p class='note'>{html.escape(held.rule)}</p>")
+            + f"<p class='note'>{html.escape(steadiness.rule)}</p>")
 
 
 def _concerns_html(answer: model.Answer) -> str:
@@ -375,12 +375,12 @@ def write(answer: model.Answer, raw: RawSeries, folder: Path) -> Path:
         device = timelines.device_iops_chart(raw, answer, folder / f"{timeline.IOPS.name}.png")
         if device:
             sections.append("<h2>Device IOPS over time against the IOPS caps, per placement</h2>" + _figure(device[1], device[0]))
-        held = timelines.cap_chart(raw, answer, folder / f"{timeline.CAP_USE.name}.png")
-        if held:
-            sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(held[1], held[0]))
-        held = timelines.credits_chart(raw, answer, folder / "credits.png")
-        if held:
-            sections.append("<h2>Credit buckets over time, per placement</h2>" + _figure(held[1], held[0]))
+        drawn = timelines.cap_chart(raw, answer, folder / f"{timeline.CAP_USE.name}.png")
+        if drawn:
+            sections.append("<h2>IO against its cap over time, per capped placement</h2>" + _figure(drawn[1], drawn[0]))
+        drawn = timelines.credits_chart(raw, answer, folder / "credits.png")
+        if drawn:
+            sections.append("<h2>Credit buckets over time, per placement</h2>" + _figure(drawn[1], drawn[0]))
         svg = timelines.chart(raw, answer, timeline.SERVER_MEMORY, folder / f"{timeline.SERVER_MEMORY.name}.png")
         if svg:
             sections.append("<h2>The server's memory over time</h2>"

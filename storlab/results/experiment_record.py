@@ -159,14 +159,14 @@ class ExperimentRecord:
         """Record the experiment the first time; afterwards accept it only if nothing but its repetitions,
         its race (how many runs, which cells get them) and how the answer reads the runs changed.
         `files`: the text of the SQL files it names; `answer`: reference levels, margin, until settled."""
-        held = self.experiment()
-        if held is not None and _without_none(held.identity.as_dict()) != _without_none(identity):
-            changed = _first_difference(_without_none(held.identity.as_dict()), _without_none(identity))
+        stored = self.experiment()
+        if stored is not None and _without_none(stored.identity.as_dict()) != _without_none(identity):
+            changed = _first_difference(_without_none(stored.identity.as_dict()), _without_none(identity))
             raise UserError(
                 f"{self.where}: holds results of a different experiment ({changed}); {self.another}"
             )
         with self.transaction() as db:
-            if held is None:
+            if stored is None:
                 db.execute(
                     """INSERT INTO experiment (id, name, engine, source, identity, repetitions, factors, created_at, race,
                                                files, answer)
@@ -175,7 +175,7 @@ class ExperimentRecord:
                      json.dumps(race) if race else None, json.dumps(files or {}), json.dumps(answer or {})),
                 )
             else:
-                answer = _phased(answer or {}, held.answer.design, db)
+                answer = _phased(answer or {}, stored.answer.design, db)
                 db.execute("UPDATE experiment SET repetitions = ?, source = ?, race = ?, answer = ?",
                            (repetitions, source, json.dumps(race) if race else None, json.dumps(answer)))
                 if files:
@@ -190,13 +190,13 @@ class ExperimentRecord:
         """The seed each round's order is drawn from: the file's (`fixed`), else the one kept, else a new
         one drawn now and kept, so a resume, a race and the fleet run every round in the same order."""
         with self.transaction() as db:
-            held = db.execute("SELECT order_seed FROM experiment").fetchone()
-            if held is None:
+            stored = db.execute("SELECT order_seed FROM experiment").fetchone()
+            if stored is None:
                 raise UserError(f"{self.where}: no experiment recorded here yet")
-            seed = fixed if fixed is not None else held[0]
+            seed = fixed if fixed is not None else stored[0]
             if seed is None:
                 seed = secrets.randbelow(2**31)
-            if seed != held[0]:
+            if seed != stored[0]:
                 db.execute("UPDATE experiment SET order_seed = ?", (seed,))
         return seed
 
@@ -213,16 +213,16 @@ class ExperimentRecord:
         ]
 
 
-def _phased(answer: dict, held: StoredDesign | None, db: Connection) -> dict:
-    """`answer` with its design's `after_run`: kept while the design stays the one held, else the last run
+def _phased(answer: dict, stored: StoredDesign | None, db: Connection) -> dict:
+    """`answer` with its design's `after_run`: kept while the design stays the one stored, else the last run
     recorded so far (the runs of the new design begin after it)."""
     design = answer.get("design")
-    same = (held.kind, held.resolution, held.factors) if held is not None else ("full", None, None)
+    same = (stored.kind, stored.resolution, stored.factors) if stored is not None else ("full", None, None)
     asked = (design["kind"], design.get("resolution"), design.get("factors")) if design else ("full", None, None)
     if design is None:
         return answer
     if asked == same:
-        after = held.after_run if held is not None else None
+        after = stored.after_run if stored is not None else None
     else:
         after = db.execute("SELECT MAX(id) FROM runs").fetchone()[0]
     return {**answer, "design": {**design, **({"after_run": after} if after is not None else {})}}

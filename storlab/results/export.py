@@ -54,8 +54,8 @@ def gather(store: Store, declared: list[str] | None = None) -> Exported:
     """`declared`: the workload's figures in its kind's order (the store keeps what each run reported,
     not the order its kind declares them in); the others follow, by name."""
     tables = schema.tables(registry.PROBES)
-    held = store.experiment()
-    factors = {short_name(k): v for k, v in (held.factors if held is not None else {}).items()}
+    stored = store.experiment()
+    factors = {short_name(k): v for k, v in (stored.factors if stored is not None else {}).items()}
     cells = {c.id: c for c in store.cells()}
     runs = store.runs()
     declared = declared or []

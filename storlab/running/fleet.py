@@ -105,12 +105,12 @@ def submit(exp: Experiment, store: Store) -> Submitted:
             queue.enqueue(db, store.experiment_id, planned)
         else:  # a race: its first round (the next, on a resubmit); the workers queue the next rounds
             queue_next_round(db, store, exp, cells)
-        held = queue.rows(db, store.experiment_id)
-        ours = [row for row in held if unplanned(exp, {c.id for c in cells}, row.cell_id, row.repetition) is None]
+        queued = queue.rows(db, store.experiment_id)
+        ours = [row for row in queued if unplanned(exp, {c.id for c in cells}, row.cell_id, row.repetition) is None]
         requeued = queue.requeue_failed(db, [row.id for row in ours if row.state == "failed"])
     counts = Counter("queued" if row.state == "failed" else row.state for row in ours)  # as requeued
     return Submitted(len(cells), exp.repetitions, list(exp.model.hosts or []), dict(counts), requeued,
-                     len(held) - len(ours))
+                     len(queued) - len(ours))
 
 
 def unplanned(exp: Experiment, cells: Container[str], cell_id: str, repetition: int) -> str | None:
@@ -228,7 +228,7 @@ class Worker:
         self.runnable: dict[int, Runnable] = {}
         self.kept = ExitStack()  # what the worker keeps while it works: its device pool
         self.pool: devices.DevicePool | None = None
-        self.held: Claim | None = None  # the claim of the run under way
+        self.under_way: Claim | None = None  # the claim of the run under way
         self.refused: dict[int, str] = {}
         self.asked_refused: Exception | None = None  # the refusal of the experiment named by --experiment
         self.waiting = False
@@ -259,20 +259,20 @@ class Worker:
     def _prepare(self, entry: shared_store.ExperimentEntry) -> None:
         try:  # the store's rows are anyone's who can submit: what it holds is checked as it is read
             store = shared_store.bind(self.db, entry, None, "--store")
-            held = store.experiment()
+            stored = store.experiment()
         except UserError as exc:
             self._refuse(entry, str(exc))
             return
-        if held is None:
+        if stored is None:
             return  # being submitted right now: looked at again next time
-        hosts = held.identity.hosts
+        hosts = stored.identity.hosts
         if hosts is not None and self.options.host not in hosts:
             self._refuse(entry, f"it runs on hosts {', '.join(hosts)}", quiet=True)  # not ours: nothing to say
             return
         try:
             exp = self.loaded.get(entry.name)
             if exp is None:  # (one read from its file here was checked before it was submitted)
-                exp = experiments.parse(Path.cwd() / f"{entry.name}.toml", held.source, held.files)
+                exp = experiments.parse(Path.cwd() / f"{entry.name}.toml", stored.source, stored.files)
                 check(exp, self.say)
             cells = matrix.cells(exp)
             paths = plan.prepare_placements(exp)
@@ -333,8 +333,8 @@ class Worker:
             self.outcome.lost += 1
             self.say(f"{self.options.host}: {target.experiment.name}: {cell.label}: given up: {exc}")
         except KeyboardInterrupt:
-            if self.held is not None:
-                queue.release(self.db, self.held)
+            if self.under_way is not None:
+                queue.release(self.db, self.under_way)
             raise
         finally:
             slots.close()  # ends the lease of a claim that was not recorded
@@ -349,11 +349,11 @@ class Worker:
             self.say(f"{self.options.host}: {run.what}: running{again}{on}")
             kept = claim.repetition if kept is None else kept
             with queue.Lease(self._connect, claim, self.options.lease_s) as run.lease:
-                self.held = claim
+                self.under_way = claim
                 try:
                     yield run
                 finally:
-                    self.held = None
+                    self.under_way = None
             if not cell_runs.shares_instance(target.experiment):
                 return
             claim = queue.claim(self.db, [claim.experiment_id], self.options.host, self.name, self.options.lease_s,
@@ -420,7 +420,7 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
     try:
         # One trace per server binary for the worker's runs; each instance ends while the next sets up.
         with bpftrace.kept_across_runs(), \
-                instances.ending_in_background(lambda held: say(f"{options.host}: warning: {held}")):
+                instances.ending_in_background(lambda why: say(f"{options.host}: warning: {why}")):
             return worker.work()
     except psycopg.OperationalError as exc:  # the run under way goes back to the queue with its lease
         text = str(exc).strip()

@@ -70,9 +70,9 @@ def describe_plan(experiment: Experiment, folder: Path) -> list[str]:
     if exists(folder):
         with Store.open(folder, create=False) as store:
             done = store.done()
-            held = store.experiment()
-            if seed is None and held is not None:
-                seed = held.order_seed
+            stored = store.experiment()
+            if seed is None and stored is not None:
+                seed = stored.order_seed
     todo = matrix.plan(cells, experiment.repetitions, done, seed)
     lines = [f"warning: {w}" for w in warnings]
     settings, settling = experiment.race(), experiment.settling()
@@ -147,11 +147,11 @@ def round_length(experiment: Experiment, store: Store, rnd: int, started: float 
     declared = experiment.model.workload.duration
     if rnd <= settling.min_rounds:
         return declared, "declared duration_s, until the first look"
-    held = {r.repetition: r.conditions[noise_split.RUN_LENGTH] for r in store.runs()
+    planned = {r.repetition: r.conditions[noise_split.RUN_LENGTH] for r in store.runs()
             if noise_split.RUN_LENGTH in (r.conditions or {})}
-    if rnd in held:
-        return held[rnd]["s"], held[rnd]["why"]
-    last = held[max(held)]["s"] if held else declared
+    if rnd in planned:
+        return planned[rnd]["s"], planned[rnd]["why"]
+    last = planned[max(planned)]["s"] if planned else declared
     results = analysis.load(store, cached=True)
     left = None
     if settling.budget_s is not None and started is not None:
@@ -216,8 +216,8 @@ def next_runs(experiment: Experiment, cells: list[matrix.Cell], store: Store, tr
     repeated in it (a failed run is retried by running the command again)."""
     settings, settling = experiment.race(), experiment.settling()
     done = store.done() | tried
-    held = store.experiment()
-    seed = None if held is None else held.order_seed
+    stored = store.experiment()
+    seed = None if stored is None else stored.order_seed
     if settling is not None and stop_reason(experiment, store, started) is not None:
         return []
     if settings is None:

@@ -109,32 +109,32 @@ def claim(db: Connection, experiments: list[int], host: str, worker: str, lease_
     return None if row is None else Claim(*row, token)
 
 
-def renew(db: Connection, held: Claim, lease_s: float) -> bool:
-    return db.execute(RENEW, (lease_s, held.id, held.token)).fetchone() is not None
+def renew(db: Connection, claim: Claim, lease_s: float) -> bool:
+    return db.execute(RENEW, (lease_s, claim.id, claim.token)).fetchone() is not None
 
 
 @interrupts.owning
-def holding(store, held: Claim) -> Iterator[Connection]:
+def holding(store, claim: Claim) -> Iterator[Connection]:
     """A transaction of `store` in which the claim is locked and known to be this worker's; raises
     LeaseLost (nothing written) when it is not."""
     with store.transaction() as db:
-        row = db.execute(HOLD, (held.id,)).fetchone()
-        if row is None or row[0] != "claimed" or row[1] != held.token:
-            raise LeaseLost(f"run {held.cell_id} #{held.repetition}: the lease ran out and the run was taken back")
+        row = db.execute(HOLD, (claim.id,)).fetchone()
+        if row is None or row[0] != "claimed" or row[1] != claim.token:
+            raise LeaseLost(f"run {claim.cell_id} #{claim.repetition}: the lease ran out and the run was taken back")
         yield db
 
 
-def done(db: Connection, held: Claim, run_id: int) -> None:
-    db.execute(DONE, (run_id, held.id))
+def done(db: Connection, claim: Claim, run_id: int) -> None:
+    db.execute(DONE, (run_id, claim.id))
 
 
-def failed(db: Connection, held: Claim) -> None:
-    db.execute(FAILED, (held.id,))
+def failed(db: Connection, claim: Claim) -> None:
+    db.execute(FAILED, (claim.id,))
 
 
-def release(db: Connection, held: Claim) -> None:
+def release(db: Connection, claim: Claim) -> None:
     """Give a claim back at once (an interrupted worker), so the next worker need not wait for its lease."""
-    db.execute(RELEASE, (held.id, held.token))
+    db.execute(RELEASE, (claim.id, claim.token))
 
 
 def outstanding(db: Connection, experiments: list[int], host: str) -> int:
@@ -152,9 +152,9 @@ class Lease:
     own. `lost` is set when the claim is refused (another worker took it) or when the store has been
     out of reach for a whole lease (another worker may have taken it)."""
 
-    def __init__(self, connect: Callable[[], Connection], held: Claim, lease_s: float):
+    def __init__(self, connect: Callable[[], Connection], claim: Claim, lease_s: float):
         self.connect = connect
-        self.held = held
+        self.claim = claim
         self.lease_s = lease_s
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -177,7 +177,7 @@ class Lease:
 
     def check(self) -> None:
         if self.lost.is_set():
-            raise LeaseLost(f"run {self.held.cell_id} #{self.held.repetition}: the lease was lost")
+            raise LeaseLost(f"run {self.claim.cell_id} #{self.claim.repetition}: the lease was lost")
 
     def _keep(self) -> None:
         kept_at = time.monotonic()
@@ -185,7 +185,7 @@ class Lease:
             try:
                 if self._db is None:
                     self._db = self.connect()
-                if not renew(self._db, self.held, self.lease_s):
+                if not renew(self._db, self.claim, self.lease_s):
                     self.lost.set()
                     return
                 kept_at = time.monotonic()

@@ -81,7 +81,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
         ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.kept_across_runs(), \
-                instances.ending_in_background(lambda held: _warn(console, held)):
+                instances.ending_in_background(lambda why: _warn(console, why)):
             bar = Bar(progress, progress.add_task("runs", total=plan.most_left(experiment, cells, store)),
                       progress.add_task("", total=1, visible=False))
             while todo:

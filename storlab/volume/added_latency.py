@@ -60,7 +60,7 @@ def _option(text: str) -> float | dict[str, float]:
     return {"p50": numbers[0], "p99": numbers[1]} if len(numbers) == 2 else numbers[0]
 
 
-def held(declared: Mapping[str, Any]) -> latency.DeviceLatency | None:
+def of(declared: Mapping[str, Any]) -> latency.DeviceLatency | None:
     """One cell's latency; None when it declares none (a latency of 0 is held by the layer too, so the
     cells of a factor with a 0 level differ only in the time added)."""
     if all(declared.get(key) is None for key in latency.KEYS):
@@ -96,7 +96,7 @@ class AddedLatency(Property):
         return None if why is None else (next(iter(mine)), f"a latency cannot be held here: {why}")
 
     def io_jobs(self, declared: Mapping[str, Any], direct: bool) -> list[Job]:
-        found = held(declared)
+        found = of(declared)
         if found is None:
             return []
         reads_or_writes = found.read != latency.NONE or found.write != latency.NONE
@@ -105,7 +105,7 @@ class AddedLatency(Property):
     def io_flags(self, declared: Mapping[str, Any], calibrated: Calibrated) -> list[str]:
         """A job through the layer against the same job on the device alone; where the job's cap is
         tighter than the latency allows at its depth, against the cap."""
-        found, own, seen, job = held(declared), calibrated.alone, calibrated.measured, calibrated.job
+        found, own, seen, job = of(declared), calibrated.alone, calibrated.measured, calibrated.job
         if found is None or own is None:
             return []
         added = getattr(found, job.direction)
@@ -118,7 +118,7 @@ class AddedLatency(Property):
         if held_at and free_iops > min(held_at):
             return [f"latency: {job.direction} {added.text()} declared, at depth {job.iodepth} not judged: the latency "
                     f"alone allows {free_iops:,.0f} IOPS, above the {min(held_at):,.0f} the bucket held"]
-        bound = io_caps.binding(job.rw, job.block_size, io_caps.held(declared)) if not calibrated.spent else None
+        bound = io_caps.binding(job.rw, job.block_size, io_caps.of(declared)) if not calibrated.spent else None
         # The job alone, faster, may have run its bucket dry: its tail is then the bucket's queue.
         own_tail = not any(u.dry_at_s is not None for u in calibrated.alone_spent)
         verdict = held_latency.judge(job.direction, added, job.iodepth, (own.lat_ms["50"], own.lat_ms["99"], own.iops),
@@ -127,7 +127,7 @@ class AddedLatency(Property):
         return [verdict.flag]
 
     def part(self, declared: Mapping[str, Any], observed: Observed) -> Part | None:
-        found = held(declared)
+        found = of(declared)
         if found is None:
             return None
         cpu = [s for c in observed.conditions if (s := (c.get("delay_layer_cpu_s") or {}).get(observed.placement))

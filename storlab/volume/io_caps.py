@@ -61,7 +61,7 @@ def _mb_s_key(name: str, said: str) -> Key:
                f"Cap {said} this many MiB a second on the device (a placement's {name}).", "MIB_S")
 
 
-def held(declared: Mapping[str, Any]) -> caps.IoCaps:
+def of(declared: Mapping[str, Any]) -> caps.IoCaps:
     """One cell's caps: each direction's own key or the shorthand for both, "max" uncapped; a bucket's
     unit capped at the rate it starts a run with."""
 
@@ -116,7 +116,7 @@ class IoCaps(Property):
     def io_flags(self, declared: Mapping[str, Any], calibrated: Calibrated) -> list[str]:
         """Through its cap a job reaches it and never passes it; a bucket's cap changes during the job,
         which credit_buckets judges, and the layer's pass is judged by the latency it adds."""
-        bound = binding(calibrated.job.rw, calibrated.job.block_size, held(declared))
+        bound = binding(calibrated.job.rw, calibrated.job.block_size, of(declared))
         if bound is None or calibrated.spent or calibrated.alone is not None:
             return []
         name, limit = bound
@@ -131,7 +131,7 @@ class IoCaps(Property):
         if not given:
             return None
         share = observed.held.get("at_cap_share")
-        said = held(given).text() + ("" if share is None else f"; at its cap {100 * share:.0f} % of the runs' time")
+        said = of(given).text() + ("" if share is None else f"; at its cap {100 * share:.0f} % of the runs' time")
         return self.made(observed, declared, said, {} if share is None else {"at_cap_share": share})
 
 

@@ -163,7 +163,7 @@ def _ours(libc, directories: dict[tuple[int, int], int]) -> list[tuple[Segment, 
     return ours
 
 
-def held(roots: list[Path]) -> tuple[list[Segment], list[Path]]:
+def in_use(roots: list[Path]) -> tuple[list[Segment], list[Path]]:
     """The System V segments and /dev/shm files PostgreSQL holds now for a data directory under `roots`."""
     directories = _directories(roots)
     if not directories:
