@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 from pydantic import PrivateAttr, field_validator
 
@@ -250,16 +250,20 @@ def run_setup(conn: Session, statements: list[Statement | tuple[Statement, str]]
             raise UserError(f"{statement.where}: {session_error(exc)}") from None
 
 
-def first_error(logged: str) -> str | None:
-    """The first error the server logged, with the statement it logged for it."""
+def _logged_errors(logged: str) -> Iterator[tuple[str, str | None]]:
+    """Each error the server logged, in order, with the statement it logged for it (None: none)."""
     lines = logged.splitlines()
     for i, line in enumerate(lines):
         error = SERVER_ERROR.match(line)
-        if error is None:
-            continue
-        statement = next((m.group(2) for later in lines[i + 1:i + 4]
-                          if (m := SERVER_STATEMENT.match(later)) and m.group(1) == error.group(1)), None)
-        return error.group(2) + (f" (statement: {statement[:200]})" if statement else "")
+        if error is not None:
+            yield error.group(2), next((m.group(2) for later in lines[i + 1:i + 4]
+                                        if (m := SERVER_STATEMENT.match(later)) and m.group(1) == error.group(1)), None)
+
+
+def first_error(logged: str) -> str | None:
+    """The first error the server logged, with the statement it logged for it."""
+    for message, statement in _logged_errors(logged):
+        return message + (f" (statement: {statement[:200]})" if statement else "")
     return None
 
 
@@ -267,14 +271,8 @@ def server_errors(logged: str, errors: float) -> list[tuple[str, int, int, str, 
     """pgreplay's `errors` by kind, as the server logged them: (message, count, 0, message, its first
     statement), the most frequent first; those not in what was read of the log counted apart."""
     kinds: dict[str, list] = {}
-    lines = logged.splitlines()
-    for i, line in enumerate(lines):
-        error = SERVER_ERROR.match(line)
-        if error is None:
-            continue
-        statement = next((m.group(2) for later in lines[i + 1:i + 4]
-                          if (m := SERVER_STATEMENT.match(later)) and m.group(1) == error.group(1)), "")
-        kinds.setdefault(error.group(2), [0, statement])[0] += 1
+    for message, statement in _logged_errors(logged):
+        kinds.setdefault(message, [0, statement or ""])[0] += 1
     found = [(message, count, 0, message, statement) for message, (count, statement) in kinds.items()]
     unread = int(errors) - sum(k[1] for k in found)
     if unread > 0:
