@@ -39,8 +39,6 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in SLOW):
             item.add_marker(pytest.mark.fast)
-    # The longest tests first: started last, one of them kept a worker going a minute after the others ended.
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 # A test marked `alone` needs the machine's IO to itself (a bound on throughput it must reach); every

@@ -161,7 +161,6 @@ def _mean(points: list[tuple[float, float]], start: float, end: float) -> float:
 
 @pytest.mark.engine
 @pytest.mark.skipif(cgroups.limits_unavailable(True, False) is not None, reason="IO caps cannot be set here")
-@pytest.mark.long
 def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_says_when(lab_root, images, tmp_path):
     # pgbench's commits at 300 IOPS spend 270 credits a second more than the bucket earns: 1,350 last 5 s.
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", '

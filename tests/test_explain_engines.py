@@ -136,7 +136,6 @@ def test_the_last_second_of_a_recorded_run_is_divided_by_the_time_it_covers(post
             assert sum(rate * width for (_, rate), width in zip(buckets, widths)) == pytest.approx(figures["rows"], rel=1e-9)
 
 
-@pytest.mark.long
 def test_mariadb_waiting_tasks_name_the_partition_files(tmp_path_factory):
     settings = '[engine_settings]\ninnodb_buffer_pool_size = "16M"\n'
     out = _record(tmp_path_factory, "mariadb", 6000, settings)  # a few seconds a run: enough samples

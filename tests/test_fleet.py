@@ -261,7 +261,6 @@ def test_two_hosts_a_killed_worker_and_every_run_exactly_once(store_server, writ
 
 
 @pytest.mark.engine
-@pytest.mark.long
 def test_run_into_a_store_beside_a_worker_pools_the_hosts(store_server, write_experiment, lab_root, tmp_path):
     """No hosts: any worker takes any run. `storlab run --store` works beside a worker on the same
     experiment; every run is done once, and the answer names the hosts of each cell's figures."""

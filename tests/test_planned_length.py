@@ -170,7 +170,6 @@ statement_timeout = ["1h", "2h"]
 
 
 @pytest.mark.engine
-@pytest.mark.long
 def test_a_round_after_the_first_look_runs_at_the_planned_length_and_the_answer_says_so(write_experiment, lab_dir,
                                                                                        tmp_path):
     """A factor that cannot matter to pgbench (a statement timeout none comes near) and a margin (±0.1 %) two

@@ -107,7 +107,6 @@ def test_the_tps_and_p99_recorded_are_the_ones_pgbench_printed_and_logged(lab_di
     assert len(per_second) == 2 and not folder.path.exists()
 
 
-@pytest.mark.long
 def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_experiment, tmp_path):
     """...and the curve shown is the answer's: the terminal, `show --json` and the report give the same
     figures, the highest rate inside the latency goal a number in the JSON."""

@@ -60,7 +60,6 @@ def answer(write_experiment, tmp_path, body: str) -> dict:
     return json.loads(shown.stdout)
 
 
-@pytest.mark.long
 def test_a_run_across_a_checkpoint_holds_it_and_a_short_one_is_said_to_hold_none(write_experiment, tmp_path, lab_dir):
     found = answer(write_experiment, tmp_path, PGBENCH)
     cells = {c["label"]: c for c in found["steadiness"]["cells"]}
@@ -96,7 +95,6 @@ CYCLES = PGBENCH.replace('name = "run-length"', 'name = "checkpoint-cycles"').re
     "duration_s = [3, 38]\nwarmup_s = 2\n", "checkpoint_cycles = 1\n")
 
 
-@pytest.mark.long
 def test_a_run_of_whole_checkpoint_cycles_lasts_them_and_places_its_checkpoints_on_the_cycle(write_experiment, tmp_path,
                                                                                             lab_dir):
     found = answer(write_experiment, tmp_path, CYCLES)
