@@ -85,7 +85,7 @@ def recorded_runs(where: Path, short: int, long: int, rate: int) -> tuple[Path, 
     per_second: dict[int, list[float]] = {short: [], long: []}
     spent: dict[int, list[tuple[float, float]]] = {short: [], long: []}  # (CPU s, measured s)
     lines = []
-    with Store.open(folder) as store, bpftrace.kept_across_runs():
+    with Store.open(folder) as store, bpftrace.attached_across_runs():
         store.bind_experiment(exp.name, exp.engine, exp.source, exp.identity(), exp.repetitions, exp.factors,
                               [(c.id, c.label, c.factors) for c in cells.values()], answer=exp.answer_settings())
         facts = system.collect_facts(sorted(set(lab.paths.values())))

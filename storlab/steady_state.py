@@ -33,7 +33,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 WINDOW = 5  # SNIA's window: 5 rounds, here 5 equal intervals of the measured part
 MIN_POINTS = 2 * WINDOW  # below, the change test's p values are not what they say (tests/test_steady.py)
@@ -98,7 +97,7 @@ def cusum(values: np.ndarray) -> tuple[float, int]:
     if noise <= 0:
         return (0.0 if abs(sums[peak]) > 0 else 1.0), at
     statistic = abs(sums[peak]) / (noise * math.sqrt(n))
-    return float(stats.kstwobign.sf(statistic)), at
+    return float(_stats().kstwobign.sf(statistic)), at
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -133,7 +132,15 @@ def snia_holds(values: np.ndarray) -> bool:
 
 @functools.cache
 def _t(points: int) -> float:
-    return float(stats.t.ppf(0.975, points - 2))
+    return float(_stats().t.ppf(0.975, points - 2))
+
+
+def _stats():
+    # scipy.stats takes half a second to import, and every command that reads an experiment file reaches
+    # this module (through the workloads' until steady) long before, or without, judging a run.
+    from scipy import stats
+
+    return stats
 
 
 def judge(metric: str, times: np.ndarray, values: np.ndarray, warmup_s: float) -> Judgement:

@@ -11,6 +11,7 @@ import pytest
 from storlab.errors import UserError
 from storlab.experiment import file as experiment
 from tests.commands import invoke, storlab
+from tests.disk_experiments import on_disk
 from tests.experiments import BASE, MARIADB, changed
 
 SETTINGS = "\n[engine_settings]\n"
@@ -374,28 +375,16 @@ def test_any_toml_value_anywhere_is_refused_in_one_line_or_loads(lab_root, key):
             assert "\n" not in str(exc) and str(exc).startswith(f"v{i}.toml")
 
 
-CYCLED = """
-name = "cycled"
-engine = "{engine}"
-repetitions = 1
-[placements]
-disk = "{disk}"
-[layout]
-data_on = "disk"
-[workload]
-kind = "sysbench"
-test = "oltp_write_only"
-checkpoint_cycles = {cycles}
-{extra}
-"""
+CYCLED = on_disk('kind = "sysbench"\ntest = "oltp_write_only"\ncheckpoint_cycles = {cycles}\n{extra}', name="cycled",
+                 engine="{engine}")
 
 
 @pytest.mark.parametrize("engine, cycles, extra, said", [
-    ("postgres", 2, "duration_s = 5", ("cycled.toml:12: workload.checkpoint_cycles: the runs' length is its cycles of "
+    ("postgres", 2, "duration_s = 5", ("cycled.toml:14: workload.checkpoint_cycles: the runs' length is its cycles of "
      "checkpoint_timeout from the checkpoint before each run; give checkpoint_cycles or duration_s, not both")),
-    ("postgres", 0, "", ("cycled.toml:12: workload.checkpoint_cycles: expected a whole number of checkpoint cycles from "
+    ("postgres", 0, "", ("cycled.toml:14: workload.checkpoint_cycles: expected a whole number of checkpoint cycles from "
      "1 to 12, got 0")),
-    ("mariadb", 1, "", ("cycled.toml:12: workload.checkpoint_cycles: MariaDB has no checkpoint cycle in time (InnoDB "
+    ("mariadb", 1, "", ("cycled.toml:14: workload.checkpoint_cycles: MariaDB has no checkpoint cycle in time (InnoDB "
      "checkpoints as its redo log fills); give duration_s")),
     ("postgres", 12, "[engine_settings]\ncheckpoint_timeout = \"1h\"", ("workload.checkpoint_cycles: 12 cycles of "
      "checkpoint_timeout 1h last 43200 s, more than a run's 3600 s")),

@@ -17,26 +17,10 @@ from storlab.lab import os_users, owned
 from storlab.running import cleanup
 from tests.commands import start, storlab
 from tests.conftest import instances_up, stop_storlab, storlab_processes
+from tests.disk_experiments import on_disk
 
-TINY = """
-name = "{name}"
-engine = "postgres"
-repetitions = {reps}
-
-[placements]
-disk = "{disk}"
-
-[layout]
-data_files = [1, 2]
-data_on = "disk"
-
-[workload]
-kind = "random-insert"
-connections = 2
-rows_per_connection = {rows}
-batch = 500
-"""
-
+TINY = on_disk('kind = "random-insert"\nconnections = 2\nrows_per_connection = {rows}\nbatch = 500', name="{name}",
+               repetitions="{reps}", layout="data_files = [1, 2]")
 
 
 def ready_instances(count: int, procs: list[subprocess.Popen], timeout: float = 120) -> list[owned.Manifest]:

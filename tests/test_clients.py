@@ -20,20 +20,12 @@ import pytest
 from storlab.lab import os_users, owned
 from tests.commands import invoke, start, storlab
 from tests.conftest import stop_storlab
+from tests.disk_experiments import on_disk
+from tests.store_edits import edit, submit, worker_refuses
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the clients' OS user exists only when storlab runs as root")
 
-EXPERIMENT = """
-name = "{name}"
-engine = "postgres"
-repetitions = {reps}
-[placements]
-disk = "{disk}"
-[layout]
-data_on = "disk"
-[workload]
-{workload}
-"""
+EXPERIMENT = on_disk("{workload}", name="{name}", repetitions="{reps}")
 
 SHELL_SCRIPT = "\\set aid random(1, 100000)\n\\shell {command}\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
 
@@ -68,7 +60,7 @@ def test_a_script_that_runs_a_program_is_refused_in_one_line_and_nothing_runs(wr
                  ["submit", path, "--store", "host=/nonexistent dbname=x"]):
         result = invoke(*args)
         assert result.exit_code == 2, result.output
-        assert one_line(result.stderr) == ("storlab: shelled.toml:11: workload.script: shell.sql line 2: \\shell runs a "
+        assert one_line(result.stderr) == ("storlab: shelled.toml:13: workload.script: shell.sql line 2: \\shell runs a "
                                            "program on this machine; taken only with storlab run "
                                            "--allow-client-programs (a fleet worker never takes it)")
     assert not marker.exists() and not (lab_root / "disk").exists()
@@ -102,26 +94,15 @@ def test_with_the_switch_the_program_runs_as_the_client_user_and_ends_with_the_r
 
 @pytest.mark.engine
 def test_a_fleet_worker_never_takes_a_script_that_runs_a_program(store_server, write_experiment, lab_root):
-    env = store_server.env()
     marker = lab_root / "ran"
     for name in ("edited", "other"):
         source = client_experiment(write_experiment, lab_root, "true", name=name)
         (source.parent / "shell.sql").write_text("SELECT 1;\n")
-        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
-    with store_server.admin() as conn:  # as a submitter who can write the store could leave it
-        schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = 'edited'").fetchone()[0]
-        conn.execute(f"UPDATE {schema}.experiment SET files = %s",
-                     (json.dumps({"shell.sql": SHELL_SCRIPT.format(command=f"touch {marker}")}),))
-    here = lab_root / "db1"
-    here.mkdir()
-    here.chmod(0o755)
-    done = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env, cwd=here)
-    assert done.returncode == 0, done.stderr
-    refusals = [line for line in done.stdout.splitlines() if line.startswith("edited: ")]
-    assert refusals == ["edited: not taken by db1: edited.toml:11: workload.script: shell.sql line 2: \\shell runs a "
-                        "program on this machine; taken only with storlab run --allow-client-programs (a fleet worker "
-                        "never takes it)"]
-    assert "other: (single cell) #1: recorded" in done.stdout and "Traceback" not in done.stderr
+        submit(store_server, source)
+    edit(store_server, "edited", "files = %s", json.dumps({"shell.sql": SHELL_SCRIPT.format(command=f"touch {marker}")}))
+    worker_refuses(store_server, lab_root, "edited", "edited: not taken by db1: edited.toml:13: workload.script: "
+                   "shell.sql line 2: \\shell runs a program on this machine; taken only with storlab run "
+                   "--allow-client-programs (a fleet worker never takes it)")
     assert not marker.exists()
 
 

@@ -17,37 +17,17 @@ from storlab.lab import owned
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import storlab
 from tests.conftest import storlab_processes
+from tests.disk_experiments import on_disk
 
 pytestmark = pytest.mark.engine
-
-TINY = """\
-name = "settings"
-engine = "{engine}"
-repetitions = 2
-
-[placements]
-disk = "{disk}"
-
-[layout]
-data_files = [1, 2]
-data_on = "disk"
-
-[workload]
-kind = "random-insert"
-connections = 2
-rows_per_connection = 500
-batch = 100
-
-[engine_settings]
-{settings}
-"""
-
 
 
 @pytest.fixture
 def experiment_with(write_experiment, lab_dir):
     def make(settings: str, engine: str = "postgres") -> Path:
-        return write_experiment(TINY.format(engine=engine, disk=lab_dir, settings=settings), "settings.toml")
+        body = on_disk('kind = "random-insert"\nconnections = 2\nrows_per_connection = 500\nbatch = 100', name="settings",
+                       engine=engine, repetitions=2, disk=lab_dir, layout="data_files = [1, 2]", settings=settings)
+        return write_experiment(body, "settings.toml")
 
     return make
 

@@ -40,37 +40,25 @@ def test_good_file_has_factors_in_file_order(write_experiment):
     assert exp.placement_path("disk") == exp.path.parent / "lab" / "disk"
 
 
-def test_word_for_a_number_names_file_line_key_and_value(write_experiment):
-    message = error_of(write_experiment, GOOD.replace("data_files = [1, 2, 4]", 'data_files = "four"'))
-    assert message == 'quick.toml:11: layout.data_files: expected a positive integer or a list of them, got "four"'
+@pytest.mark.parametrize("old, new, said", [
+    ("data_files = [1, 2, 4]", 'data_files = "four"',
+     'quick.toml:11: layout.data_files: expected a positive integer or a list of them, got "four"'),
+    ("[1, 2, 4]", "[1, 0, 4]", "quick.toml:11: layout.data_files: expected a positive integer or a list of them, got 0"),
+    ('log_on = ["disk", "ram"]', 'log_on = "fast"',
+     'quick.toml:13: layout.log_on: unknown placement "fast" (declared: disk, ram)'),
+    ("batch = 100", "batch = 100\nbatchh = 3", "quick.toml:20: workload.batchh: unknown key"),
+    ('engine = "postgres"\n', "", "quick.toml: engine: missing"),
+    ('data_on = "disk"', 'data_on = "disk"\npage_size = "16k"',
+     "quick.toml:13: layout.page_size: PostgreSQL's page is fixed at 8 kB when the server is built"),
+    ('"postgres"', '"oracle"', 'quick.toml:3: engine: expected one of postgres, mariadb or a list of them, got "oracle"'),
+], ids=["word_for_a_number", "bad_value_inside_a_list", "unknown_placement", "unknown_key", "missing_key",
+        "key_an_engine_cannot_honour", "wrong_engine"])
+def test_a_mistake_is_named_by_file_line_key_and_value(write_experiment, old, new, said):
+    assert old in GOOD  # a case that changed nothing would load the good file
+    assert error_of(write_experiment, GOOD.replace(old, new)) == said
 
 
-def test_bad_value_inside_a_list(write_experiment):
-    message = error_of(write_experiment, GOOD.replace("[1, 2, 4]", "[1, 0, 4]"))
-    assert message == "quick.toml:11: layout.data_files: expected a positive integer or a list of them, got 0"
-
-
-def test_unknown_placement(write_experiment):
-    message = error_of(write_experiment, GOOD.replace('log_on = ["disk", "ram"]', 'log_on = "fast"'))
-    assert message == 'quick.toml:13: layout.log_on: unknown placement "fast" (declared: disk, ram)'
-
-
-def test_unknown_key_and_missing_key(write_experiment):
-    assert error_of(write_experiment, GOOD.replace("batch = 100", "batch = 100\nbatchh = 3")) == (
-        "quick.toml:20: workload.batchh: unknown key"
-    )
-    assert error_of(write_experiment, GOOD.replace('engine = "postgres"\n', "")) == "quick.toml: engine: missing"
-
-
-def test_key_an_engine_cannot_honour(write_experiment):
-    message = error_of(write_experiment, GOOD.replace('data_on = "disk"', 'data_on = "disk"\npage_size = "16k"'))
-    assert message == "quick.toml:13: layout.page_size: PostgreSQL's page is fixed at 8 kB when the server is built"
-
-
-def test_wrong_engine_and_bad_toml(write_experiment):
-    assert error_of(write_experiment, GOOD.replace('"postgres"', '"oracle"')) == (
-        'quick.toml:3: engine: expected one of postgres, mariadb or a list of them, got "oracle"'
-    )
+def test_bad_toml(write_experiment):
     assert error_of(write_experiment, GOOD + "\n[layout\n").startswith("quick.toml: not valid TOML:")
 
 

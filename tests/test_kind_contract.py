@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from storlab.workloads.kind import Figure, UnitOfWork, Workload, WorkloadParams
+from tests.disk_experiments import on_disk
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = Figure("done", "units", "done", "higher")
@@ -42,19 +43,8 @@ class Toy(Workload):
     answer_keys = frozenset({"goal"})
 
 
-FILE = """
-name = "toyed"
-engine = "postgres"
-[placements]
-disk = "./disk"
-[layout]
-data_on = "disk"
-[workload]
-kind = "toy"
-{keys}
-[engine_settings]
-checkpoint_timeout = "2min"
-"""
+FILE = on_disk('kind = "toy"\n{keys}', name="toyed", repetitions=None, disk="./disk",
+               settings='checkpoint_timeout = "2min"')
 
 # The experiment file's model takes its kinds when it is first imported: the toy is registered first,
 # in a process of its own.

@@ -27,6 +27,7 @@ from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke
 from tests.conftest import Victim, storlab_processes
 from tests.devicetools import device_spec
+from tests.other_users import open_to_all, servers_user_folder
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 
@@ -95,10 +96,7 @@ def test_a_link_planted_while_a_template_is_built_is_refused(private_templates, 
 
 
 def test_a_templates_folder_another_user_could_change_is_refused(lab_root, monkeypatch):
-    user = os_users.server_user()
-    folder = lab_root / "templates"
-    folder.mkdir()
-    os.chown(folder, user.uid, user.gid)
+    folder = servers_user_folder(lab_root / "templates")
     monkeypatch.setenv("STORLAB_TEMPLATE_DIR", str(folder))
     built = []
     with pytest.raises(RunFailed, match=f"{folder}: a folder another user could change .*STORLAB_TEMPLATE_DIR"):
@@ -137,10 +135,7 @@ def test_an_image_folder_another_user_could_change_is_refused(lab_root, victim):
 
 
 def test_settings_are_never_written_through_a_link(lab_root, victim):
-    user = os_users.server_user()
-    folder = lab_root / "instance"
-    folder.mkdir()
-    os.chown(folder, user.uid, user.gid)
+    folder = servers_user_folder(lab_root / "instance")
     plant(folder / "postgresql.auto.conf", victim.path)
     with pytest.raises(RunFailed, match="storlab will not write through it"):
         safe_files.append(folder / "postgresql.auto.conf", "port = 1\n")
@@ -280,10 +275,7 @@ def test_a_killed_servers_shared_memory_is_never_read_through_a_fifo(lab_dir, pr
 
 
 def test_a_marker_that_is_a_fifo_or_a_link_is_not_read(lab_root, victim):
-    user = os_users.server_user()
-    folder = lab_root / "storlab-po12345678"
-    folder.mkdir()
-    os.chown(folder, user.uid, user.gid)
+    folder = servers_user_folder(lab_root / "storlab-po12345678")
     plant(folder / owned.MARKER, victim.path)
     assert owned.remove_owned_dir(folder, "po12345678") is False and folder.exists()
     (folder / owned.MARKER).unlink()
@@ -333,12 +325,8 @@ def test_a_results_folder_another_user_could_change_is_refused_before_anything(l
     that writes one, before anything is made in it; the default folder (results/NAME under the
     working folder) too. Under a sticky folder (/var/tmp) a root-only folder is fine."""
     user = os_users.server_user()
-    theirs = lab_root / "theirs"
-    theirs.mkdir()
-    os.chown(theirs, user.uid, user.gid)
-    open_to_all = lab_root / "open"
-    open_to_all.mkdir()
-    open_to_all.chmod(0o777)
+    theirs = servers_user_folder(lab_root / "theirs")
+    open_folder = open_to_all(lab_root / "open")
     body = (f'name = "o"\nengine = "postgres"\n[placements]\ndisk = "{lab_dir}"\n[layout]\ndata_on = "disk"\n'
             '[workload]\nkind = "random-insert"\n')
     experiment_file = victim.path.parent / "o.toml"  # a folder of root's: the experiment is not the question here
@@ -347,14 +335,14 @@ def test_a_results_folder_another_user_could_change_is_refused_before_anything(l
                                                           "choose a folder only root can change")
     cases = [(theirs, f"{theirs}: a folder another user could change ({owned})"),
              (theirs / "results", f"{theirs}: a folder another user could change ({owned})"),
-             (open_to_all / "r", f"{open_to_all}: a folder another user could change (owner uid 0, mode 0777)")]
+             (open_folder / "r", f"{open_folder}: a folder another user could change (owner uid 0, mode 0777)")]
     for out, said in cases:
         for command in (["run", experiment_file, "--out", out], ["run", experiment_file, "--dry-run", "--out", out],
                         ["io", lab_dir, "--out", out], ["report", "--store", "postgresql://u@nowhere.invalid/d",
                                                         "--out", out]):
             done = invoke(*command)
             assert (done.exit_code, done.stderr) == (2, f"storlab: --out: {said}: {remedy}\n"), command
-    assert list(theirs.iterdir()) == [] and list(open_to_all.iterdir()) == []
+    assert list(theirs.iterdir()) == [] and list(open_folder.iterdir()) == []
 
     monkeypatch.chdir(theirs)  # the default folder, results/o, under the working folder
     done = invoke("run", str(experiment_file), "--dry-run")

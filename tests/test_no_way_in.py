@@ -19,6 +19,8 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.running import cleanup
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, mounted
+from tests.disk_experiments import on_disk
+from tests.other_users import open_to_all, servers_user_folder
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the servers' OS user exists only when storlab runs as root")
 
@@ -60,28 +62,18 @@ def start_attacker(victim_dir: Path, stop: Path, image_dir: Path, *watched: Path
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def small_insert_in(write_experiment, folder: Path, name: str) -> Path:
+    """A small experiment with its data in `folder`."""
+    return write_experiment(on_disk('kind = "random-insert"\nconnections = 1\nrows_per_connection = 10', name=name,
+                                    repetitions=None, disk=folder))
+
+
 def test_a_placement_another_user_could_change_is_refused_before_anything_starts(write_experiment, lab_root):
-    user = os_users.server_user()
-    theirs = lab_root / "theirs"
-    theirs.mkdir()
-    os.chown(theirs, user.uid, user.gid)
-    open_folder = lab_root / "open"
-    open_folder.mkdir()
-    open_folder.chmod(0o777)
+    theirs = servers_user_folder(lab_root / "theirs")
+    open_folder = open_to_all(lab_root / "open")
     (open_folder / "disk").mkdir()
     for placement, where in ((theirs, theirs), (open_folder / "disk", open_folder)):
-        path = write_experiment(f"""
-            name = "guarded"
-            engine = "postgres"
-            [placements]
-            disk = "{placement}"
-            [layout]
-            data_on = "disk"
-            [workload]
-            kind = "random-insert"
-            connections = 1
-            rows_per_connection = 10
-        """)
+        path = small_insert_in(write_experiment, placement, "guarded")
         done = invoke("run", path, "--dry-run", "--out", lab_root / "results")
         assert done.exit_code == 2, done.output
         line, = done.output.strip().splitlines()
@@ -94,19 +86,7 @@ def test_a_sticky_folder_everyone_writes_in_is_a_placement(write_experiment, lab
     shared = lab_root / "shm"
     shared.mkdir()
     shared.chmod(0o1777)
-    path = write_experiment(f"""
-        name = "sticky"
-        engine = "postgres"
-        [placements]
-        disk = "{shared}"
-        [layout]
-        data_on = "disk"
-        [workload]
-        kind = "random-insert"
-        connections = 1
-        rows_per_connection = 10
-    """)
-    done = invoke("run", path, "--dry-run", "--out", lab_root / "results")
+    done = invoke("run", small_insert_in(write_experiment, shared, "sticky"), "--dry-run", "--out", lab_root / "results")
     assert done.exit_code == 0, done.output
 
 
@@ -223,21 +203,9 @@ def test_a_device_tables_powers_and_system_folders_are_refused(write_experiment,
 
 def test_a_templates_folder_another_user_owns_is_refused_before_anything_starts(write_experiment, lab_root,
                                                                                  lab_dir, monkeypatch):
-    user = os_users.server_user()
-    folder = lab_root / "templates"
-    folder.mkdir()
-    os.chown(folder, user.uid, user.gid)
+    folder = servers_user_folder(lab_root / "templates")
     monkeypatch.setenv("STORLAB_TEMPLATE_DIR", str(folder))
-    path = write_experiment("""
-        name = "templates"
-        engine = "postgres"
-        [placements]
-        disk = "./disk"
-        [layout]
-        data_on = "disk"
-        [workload]
-        kind = "random-insert"
-    """)
+    path = write_experiment(on_disk('kind = "random-insert"', name="templates", repetitions=None, disk="./disk"))
     done = invoke("run", path, "--dry-run", "--out", lab_root / "results")
     assert done.exit_code == 2, done.output
     assert done.output.startswith(f"storlab: the folder of templates: {folder}: a folder another user could change")

@@ -22,6 +22,7 @@ from storlab.lab import instances, os_users, owned, server_process, user_tools
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import start
 from tests.conftest import stop_instance, stop_storlab, stopped_processes, storlab_processes
+from tests.disk_experiments import on_disk
 
 START_S = 3  # the start's deadline here, so a test does not wait 120 s for a server that never answers
 TITLES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
@@ -78,25 +79,8 @@ def test_a_server_stopped_at_its_start_fails_in_one_line(engine, lab_dir, short_
     assert nothing_left(lab_dir)
 
 
-SLEEPY = """
-name = "sleepy"
-engine = "postgres"
-repetitions = 1
-
-[placements]
-disk = "{disk}"
-
-[layout]
-data_on = "disk"
-
-[workload]
-kind = "custom"
-setup = "setup.sql"
-transaction = "t.sql"
-connections = 1
-transactions_per_connection = 1
-stall_after_s = 3
-"""
+SLEEPY = on_disk('kind = "custom"\nsetup = "setup.sql"\ntransaction = "t.sql"\nconnections = 1\n'
+                 'transactions_per_connection = 1\nstall_after_s = 3', name="sleepy")
 SETUP_SLEEP = "SELECT pg_sleep(600)"
 
 

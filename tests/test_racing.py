@@ -11,7 +11,7 @@ from scipy import stats as sps
 from pydantic import ConfigDict, ValidationError
 
 from storlab.answer import sequential
-from storlab.answer.racing import levels_of, race
+from storlab.answer.racing import dunnett, levels_of, race
 from storlab.experiment.repetitions import RacingKeys, RepetitionRange
 from storlab.rounds import RaceSettings
 
@@ -60,29 +60,33 @@ def test_the_race_drops_the_clearly_worse_cells_after_min_rounds():
     state = race(RACE, SETTINGS)
     assert [(d.cell, d.round) for d in state.drops] == [("C", 3), ("D", 3), ("E", 3)]
     look = state.tests[0]
-    # The first look of 8 (rounds 3 to 10) spends Lan-DeMets' Pocock-type share of 5 %, and each comparison a
-    # fourth of it: a cell can be dropped by its comparisons with the 4 others.
+    # The first look of 8 (rounds 3 to 10) spends Lan-DeMets' Pocock-type share of 5 %, shared by Dunnett's
+    # critical value among the comparisons a cell can be dropped by: with the 4 others.
     assert look.round == 3 and look.alpha == pytest.approx(sequential.alpha_at(1, 8)) and look.alpha < 0.01
     assert look.comparisons == 4 and look.df == 8  # 15 runs - 5 cells - 2 rounds
-    # The same fit by statsmodels' formulas: C, D and E are worse than A below alpha / 4, B is not.
+    # The same fit by statsmodels' formulas: C, D and E are worse than A below Dunnett's level for 4 comparisons
+    # (correlated 0.5: the 5 cells have as many rounds), above Bonferroni's alpha / 4; B is not.
     fit = _fit(RACE, 3, list(RACE))
     worst = {a: min(_gap(fit, a, b)[1] for b in RACE if b != a) for a in RACE}
-    assert {a for a, p in worst.items() if p < look.alpha / 4} == {"C", "D", "E"}
+    each = sps.t.sf(dunnett(4, 0.5, 8, look.alpha), 8)
+    assert look.alpha / 4 < each < look.alpha
+    assert {a for a, p in worst.items() if p < each} == {"C", "D", "E"}
     gap, p_c = _gap(fit, "C", "A")
     assert p_c == pytest.approx(worst["C"])
     assert state.drops[0].evidence == (
         f"after round 3: {math.exp(gap):.2f}x A in the geometric mean paired by round (one-sided p = {p_c:.2g}, below "
-        f"{look.alpha / 4:.2g}: the look's alpha {look.alpha:.3g} over the 4 comparisons a cell can be dropped by)")
+        f"{each:.2g}: Dunnett's level for the 4 comparisons the cell can be dropped by at the look's alpha {look.alpha:.3g})")
     assert look.noise == pytest.approx(math.sqrt(fit.mse_resid))
     # A against B: about 1 % apart at a noise of 1.8 % a run. Taken as the truth, 10 rounds would neither call
-    # B worse (one-sided, at the most a later look allows one of 4 comparisons) nor show the two within ±1 %:
+    # B worse (one-sided, at Dunnett's value for 4 comparisons at the most a later look spends) nor show the two
+    # within ±1 %:
     # the race stops, the two not told apart, rather than run them to round 10.
     gap_b, _ = _gap(fit, "B", "A")
     se_b = _se(fit, "B", "A")
     later = max(sequential.alpha_at(k, 8) for k in range(2, 9))
     at_10 = se_b * math.sqrt(3 / 10)
     df = 8 + 7 * 1
-    assert gap_b < sps.t.ppf(1 - later / 4, df) * at_10
+    assert gap_b < dunnett(4, 0.5, df, later) * at_10
     assert abs(gap_b) + sps.t.ppf(1 - later, df) * at_10 > math.log1p(0.01)
     assert state.alive == ("A", "B") and state.rounds == 3 and state.best == "A" and state.drops[-1].round == 3
     assert state.finished == ("any of these: A, B: not told apart after round 3: the noise (1.8 % a run) would hide "

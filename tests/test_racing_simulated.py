@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
-from storlab.answer.racing import levels_of, race
+from storlab.answer.racing import dunnett, levels_of, race
 from storlab.rounds import RaceSettings
 from tests import simulate
 
@@ -46,13 +47,14 @@ def _simulate(means, settings, cv, seed, races=RACES, drift=0.15):
     return out
 
 
-@pytest.mark.parametrize("cv, margin, most_runs", [((0.05, 0.05), 0.25, 34), ((0.05, 0.20), 0.25, 43),
-                                                   ((0.05, 0.05), 0.10, 36), ((0.15, 0.20), 0.25, 49)])
+@pytest.mark.parametrize("cv, margin, most_runs", [((0.05, 0.05), 0.25, 33), ((0.05, 0.20), 0.25, 40),
+                                                   ((0.05, 0.05), 0.10, 34), ((0.15, 0.20), 0.25, 46)])
 def test_a_factor_that_does_nothing_ends_the_race_on_its_equivalent_cells(cv, margin, most_runs):
     """The four best cells differ only in their data files: the race keeps one of them at least (and each one
     of them) in 95 % of races or more; at a CV of 5 % with a ±25 % margin it names them equivalent in at most
-    34 of the full matrix's 80 runs, and at a CV of 5-20 % it ends (equivalent, or not told apart once the
-    rounds left could not tell them apart) in at most 43, where running them to the last round took 46."""
+    33 of the full matrix's 80 runs, and at a CV of 5-20 % it ends (equivalent, or not told apart once the
+    rounds left could not tell them apart) in at most 40 (issue 46's goal), where running them to the last
+    round took 46 and Bonferroni's bound for the drops in place of Dunnett's 41."""
     means, levels = _matrix(_data_files_do_nothing)
     best = {c for c, m in means.items() if m == min(means.values())}
     settings = RaceSettings(min_rounds=2, max_rounds=5, equivalent_within=margin, levels=levels)
@@ -90,6 +92,47 @@ def test_the_best_cell_is_dropped_in_at_most_5_percent_of_races(name, means, cv)
     assert lost <= FIVE and lost_all <= FIVE
 
 
+def _the_disk_best_with_eight_data_files(levels):
+    """As `_data_files_do_nothing`, but the log on the disk with eight data files and 100 rows a transaction is the
+    best cell (0.25, the RAM disk's 0.28 within ±25 % of it): the disk is worse in each of the 15 other
+    combinations, and the data files matter in this one only."""
+    if levels == {"data_files": 8, "log_on": "disk", "batch": 100}:
+        return 0.25
+    return _data_files_do_nothing(levels)
+
+
+def test_a_level_worse_everywhere_but_at_the_best_cell_keeps_it():
+    """The level drops are tested cell by cell (each cell at the level on its own comparison, no pooling over
+    the data files that would need them to do nothing alike everywhere): where the disk is worse in all
+    combinations but the best cell's, the race drops that cell in at most 5 % of races."""
+    means, levels = _matrix(_the_disk_best_with_eight_data_files)
+    best = min(means, key=means.get)
+    within = {c for c, m in means.items() if m <= 1.25 * means[best]}
+    races = _simulate(means, RaceSettings(min_rounds=2, max_rounds=5, equivalent_within=0.25, levels=levels),
+                      (0.05, 0.20), seed=48)
+    lost = sum(best in r[1] for r in races) / RACES
+    lost_all = sum(within <= r[1] for r in races) / RACES
+    kept = sum(best in r[3] for r in races) / RACES
+    print(f"16 cells, the disk best with eight data files only, CV 5-20 %, ±25 %: {sum(r[0] for r in races) / RACES:.1f} "
+          f"of 80 runs; the best dropped {100 * lost:.2f} %, every cell within ±25 % of it {100 * lost_all:.2f} %, the "
+          f"best among the cells left {100 * kept:.1f} %")
+    assert lost <= FIVE and lost_all <= FIVE
+
+
+def test_dunnett_s_critical_value_is_exceeded_as_often_as_it_says():
+    """The drops' critical value: the largest of 15 t statistics of correlation 0.5 (15 degrees of freedom), drawn
+    200,000 times, exceeds it in 1.79 % of draws at alpha 1.79 %; below Bonferroni's, the t's own for one."""
+    d = dunnett(15, 0.5, 15, 0.0179)
+    rng = np.random.default_rng(15)
+    shared, own = rng.normal(size=(200_000, 1)), rng.normal(size=(200_000, 15))
+    spread = np.sqrt(rng.chisquare(15, size=200_000) / 15)
+    largest = (math.sqrt(0.5) * shared + math.sqrt(0.5) * own).max(axis=1) / spread
+    assert abs((largest > d).mean() - 0.0179) < 3 * math.sqrt(0.0179 * 0.9821 / 200_000)
+    assert sps.t.isf(0.0179, 15) < d < sps.t.isf(0.0179 / 15, 15)
+    assert dunnett(1, 0.5, 15, 0.01) == pytest.approx(sps.t.isf(0.01, 15))
+    assert dunnett(4, 0.0, 15, 0.01) == pytest.approx(sps.t.isf(0.0025, 15))  # uncorrelated: Bonferroni's
+
+
 @pytest.mark.parametrize("cells, ratio", [(2, 1.25), (4, 1.25), (2, 1.30)])
 def test_cells_a_margin_apart_are_rarely_called_equivalent(cells, ratio):
     """The false "equivalent": cells whose true ratio is the margin (±25 %) or beyond, racing 2 to 10 rounds at a
@@ -110,7 +153,7 @@ BENCHMARK = [0.013, 0.026, 0.046, 0.048, 0.049, 0.064, 0.073, 0.079, 0.083, 0.10
              0.246, 0.23]
 
 
-@pytest.mark.parametrize("cv, most_runs", [(0.35, 38), (0.5, 44)])
+@pytest.mark.parametrize("cv, most_runs", [(0.35, 36), (0.5, 41)])
 def test_the_benchmark_s_race_names_its_best_in_about_half_the_runs(cv, most_runs):
     """benchmarks/racing.py's cells as the full matrix measured them, cell by cell, at the noise of a quiet day
     and a busy one, drifting 10 %: the race keeps the best in 95 % of races or more."""

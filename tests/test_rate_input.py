@@ -132,7 +132,7 @@ def test_pgbench_s_log_is_read_from_every_thread_s_file():
                        b"0 3 failed 0 1795611859 900000 10\n")
     second = io.BytesIO(b"1 1 1348 0 1795611858 621041 12\n1 2 4000 0 1795611859 100000 7")  # no last newline
     log = pgbench_log.summary([first, second], 0.0, 2.0)
-    assert (log.kept, log.skipped, log.failed, log.late) == (3, 1, 1, 2)
+    assert (log.counted, log.skipped, log.failed, log.late) == (3, 1, 1, 2)
     assert log.span.first_start == pytest.approx(1795611858.622293 - 0.002633, abs=1e-6)
     assert log.span.last_end == pytest.approx(1795611859.1, abs=1e-6)
     assert log.latency_sum_ms == pytest.approx(2.633 + 1.348 + 4.0)
@@ -157,7 +157,7 @@ def test_the_run_s_percentiles_are_within_half_a_percent_of_the_transaction_at_t
     rng = np.random.default_rng(7)
     latency_us = np.maximum(1, rng.lognormal(np.log(800), 1.0, 200_000).round()).astype(int)
     log = pgbench_log.summary(_log(latency_us, 20_000, 3), 0.0, None)
-    assert log.kept == len(latency_us)
+    assert log.counted == len(latency_us)
     for p in (50, 95, 99, 99.9):
         exact = np.percentile(latency_us / 1000, p, method="inverted_cdf")
         assert log.latency.percentile(p) == pytest.approx(exact, rel=0.005), p

@@ -110,14 +110,14 @@ def test_the_tps_and_p99_recorded_are_the_ones_pgbench_printed_and_logged(lab_di
 def test_a_rate_well_below_capacity_is_kept_and_max_is_the_closed_loop(write_experiment, tmp_path):
     """...and the curve shown is the answer's: the terminal, `show --json` and the report give the same
     figures, the highest rate inside the latency goal a number in the JSON."""
-    # 40,000 transactions on a Poisson schedule vary by 0.5 %: 2 % is four times that.
+    # 24,000 transactions on a Poisson schedule vary by 0.65 %: 2.5 % is nearly four times that.
     out = run(write_experiment, tmp_path, "rated", "postgres",
-              'kind = "pgbench"\nscript = "select-only"\nclients = 2\nwarmup_s = 1\nduration_s = 10\n'
+              'kind = "pgbench"\nscript = "select-only"\nclients = 2\nwarmup_s = 1\nduration_s = 6\n'
               'rate = [1000, 4000, "max"]\nlatency_goal = { p99_ms = 1000 }')
     found = figures(out)
     rated, closed = found["rate=4000"], found["rate=max"]
-    assert rated["transactions_per_s"] == pytest.approx(4000, rel=0.02)
-    assert rated["sustained_percent"] == 100 and rated["achieved_percent"] == pytest.approx(100, abs=2)
+    assert rated["transactions_per_s"] == pytest.approx(4000, rel=0.025)
+    assert rated["sustained_percent"] == 100 and rated["achieved_percent"] == pytest.approx(100, abs=2.5)
     assert rated["schedule_lag_ms"] < 1000 / 4000 * 100  # the schedule's lag is a small share of a second's work
     assert "target_rate" not in closed and "sustained_percent" not in closed and closed["transactions_per_s"] > 0
     shown = storlab("show", str(out))

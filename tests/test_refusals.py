@@ -64,6 +64,20 @@ def wait_for_runs(folder: Path, count: int, proc: subprocess.Popen, timeout: flo
     raise AssertionError("runs did not appear in time")
 
 
+def under_way(tiny, out: Path) -> subprocess.Popen:
+    """A run of three repetitions into `out`, once its first run is recorded."""
+    proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
+    wait_for_runs(out, 1, proc)
+    return proc
+
+
+def stopped(proc: subprocess.Popen) -> str:
+    """The one line `proc` ended with, exit 2."""
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2
+    return one_line(err.splitlines(keepends=True)[-1])
+
+
 def nothing_left(lab_dir: Path, said: str = "") -> None:
     """No server, folder or record of an instance left; `said`: what storlab wrote to its standard error,
     shown when something is (an instance's end that failed in a thread of its own says why only there)."""
@@ -232,16 +246,13 @@ def test_a_store_replaced_under_a_run_is_said_before_anything_is_written(lab_roo
 def test_a_store_that_fills_up_mid_run_stops_it_in_one_line_and_keeps_the_runs_before(tiny, lab_root, lab_dir):
     out = lab_root / "results"
     with small_disk(out, "2m"):
-        proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
-        wait_for_runs(out, 1, proc)
+        proc = under_way(tiny, out)
         fd = os.open(out / "filler", os.O_WRONLY | os.O_CREAT)
         with contextlib.suppress(OSError):
             while os.write(fd, b"\0" * 4096):
                 pass
         os.close(fd)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 2
-        line = one_line(err.splitlines(keepends=True)[-1])
+        line = stopped(proc)
         assert line.startswith(f"storlab: {out / FILENAME}: could not record run ") and "(elapsed_s " in line
         assert line.endswith(f"the disk holding {out} is full; stopped (the runs recorded before it are kept)\n")
         (out / "filler").unlink()
@@ -252,13 +263,10 @@ def test_a_store_that_fills_up_mid_run_stops_it_in_one_line_and_keeps_the_runs_b
 @pytest.mark.engine
 def test_a_store_deleted_mid_run_stops_the_run_and_says_so(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
-    proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
-    wait_for_runs(out, 1, proc)
+    proc = under_way(tiny, out)
     for file in out.glob(f"{FILENAME}*"):
         file.unlink()
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2
-    line = one_line(err.splitlines(keepends=True)[-1])
+    line = stopped(proc)
     assert line.startswith(f"storlab: {out / FILENAME}: the results store was deleted while storlab ran; run ")
     nothing_left(lab_dir)
 
@@ -408,8 +416,7 @@ def test_a_setting_that_fails_every_run_stops_at_the_first_and_is_named(tiny, tm
 @pytest.mark.engine
 def test_sighup_stops_everything_and_keeps_the_finished_runs(tiny, tmp_path, lab_dir):
     out = tmp_path / "results"
-    proc = start("run", str(tiny(reps=3, rows=6000)), "--no-trace", "--out", str(out))
-    wait_for_runs(out, 1, proc)
+    proc = under_way(tiny, out)
     time.sleep(0.5)  # most likely inside the next run
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)

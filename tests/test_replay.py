@@ -24,8 +24,8 @@ from storlab.probes.bpftrace import Tracing
 from storlab.workloads import captured_log
 from storlab.workloads.replay import setup_statements
 from tests.commands import invoke, storlab
-from tests.experiments import fleet_body
 from tests.conftest import prepared
+from tests.store_edits import edit, single_cell, submit, worker_refuses
 
 START = datetime(2026, 1, 5, 9, 0, 0)
 SETUP = "CREATE TABLE known (id int PRIMARY KEY, session int NOT NULL);\n"
@@ -351,7 +351,7 @@ def test_temp_on_moves_postgresql_s_temporary_files(lab_root):
     # log_temp_files = 0: the server logs each temporary file's path as it deletes it.
     spec = spec_for(CellLayout(data_on="disk", temp_on="fast"), {"work_mem": "1MB", "log_temp_files": 0},
                     {"disk": disk, "fast": fast})
-    with bpftrace.kept_across_runs(), provision("postgres", spec, keep=False, connections=2) as instance:
+    with bpftrace.attached_across_runs(), provision("postgres", spec, keep=False, connections=2) as instance:
         before = instance.temporary_files()
         position = instance.log_position()
         with instance.connect() as conn:
@@ -399,30 +399,13 @@ def test_temp_on_moves_mariadb_s_temporary_files(lab_root):
 
 @pytest.mark.engine
 def test_a_worker_skips_a_stored_log_it_cannot_read_and_serves_the_others(store_server, write_experiment, lab_root):
-    env = store_server.env()
     (lab_root / "day.log").write_text(known_log())
     (lab_root / "setup.sql").write_text(SETUP)
     replayed = write_experiment(REPLAY.format(engine="postgres", layout="", keys="").replace("./disk", "disk"),
                                 "edited.toml")
-    other = write_experiment(fleet_body(name="other", reps=1).replace("data_files = [1, 2]", "data_files = 1"),
-                             "other.toml")
-    for source in (replayed, other):
-        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
-    with store_server.admin() as conn:  # a line no clock has, as a submitter who can write the store could leave it
-        schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = 'replayed'").fetchone()[0]
-        conn.execute(f"UPDATE {schema}.experiment SET files = %s", (json.dumps(
-            {"day.log": known_log().replace("2026-01-05 09:00:00.100", "2026-13-45 09:00:00.100", 1),
-             "setup.sql": SETUP}),))
-    here = lab_root / "db1"
-    here.mkdir()
-    here.chmod(0o755)
-    said = []
-    for _ in range(2):  # however often the worker is started again
-        done = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env,
-                       cwd=here)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-        assert [line for line in done.stdout.splitlines() if line.startswith("replayed: ")] == [
-            "replayed: not taken by db1: replayed.toml:13: workload.log: day.log line 7: '2026-13-45 09:00:00.100' is "
-            "not a time: no such date or time of day"]
-        said.append(done.stdout)
-    assert "other: (single cell) #1: recorded" in said[0]
+    submit(store_server, replayed, write_experiment(single_cell("other"), "other.toml"))
+    edit(store_server, "replayed", "files = %s", json.dumps(  # a line no clock has
+        {"day.log": known_log().replace("2026-01-05 09:00:00.100", "2026-13-45 09:00:00.100", 1), "setup.sql": SETUP}))
+    worker_refuses(store_server, lab_root, "replayed", "replayed: not taken by db1: replayed.toml:13: workload.log: "
+                   "day.log line 7: '2026-13-45 09:00:00.100' is not a time: no such date or time of day",
+                   starts=2)  # however often the worker is started again

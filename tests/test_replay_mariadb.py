@@ -23,7 +23,7 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import mariadb_log, mariadb_replay
 from tests.commands import invoke, start, storlab
 from tests.conftest import prepared, stop_storlab
-from tests.experiments import fleet_body
+from tests.store_edits import edit, single_cell, submit, worker_refuses
 from tests.test_replay import REPLAY
 
 START = datetime(2026, 1, 5, 9, 0, 0)
@@ -462,25 +462,12 @@ def test_a_replay_s_errors_are_shown_by_kind_in_show_and_the_report(write_experi
 
 @pytest.mark.engine
 def test_a_worker_skips_a_stored_mariadb_log_it_cannot_read(store_server, write_experiment, lab_root):
-    env = store_server.env()
     (lab_root / "day.tsv").write_text(known_log())
     (lab_root / "setup.sql").write_text(SETUP)
     replayed = write_experiment(replay_file().replace("./disk", "disk"), "edited.toml")
-    other = write_experiment(fleet_body(name="other", reps=1).replace("data_files = [1, 2]", "data_files = 1"),
-                             "other.toml")
-    for source in (replayed, other):
-        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
-    with store_server.admin() as conn:  # a time no clock has, as a submitter who can write the store could leave it
-        schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = 'replayed'").fetchone()[0]
-        conn.execute(f"UPDATE {schema}.experiment SET files = %s", (json.dumps(
-            {"day.tsv": known_log().replace("2026-01-05 09:00:00.010000", "2026-13-45 09:00:00.010000", 1),
-             "setup.sql": SETUP}),))
-    here = lab_root / "db1"
-    here.mkdir()
-    here.chmod(0o755)
-    done = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env, cwd=here)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert [line for line in done.stdout.splitlines() if line.startswith("replayed: ")] == [
-        "replayed: not taken by db1: replayed.toml:13: workload.log: day.tsv line 8: '2026-13-45 09:00:00.010000' is "
-        "not a time: no such date or time of day"]
-    assert "other: (single cell) #1: recorded" in done.stdout
+    submit(store_server, replayed, write_experiment(single_cell("other"), "other.toml"))
+    edit(store_server, "replayed", "files = %s", json.dumps(  # a time no clock has
+        {"day.tsv": known_log().replace("2026-01-05 09:00:00.010000", "2026-13-45 09:00:00.010000", 1),
+         "setup.sql": SETUP}))
+    worker_refuses(store_server, lab_root, "replayed", "replayed: not taken by db1: replayed.toml:13: workload.log: "
+                   "day.tsv line 8: '2026-13-45 09:00:00.010000' is not a time: no such date or time of day")

@@ -22,29 +22,14 @@ from storlab.engines.postgres.settings import PostgresSettings
 from storlab.lab import os_users, owned
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import invoke, storlab
-from tests.experiments import BASE, MARIADB, changed, fleet_body
+from tests.disk_experiments import on_disk
+from tests.experiments import BASE, MARIADB, changed
+from tests.store_edits import edit, single_cell, submit, worker_refuses
 
 PASSWD = [line for line in Path("/etc/passwd").read_text().splitlines() if line.strip()]
 
-CUSTOM = """\
-name = "hostile"
-engine = "{engine}"
-{version}
-repetitions = 1
-
-[placements]
-disk = "{disk}"
-
-[layout]
-data_on = "disk"
-
-[workload]
-kind = "custom"
-setup = "setup.sql"
-transaction = "txn.sql"
-connections = 1
-transactions_per_connection = 10
-"""
+CUSTOM = on_disk('kind = "custom"\nsetup = "setup.sql"\ntransaction = "txn.sql"\nconnections = 1\n'
+                 'transactions_per_connection = 10', name="hostile", engine="{engine}", head="{version}")
 
 
 def server_user_processes() -> set[int]:
@@ -241,25 +226,13 @@ def test_with_the_switch_they_are_checked_as_any_setting(lab_root, engine, setti
 @pytest.mark.engine
 def test_a_worker_refuses_an_experiment_given_such_a_setting_in_the_store_and_goes_on(store_server, write_experiment,
                                                                                       lab_root):
-    env = store_server.env()
-    for name in ("edited", "other"):
-        source = write_experiment(fleet_body(name=name, reps=1).replace("data_files = [1, 2]", "data_files = 1"),
-                                  f"{name}.toml")
-        assert storlab("submit", str(source), "--store", store_server.dsn, env=env).returncode == 0
-    with store_server.admin() as conn:  # as a submitter who can write the store could leave it
-        schema = conn.execute("SELECT schema_name FROM storlab.experiments WHERE name = 'edited'").fetchone()[0]
-        conn.execute(f"UPDATE {schema}.experiment SET source = source || %s",
-                     ('\n[engine_settings]\narchive_command = "(setsid sleep 903 &)"\n',))
-    here = lab_root / "db1"
-    here.mkdir()
-    here.chmod(0o755)
+    submit(store_server, *(write_experiment(single_cell(name), f"{name}.toml") for name in ("edited", "other")))
+    edit(store_server, "edited", "source = source || %s",
+         '\n[engine_settings]\narchive_command = "(setsid sleep 903 &)"\n')
     before = server_user_processes()
-    done = storlab("worker", "--store", store_server.dsn, "--host", "db1", "--until-done", "--no-trace", env=env, cwd=here)
-    assert done.returncode == 0, done.stderr
-    refusals = [line for line in done.stdout.splitlines() if line.startswith("edited: ")]
-    assert refusals == ["edited: not taken by db1: edited.toml:23: engine_settings.archive_command: runs a program on "
-                        "the server; taken only with storlab run --allow-server-programs (a fleet worker never takes it)"]
-    assert "other: (single cell) #1: recorded" in done.stdout and "Traceback" not in done.stderr
+    worker_refuses(store_server, lab_root, "edited", "edited: not taken by db1: edited.toml:23: "
+                   "engine_settings.archive_command: runs a program on the server; taken only with storlab run "
+                   "--allow-server-programs (a fleet worker never takes it)")
     assert left_since(before) == set()
 
 

@@ -367,7 +367,7 @@ def test_a_storlab_that_exits_waits_for_its_traces_to_end(kept):
         from pathlib import Path
         from storlab.engines.postgres.traced_waits import filters, program
         from storlab.probes import bpftrace
-        with bpftrace.kept_across_runs() if {kept} else nullcontext():
+        with bpftrace.attached_across_runs() if {kept} else nullcontext():
             for run in range(2):
                 # no session of pid 1: nothing counted
                 trace = bpftrace.Trace(program(Path("{POSTGRES_15}")), filters=filters([1], 1), across_runs=True)
@@ -393,7 +393,7 @@ def test_a_killed_storlab_takes_its_kept_trace_with_it():
         from pathlib import Path
         from storlab.engines.postgres.traced_waits import filters, program
         from storlab.probes import bpftrace
-        with bpftrace.kept_across_runs():
+        with bpftrace.attached_across_runs():
             trace = bpftrace.Trace(program(Path("{POSTGRES_15}")), filters=filters([1], 1), across_runs=True)
             trace.start()
             pid = trace.pid
@@ -495,7 +495,7 @@ def test_one_trace_across_runs_counts_each_run_apart_and_only_its_instance(lab_d
     other_dir.chmod(0o755)
     pids, captures = [], []
     try:
-        with bpftrace.kept_across_runs(), \
+        with bpftrace.attached_across_runs(), \
                 provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": lab_dir}), keep=False,
                           connections=1) as inst, inst.admin() as conn, \
                 provision("postgres", spec_for(CellLayout(data_on="disk"), {}, {"disk": other_dir}), keep=False,

@@ -75,7 +75,7 @@ def test_the_watch_stops_at_the_first_second_its_measured_part_holds():
 
 def test_the_watch_counts_from_the_declared_warmup():
     watch = SteadyWatch(Until(max=30, least=10), 5.0, per_second)
-    assert not watch.steady(progress([1000.0] * 15)) and len(watch.throughput_kept()) == 10  # seconds 6 to 15
+    assert not watch.steady(progress([1000.0] * 15)) and len(watch.measured_throughput()) == 10  # seconds 6 to 15
     assert watch.steady(progress([1000.0] * 16)) and watch.stopped["at_s"] == 16.0
 
 
@@ -87,7 +87,7 @@ def test_under_a_found_warmup_the_least_length_counts_after_the_warmup_found_so_
     stopped = next(i for i in range(1, len(lines) + 1) if watch.steady(lines[:i]))
     t = np.arange(stopped, dtype=float)
     cut = steady_state.warmup_to_cut(t, np.array(values[:stopped]))
-    assert cut >= 6 and stopped - cut > 10 and len(watch.throughput_kept()) == stopped - cut
+    assert cut >= 6 and stopped - cut > 10 and len(watch.measured_throughput()) == stopped - cut
 
 
 @pytest.mark.engine

@@ -20,26 +20,11 @@ from storlab.results.runs import RunResult
 from storlab.results.store import Store
 from tests.commands import storlab
 from tests.conftest import storlab_processes
+from tests.disk_experiments import on_disk
 
 DATA = Path(__file__).parent / "data"
 
-SCAN = """\
-name = "versions"
-engine = "postgres"
-{version}
-repetitions = 1
-
-[placements]
-disk = "{disk}"
-
-[layout]
-data_on = "disk"
-
-[workload]
-kind = "scan"
-table_mb = 8
-{settings}
-"""
+SCAN = on_disk('kind = "scan"\ntable_mb = 8\n{settings}', name="versions", head="{version}")
 
 
 @pytest.fixture

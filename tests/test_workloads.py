@@ -19,6 +19,7 @@ from storlab.workloads.driver import Transactions, buckets, measure, timeline
 from storlab.workloads.kind import ELAPSED, Figure, UnitOfWork, Workload, registry
 from tests.commands import invoke
 from tests.conftest import prepared, run_load, storlab_processes
+from tests.disk_experiments import on_disk
 
 ENGINES = ["postgres", "mariadb"]
 
@@ -283,19 +284,10 @@ def test_a_kind_on_an_engine_it_does_not_declare_is_refused_in_one_line(write_ex
     refused when the file loads, naming the kind and the engines it runs on, not met as a KeyError mid-run."""
     monkeypatch.setattr(engines, "_REGISTRY", dict(engines._REGISTRY))
     engines.register(_Toy())
-    path = write_experiment("""
-        name = "toy"
-        engine = "toy"
-        [placements]
-        disk = "./disk"
-        [layout]
-        data_on = "disk"
-        [workload]
-        kind = "random-insert"
-    """)
+    path = write_experiment(on_disk('kind = "random-insert"', name="toy", engine="toy", repetitions=None, disk="./disk"))
     done = invoke("run", path, "--dry-run")
     assert done.exit_code == 2
-    assert done.output == ("storlab: exp.toml:9: workload.kind: random-insert does not run on Toy "
+    assert done.output == ("storlab: exp.toml:11: workload.kind: random-insert does not run on Toy "
                            "(it runs on postgres, mariadb)\n")
     # Declared for the toy engine, the same kind passes the load.
     kind = KINDS["random-insert"]

@@ -231,18 +231,18 @@ def _summaries(runs: list[RunRecord]) -> dict[str, Summary]:
     return {name: summarize([r.figures[name] for r in runs]) for name in names}
 
 
-def _kept(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tuple[int | None, list[str]]:
+def _comparable(runs: list[RunRecord], facts: dict[int, dict], who: str | None) -> tuple[int | None, list[str]]:
     """Runs are comparable only on the same machine facts: the largest group's facts, and a note for
     each other group (set aside)."""
     groups = Counter(r.facts_id for r in runs)
-    kept_facts = groups.most_common(1)[0][0] if groups else None
+    compared_facts = groups.most_common(1)[0][0] if groups else None
     notes = []
     for fid in groups:
-        if fid != kept_facts:
-            diffs = system.differences(facts[kept_facts]["comparable"], facts[fid]["comparable"])
+        if fid != compared_facts:
+            diffs = system.differences(facts[compared_facts]["comparable"], facts[fid]["comparable"])
             notes.append(f"{'host ' + who + ': ' if who else ''}{groups[fid]} runs recorded on other machine "
                          "facts are set aside: " + "; ".join(diffs))
-    return kept_facts, notes
+    return compared_facts, notes
 
 
 @dataclass(frozen=True)
@@ -284,23 +284,23 @@ def load(store: Store, io: list[Path] | None = None, cached: bool = False) -> Re
     by_host: dict[str | None, list[RunRecord]] = {}
     for r in all_runs:
         by_host.setdefault(host_of.get(r.cell_id), []).append(r)
-    kept, notes, machines = [], [], []
+    compared, notes, machines = [], [], []
     for host, runs in by_host.items():
-        kept_facts, said = _kept(runs, facts, host)
+        compared_facts, said = _comparable(runs, facts, host)
         notes += said
-        mine = [r for r in runs if r.facts_id == kept_facts]
-        kept += mine
+        mine = [r for r in runs if r.facts_id == compared_facts]
+        compared += mine
         names = ", ".join(sorted({r.host for r in mine if r.host})) or None
-        machines.append((host or names, facts[kept_facts]["body"]))
-    kept_ids = {r.id for r in kept}
-    set_aside = [r for r in all_runs if r.id not in kept_ids]
+        machines.append((host or names, facts[compared_facts]["body"]))
+    compared_ids = {r.id for r in compared}
+    set_aside = [r for r in all_runs if r.id not in compared_ids]
     read = _read_before.setdefault(store, {}) if cached else {}
-    for r in kept:
+    for r in compared:
         if r.id not in read:
             read[r.id] = _tables(store, r)
     cells = []
     for cell in records:
-        runs = [r for r in kept if r.cell_id == cell.id]
+        runs = [r for r in compared if r.cell_id == cell.id]
         tables = [read[r.id] for r in runs]
         cells.append(
             CellResult(
@@ -322,13 +322,13 @@ def load(store: Store, io: list[Path] | None = None, cached: bool = False) -> Re
     failures = store.failures()
     race = None
     if experiment is not None and experiment.race is not None and cells:
-        values = racing.rounds_from([c.cell.id for c in cells], kept, failures, figures[0].name)
+        values = racing.rounds_from([c.cell.id for c in cells], compared, failures, figures[0].name)
         race = racing.race(values, experiment.race)
     results = Results(
         experiment=experiment, cells=cells, figures=figures, note=note, set_aside=set_aside,
         facts_notes=notes, failures=failures,
         facts=machines[0][1] if machines else None, machines=sorted(machines, key=lambda m: m[0] or ""),
-        race=race, conditions=quiesce.describe([r.conditions for r in kept]),
+        race=race, conditions=quiesce.describe([r.conditions for r in compared]),
         stopped=None if experiment is None else experiment.stopped,
     )
     results.design = _design(results)

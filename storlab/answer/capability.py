@@ -75,8 +75,8 @@ def _io_folders(store: Store, paths: dict[str, str], given: list[Path]) -> list[
 def _devices(facts: dict[int, dict]) -> dict[str, str | None]:
     """target path -> its device, from the facts `storlab io` recorded with its jobs."""
     found: dict[str, str | None] = {}
-    for held in facts.values():
-        for path, d in ((held.get("body") or {}).get("paths") or {}).items():
+    for record in facts.values():
+        for path, d in ((record.get("body") or {}).get("paths") or {}).items():
             found.setdefault(path, d.get("device"))
     return found
 

@@ -240,13 +240,13 @@ def build(observations: Sequence[Observation], factors: Mapping[str, Sequence[An
             ref = with_runs[0]
         fitted.append(Factor(name, ref, [k for k in with_runs if k != ref], values))
 
-    kept: list[np.ndarray] = [np.ones(n)]
+    estimable: list[np.ndarray] = [np.ones(n)]
     columns: list[Column] = [("intercept",)]
 
     def add(column: np.ndarray, what: Column) -> bool:
-        if np.linalg.matrix_rank(np.column_stack(kept + [column])) <= len(kept):
+        if np.linalg.matrix_rank(np.column_stack(estimable + [column])) <= len(estimable):
             return False
-        kept.append(column)
+        estimable.append(column)
         columns.append(what)
         return True
 
@@ -269,8 +269,8 @@ def build(observations: Sequence[Observation], factors: Mapping[str, Sequence[An
     for f, g in tried:
         candidates = [(dummies[f.name, a] * dummies[g.name, b], ("inter", f.name, a, g.name, b))
                       for a in f.levels for b in g.levels]
-        rank = np.linalg.matrix_rank(np.column_stack(kept + [c for c, _ in candidates]))
-        gain = rank - len(kept)
+        rank = np.linalg.matrix_rank(np.column_stack(estimable + [c for c, _ in candidates]))
+        gain = rank - len(estimable)
         pair = f"{f.name} x {g.name}"
         if gain == 0:
             not_estimable.append(f"interaction {pair}: the design has no runs to estimate it (aliased)")
@@ -280,15 +280,15 @@ def build(observations: Sequence[Observation], factors: Mapping[str, Sequence[An
                 f"interaction {pair}: not fitted, it would leave {n - rank} residual degrees of freedom "
                 f"(fewer than {MIN_RESIDUAL_DF}); more rounds would allow it")
             continue
-        start = len(kept)
+        start = len(estimable)
         for column, what in candidates:
             add(column, what)
-        interactions[f.name, g.name] = list(range(start, len(kept)))
+        interactions[f.name, g.name] = list(range(start, len(estimable)))
         if gain < len(candidates):
             not_estimable.append(f"interaction {pair}: {len(candidates) - gain} of its {len(candidates)} terms "
                                  f"are not estimable (missing cells)")
     shares = {r: float((round_of == r).mean()) for r in rounds}
-    return Model(np.column_stack(kept), columns, fitted, interactions, not_estimable, rounds, dummies, shares)
+    return Model(np.column_stack(estimable), columns, fitted, interactions, not_estimable, rounds, dummies, shares)
 
 
 # -- the answer --------------------------------------------------------------------------------------------

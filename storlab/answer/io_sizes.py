@@ -14,9 +14,9 @@ from storlab.probes import iosizes
 
 def cell_sizes(c: CellResult) -> model.CellIoSizes | None:
     """One cell's IO sizes per placement and direction, per run; None when its runs kept none."""
-    kept = [rows for rows in c.io_sizes if rows]
-    traced = [rows for rows in kept if rows[0][4] == iosizes.TRACED]
-    averaged = [rows for rows in kept if rows[0][4] != iosizes.TRACED]
+    recorded = [rows for rows in c.io_sizes if rows]
+    traced = [rows for rows in recorded if rows[0][4] == iosizes.TRACED]
+    averaged = [rows for rows in recorded if rows[0][4] != iosizes.TRACED]
     buckets: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     for rows in traced:
         for placement, direction, size, requests, _ in rows:

@@ -125,13 +125,13 @@ def split(series: dict[str, list[np.ndarray]], cost_s: float | None, need: Need 
     names = sorted(series)
     for i, name in enumerate(names):
         for j, values in enumerate(series[name]):
-            kept = values[values > 0]
-            if len(kept) < 3:
+            positive = values[values > 0]
+            if len(positive) < 3:
                 continue
-            rows.append(np.log(kept))
-            cells += [i] * len(kept)
-            groups += [len(run_cells)] * len(kept)
-            run_rounds += [rounds[name][j] if rounds else 0] * len(kept)
+            rows.append(np.log(positive))
+            cells += [i] * len(positive)
+            groups += [len(run_cells)] * len(positive)
+            run_rounds += [rounds[name][j] if rounds else 0] * len(positive)
             run_cells.append(i)
     run = len(run_cells)
     if not run_cells or max(np.bincount(run_cells)) < 2:
@@ -256,16 +256,16 @@ def of_results(results, effects=None, budget_left_s: float | None = None) -> Spl
     rounds: dict[str, list[int]] = {}
     timing, warmups, lengths = [], [], {}
     for c in results.measured:
-        for run, kept in zip(c.runs, c.series):
-            name = next((m for m in THROUGHPUT if m in kept.series), None)
+        for run, run_series in zip(c.runs, c.series):
+            name = next((m for m in THROUGHPUT if m in run_series.series), None)
             if name is None:
                 continue
-            t, x = kept.series[name]
-            series.setdefault(c.cell.id, []).append(x[t >= kept.warmup_s])
+            t, x = run_series.series[name]
+            series.setdefault(c.cell.id, []).append(x[t >= run_series.warmup_s])
             rounds.setdefault(c.cell.id, []).append(run.repetition)
-            timing.append((run.started_at, kept.warmup_s + (kept.measured_s or 0.0)))
-            warmups.append(kept.warmup_s)
-            lengths.setdefault(run.repetition, []).append(float(np.sum(t >= kept.warmup_s)))
+            timing.append((run.started_at, run_series.warmup_s + (run_series.measured_s or 0.0)))
+            warmups.append(run_series.warmup_s)
+            lengths.setdefault(run.repetition, []).append(float(np.sum(t >= run_series.warmup_s)))
     undecided = [e for e in effects.effects + effects.conditional if e.verdict == "undecided"] if effects else []
     settling = results.settling
     need = None
@@ -301,8 +301,8 @@ def lengths_said(runs: Sequence[tuple[int, dict]]) -> str | None:
             groups[-1][0].append(rnd)
         else:
             groups.append(([rnd], by_round[rnd]))
-    said = [f"round{'s' if len(r) > 1 else ''} {r[0]}{'-' + str(r[-1]) if len(r) > 1 else ''} ran {held['s']:g} s "
-            f"({held['why']})" for r, held in groups]
+    said = [f"round{'s' if len(r) > 1 else ''} {r[0]}{'-' + str(r[-1]) if len(r) > 1 else ''} ran {planned['s']:g} s "
+            f"({planned['why']})" for r, planned in groups]
     return "run length planned: " + "; ".join(said)
 
 

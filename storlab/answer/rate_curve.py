@@ -82,7 +82,7 @@ class RateAnswer:
     notes: list[str] = field(default_factory=list)
 
 
-def kept_up(p: Point) -> bool:
+def on_curve(p: Point) -> bool:
     """A point of its layout's curve: sustained in most of its runs. The knee reads only these, and the
     report draws only these on the curve (the rest apart, where they ended up)."""
     return (p.sustained or 0) > 0.5
@@ -90,16 +90,16 @@ def kept_up(p: Point) -> bool:
 
 def knee(points: list[Point], figure: str = rates.P99.name) -> Point | None:
     """Kneedle on the sustained open-loop points (module docstring)."""
-    kept = [p for p in points if kept_up(p) and figure in p.latency]
-    if len(kept) < MIN_KNEE_POINTS:
+    sustained = [p for p in points if on_curve(p) and figure in p.latency]
+    if len(sustained) < MIN_KNEE_POINTS:
         return None
-    xs = np.array([p.achieved.mean for p in kept])
-    ys = np.array([p.latency[figure].mean for p in kept])
+    xs = np.array([p.achieved.mean for p in sustained])
+    ys = np.array([p.latency[figure].mean for p in sustained])
     if np.ptp(xs) <= 0 or np.ptp(ys) <= 0:
         return None
     gap = (xs - xs.min()) / np.ptp(xs) - (ys - ys.min()) / np.ptp(ys)
     best = int(np.argmax(gap))
-    return kept[best] if 0 < best < len(kept) - 1 and gap[best] >= MIN_BEND else None
+    return sustained[best] if 0 < best < len(sustained) - 1 and gap[best] >= MIN_BEND else None
 
 
 def _inside(run: dict[str, float], goal: dict[str, float]) -> bool:
@@ -203,7 +203,7 @@ def _number(value: float) -> float | None:
 def _typed_point(p: Point) -> model.RatePoint:
     return model.RatePoint(level=p.level, cell=p.cell.cell.id, target=p.target, achieved=p.achieved.mean,
                            latency_ms={name.split("_")[1]: s.mean for name, s in p.latency.items()}, sustained=p.sustained,
-                           kept_up=None if p.target is None else kept_up(p))
+                           kept_up=None if p.target is None else on_curve(p))
 
 
 def _typed_goal(g: Goal) -> model.RateGoal:

@@ -122,10 +122,10 @@ def checkpoint_line(runs: list[RunState]) -> str | None:
     if first.cycle_bytes is not None:  # InnoDB: a cycle is its redo log filled
         wrote = max(r.log_bytes or 0.0 for r in counted)
         if wrote < first.cycle_bytes:
-            held = "no checkpoint in it" if numbers == [0] else \
+            moved = "no checkpoint in it" if numbers == [0] else \
                 f"its checkpoint moved {', '.join(str(r.checkpoints) for r in counted)} times"
             return (f"shorter than a checkpoint cycle: a {_seconds(longest)} run wrote {wrote / 2**20:.1f} MB of redo, "
-                    f"under {first.setting} {first.value} (InnoDB checkpoints as its redo log fills); {held}")
+                    f"under {first.setting} {first.value} (InnoDB checkpoints as its redo log fills); {moved}")
     if numbers == [0]:
         shorter = "shorter than" if first.cycle_s and longest < first.cycle_s else "no longer than a cycle of"
         return f"measured without a checkpoint: a {_seconds(longest)} run is {shorter} {first.setting} {first.value}"

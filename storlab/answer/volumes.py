@@ -15,10 +15,10 @@ from storlab.volume.property import Observed, Part
 def parts(experiment: StoredExperiment | None, cells: list[CellResult], limits: Limits | None = None) -> list[Part]:
     """By cell, then placement, then property in the registry's order; a cell without runs has none, and
     a placement its layout does not use is not its.
-    `limits`: what the cells' control groups held (the limits probe's part), read into each placement's."""
+    `limits`: what the cells' control groups did (the limits probe's part), read into each placement's."""
     if experiment is None:
         return []
-    held = _held(limits)
+    seen = _limits_seen(limits)
     layout = experiment.identity.as_dict().get("layout") or {}
     found = []
     for cell in cells:
@@ -31,7 +31,7 @@ def parts(experiment: StoredExperiment | None, cells: list[CellResult], limits: 
                 continue
             observed = Observed(name, cell.cell.id, [r.conditions for r in cell.runs],
                                 sum((r.conditions.get("delay_layer_load_s") or {}).get(name, 0.0) for r in cell.runs),
-                                held.get((cell.cell.id, name), {}))
+                                seen.get((cell.cell.id, name), {}))
             found += [part for prop in registry.PROPERTIES if (part := prop.part(declared, observed)) is not None]
     return found
 
@@ -54,7 +54,7 @@ def _declared(name: str, table: str | dict[str, Any], factors: dict[str, Any]) -
             if registry.owner(key) is not None}
 
 
-def _held(limits: Limits | None) -> dict[tuple[str, str], dict[str, Any]]:
+def _limits_seen(limits: Limits | None) -> dict[tuple[str, str], dict[str, Any]]:
     """(cell, placement) -> what its device's caps and bucket did: a cap row's time at the cap, a bucket
     row's dry runs (a device shared by placements is each one's)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}

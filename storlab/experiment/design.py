@@ -161,11 +161,11 @@ def screening(factors: list[str], resolution: int) -> Fraction:
 def follow_up(factors: dict[str, list[Any]], named: list[str]) -> list[dict[str, Any]]:
     """The follow-up's cells as levels by short name: the product of the named factors' values, every other
     factor at its reference (its first value here: `factors` lists each reference first)."""
-    held = {name: values[0] for name, values in factors.items() if name not in named}
+    at_reference = {name: values[0] for name, values in factors.items() if name not in named}
     cells = []
     for combo in itertools.product(*(factors[name] for name in named)):
         levels = dict(zip(named, combo))
-        cells.append({name: levels.get(name, held.get(name)) for name in factors})
+        cells.append({name: levels.get(name, at_reference.get(name)) for name in factors})
     return cells
 
 
@@ -262,9 +262,10 @@ def described(key: DesignKey, factors: dict[str, list[Any]], cells: list[dict[st
     if key.kind == FULL:
         return []
     if key.kind == FOLLOW_UP:
-        held = ", ".join(f"{name}={show(values[0])}" for name, values in factors.items() if name not in (key.factors or []))
+        at_reference = ", ".join(f"{name}={show(values[0])}" for name, values in factors.items()
+                                 if name not in (key.factors or []))
         return [f"a follow-up: the full factorial of {', '.join(key.factors or [])} in {len(cells)} cells (the full factorial "
-                f"of every factor: {full_cells}), the others at their reference ({held or 'none'}); cells the results "
+                f"of every factor: {full_cells}), the others at their reference ({at_reference or 'none'}); cells the results "
                 "folder already ran are not run again, and the answer reads every run in it"]
     fraction = fraction_of(key, factors)
     resolution = "" if fraction.resolution is None else f", resolution {ROMAN.get(fraction.resolution, fraction.resolution)}"

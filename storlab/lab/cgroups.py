@@ -93,7 +93,7 @@ def _own_group(version: int, controller: str | None) -> str | None:
     return None
 
 
-def _root_held(mount: Path, own: Path) -> Path:
+def _root_owned(mount: Path, own: Path) -> Path:
     """Where storlab's groups go: below its own group, unless another user owns that group or one above
     it (a user's delegated session: `sudo storlab` from a desktop's terminal), who could move the
     servers out of their group (out of its caps, out of the kill at the run's end); then below the
@@ -116,7 +116,7 @@ def _unified() -> Hierarchy | None:
     for point, kind, _ in _mounts():
         if kind == "cgroup2" and point == ROOT:
             own = _own_group(2, None)
-            return None if own is None else Hierarchy(point, 2, _root_held(point, point / own.lstrip("/")))
+            return None if own is None else Hierarchy(point, 2, _root_owned(point, point / own.lstrip("/")))
     return None
 
 
@@ -126,7 +126,7 @@ def _v1(controller: str) -> Hierarchy | None:
         if kind == "cgroup" and (controller in options or f"name={controller}" in options):
             own = _own_group(1, controller)
             if own is not None:
-                return Hierarchy(point, 1, _root_held(point, point / own.lstrip("/")))
+                return Hierarchy(point, 1, _root_owned(point, point / own.lstrip("/")))
     return None
 
 

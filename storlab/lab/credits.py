@@ -143,15 +143,15 @@ class CreditKeeper:
         self._record(now, force=changed)
 
     def in_force(self, dev: str) -> caps.IoCaps | None:
-        """The caps held on a device ("major:minor") now; None for a device without a bucket."""
+        """The caps in force on a device ("major:minor") now; None for a device without a bucket."""
         return next((d.in_force for d in self.devices if d.cap.dev == dev), None)
 
     def _hold(self, d: _Device) -> None:
-        held_caps = d.cap.caps
+        in_force = d.cap.caps
         for credits in d.credits:
-            held_caps = at_rate(held_caps, credits.bucket, credits.cap)
-        self.group.hold(replace(d.cap, caps=held_caps))
-        d.in_force = held_caps
+            in_force = at_rate(in_force, credits.bucket, credits.cap)
+        self.group.hold(replace(d.cap, caps=in_force))
+        d.in_force = in_force
 
     def _record(self, now: float, force: bool) -> None:
         if not force and now - self.last_point < self.record_every_s:

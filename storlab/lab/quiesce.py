@@ -67,9 +67,9 @@ def describe(conditions: list[dict[str, Any]]) -> str | None:
     traced = sorted({c["tracing"] for c in conditions if c.get("tracing")})
     if traced:
         line += "; traced with bpftrace: " + " or ".join(_TRACED[t] for t in traced)
-    held = [c["server_memory_held_bytes"] for c in conditions if c.get("server_memory_held_bytes") is not None]
-    if held:
-        amount = format_bytes(min(held)) + ("" if min(held) == max(held) else f" to {format_bytes(max(held))}")
+    charged = [c["server_memory_held_bytes"] for c in conditions if c.get("server_memory_held_bytes") is not None]
+    if charged:
+        amount = format_bytes(min(charged)) + ("" if min(charged) == max(charged) else f" to {format_bytes(max(charged))}")
         line += (f"; under a server memory limit its control group then held {amount} (the servers' own memory: "
                  "the instance's files no longer charged to it)")
     return line

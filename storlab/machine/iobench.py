@@ -314,14 +314,14 @@ def check_volume(target: Path, declared: Mapping[str, Any]) -> None:
     _cap_limits(target, io_caps.of(declared))
 
 
-def _cap_limits(target: Path, held: caps.IoCaps) -> caps.GroupLimits:
+def _cap_limits(target: Path, declared_caps: caps.IoCaps) -> caps.GroupLimits:
     """The caps on the device under `target` (UserError where there is none)."""
-    if not held:
+    if not declared_caps:
         return caps.GroupLimits()
     found = caps.device_of(target)
     if found is None:
         raise UserError(f"{target} sits on no block device (tmpfs, or a filesystem without one): there is no device to cap")
-    return caps.GroupLimits((caps.DeviceCap(("io",), found[0], found[1], held),))
+    return caps.GroupLimits((caps.DeviceCap(("io",), found[0], found[1], declared_caps),))
 
 
 def run(target: Path, jobs: list[Job], size: int, seconds: int, console: Console | None = None,

@@ -14,7 +14,7 @@ it prints at exit, and the kernel takes 0.1 to 0.2 s to remove each uprobe (2 to
 PostgreSQL's trace points; a SIGKILL waits as long). A trace of one run is interrupted and reaped by
 a thread of its own once its maps are read; the next trace compiles and attaches meanwhile and
 returns from start() only once every trace before it has ended (so no detach overlaps a measured
-load). Inside kept_across_runs() (one storlab invocation) a trace made `across_runs` is not ended:
+load). Inside attached_across_runs() (one storlab invocation) a trace made `across_runs` is not ended:
 its process stays attached, each run sets its filter and reads and clears the maps, and the
 process ends with the block, so it compiles and attaches once. storlab's exit waits for every
 ending trace. Where bpftrace cannot run, `note` says why in one line and the caller keeps its
@@ -74,8 +74,8 @@ class Tracing(enum.Enum):
 # Traces read and ending in the background (their probes detaching), until each is reaped.
 _ending: list[threading.Thread] = []
 _ending_lock = threading.Lock()
-# While kept_across_runs() is open: the running programs kept for the next run, by (command, program, filters).
-_kept: dict[tuple[str, str, tuple[str, ...]], "_Bpftrace"] | None = None
+# While attached_across_runs() is open: the programs left attached for the next run, by (command, program, filters).
+_attached: dict[tuple[str, str, tuple[str, ...]], "_Bpftrace"] | None = None
 
 
 def why_not(bpftrace: str | None) -> str | None:
@@ -159,19 +159,19 @@ def wait_ended() -> None:
 
 
 @interrupts.owning
-def kept_across_runs() -> Iterator[None]:
+def attached_across_runs() -> Iterator[None]:
     """One invocation's runs: the traces made `across_runs` inside compile and attach once and end
     (in the background) on the way out, on every way out."""
-    global _kept
-    if _kept is not None:  # inside one already: that one ends them
+    global _attached
+    if _attached is not None:  # inside one already: that one ends them
         yield
         return
-    _kept = {}
+    _attached = {}
     try:
         yield
     finally:
-        kept, _kept = _kept, None
-        for running in kept.values():
+        attached, _attached = _attached, None
+        for running in attached.values():
             running.end()
 
 
@@ -289,7 +289,7 @@ class _Bpftrace:
 class Trace:
     """One run's trace: start(), then stop() for the maps (None when the trace failed: `note` says
     why), or kill() on a way out that wants nothing. `filters`: the pids to put in each filter map
-    the program tests (@name[pid]). `across_runs`: inside kept_across_runs(), the process is kept for
+    the program tests (@name[pid]). `across_runs`: inside attached_across_runs(), the process stays attached for
     the next run of the same program (while it runs another's, this one starts its own). `bpftrace`
     None: traces turned off."""
 
@@ -316,19 +316,19 @@ class Trace:
             self.note = reason
             return
         key = (self.bpftrace, self.program, tuple(self.filters))
-        kept = _kept if self.across_runs else None
-        running = kept.get(key) if kept is not None else None
+        attached = _attached if self.across_runs else None
+        running = attached.get(key) if attached is not None else None
         if running is not None and not running.alive:  # it exited since the last run: replaced
             running.kill()
-            del kept[key]
+            del attached[key]
             running = None
         if running is None or running.busy:
             running = _Bpftrace(self.program, self.bpftrace, key[2])
             if not running.start():
                 self.note = running.note
                 return
-            if kept is not None and key not in kept:
-                kept[key] = running
+            if attached is not None and key not in attached:
+                attached[key] = running
         self._running = running
         try:
             running.set(self.filters)
@@ -336,12 +336,12 @@ class Trace:
             self.kill()
             raise
 
-    def _kept_here(self) -> bool:
-        return _kept is not None and self._running is not None and self._running in _kept.values()
+    def _attached_here(self) -> bool:
+        return _attached is not None and self._running is not None and self._running in _attached.values()
 
     def stop(self) -> Maps | None:
-        """The run's maps (None, and `note`, when bpftrace could not print them); a process not kept
-        for the next run ends in the background."""
+        """The run's maps (None, and `note`, when bpftrace could not print them); a process not left
+        attached for the next run ends in the background."""
         if self._running is None:
             return None
         try:
@@ -349,17 +349,17 @@ class Trace:
             self.note = self._running.note
             return maps
         finally:
-            if not self._kept_here():
+            if not self._attached_here():
                 self._running.end()
             self._running = None
 
     def kill(self) -> None:
-        """Nothing read: the process is killed, a kept one too (its maps hold this run's counts)."""
+        """Nothing read: the process is killed, one left attached too (its maps hold this run's counts)."""
         if self._running is not None:
-            if self._kept_here():
-                for key, running in list(_kept.items()):
+            if self._attached_here():
+                for key, running in list(_attached.items()):
                     if running is self._running:
-                        del _kept[key]
+                        del _attached[key]
             self._running.kill()
             self._running = None
 

@@ -88,8 +88,8 @@ class Probe:
 def histogram(text: str) -> dict[int, int]:
     """A histogram kept as JSON (power-of-two buckets) has its buckets as text; text that is not one
     is ValueError (the store says its table is damaged)."""
-    held = json.loads(text)
-    if not isinstance(held, dict) or not all(bucket.isdigit() and isinstance(n, int) and not isinstance(n, bool)
-                                             for bucket, n in held.items()):
+    counts = json.loads(text)
+    if not isinstance(counts, dict) or not all(bucket.isdigit() and isinstance(n, int) and not isinstance(n, bool)
+                                               for bucket, n in counts.items()):
         raise ValueError(f"expected a histogram (an object of bucket: count), got {text[:60]!r}")
-    return {int(bucket): count for bucket, count in held.items()}
+    return {int(bucket): count for bucket, count in counts.items()}

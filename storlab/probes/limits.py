@@ -141,17 +141,17 @@ class LimitsRecorder:
 
     def stop(self) -> RunLimits:
         self.sampler.stop()
-        held = self.keeper.stop() if self.keeper else []  # the start's caps set back for the next run
+        bucket_uses = self.keeper.stop() if self.keeper else []  # the start's caps set back for the next run
         if self.sampler.error is not None:
             raise self.sampler.error
         end = self._read(devices=True)
         self._interval(self.last, end)
         (t_a, group_a, served_a), (t_b, group_b, served_b) = self.first, end
         found = RunLimits(points=self.points + [
-            TimelinePoint(t, metric.of(p), value) for use in held for p in use.placements
+            TimelinePoint(t, metric.of(p), value) for use in bucket_uses for p in use.placements
             for t, cap, left in use.points
             for metric, value in ((timeline.BUCKET_CAP[use.bucket.unit], cap), (timeline.CREDITS_LEFT[use.bucket.unit], left))],
-            buckets=held)
+            buckets=bucket_uses)
         pressure = None if group_a.io_pressure_us is None or group_b.io_pressure_us is None else \
             (group_b.io_pressure_us - group_a.io_pressure_us) / 1e6
         for w in self.watched:
@@ -422,12 +422,13 @@ def _memory_row(cell: KeptCell, m: CellMemory) -> MemoryRow:
 def _bucket_points(db: Db, run_id: int, use: credits.RunBucket) -> list[tuple[float, float, float]]:
     """A bucket's (t, cap in force, % left) as the run put them on its timeline (every half second and at
     each change), read back from there: the run's own record of them."""
-    held, left = (metric[use.bucket.unit].of(use.placements[0]) for metric in (timeline.BUCKET_CAP, timeline.CREDITS_LEFT))
+    cap_metric, left_metric = (metric[use.bucket.unit].of(use.placements[0])
+                               for metric in (timeline.BUCKET_CAP, timeline.CREDITS_LEFT))
     found: dict[float, dict[str, float]] = {}
     for t, metric, value in db.execute("SELECT t_s, metric, value FROM timeline WHERE run_id = ? AND metric IN (?, ?)",
-                                       (run_id, held, left)).fetchall():
+                                       (run_id, cap_metric, left_metric)).fetchall():
         found.setdefault(t, {})[metric] = value
-    return [(t, pair[held], pair.get(left, 0.0)) for t, pair in sorted(found.items()) if held in pair]
+    return [(t, pair[cap_metric], pair.get(left_metric, 0.0)) for t, pair in sorted(found.items()) if cap_metric in pair]
 
 
 def in_force(cell: KeptCell) -> list[CapInForce]:
@@ -454,14 +455,14 @@ def in_force(cell: KeptCell) -> list[CapInForce]:
 def summary(cells: list[KeptCell]) -> Limits | None:
     """What each cell's IO caps, credit buckets and server memory limit did, and what a cap holds back on
     the hosts that ran them (cgroup v1: only what the servers submit)."""
-    capped, buckets, memory, versions, held_caps = [], [], [], set(), []
+    capped, buckets, memory, versions, caps_in_force = [], [], [], set(), []
     for cell in cells:
-        devices, held = per_cell(cell.runs)
+        devices, cell_memory = per_cell(cell.runs)
         capped += [_cap_row(cell, d) for d in devices]
-        held_caps += in_force(cell)
+        caps_in_force += in_force(cell)
         buckets += [_bucket_row(cell, b) for b in buckets_per_cell(cell.runs)]
-        memory += [_memory_row(cell, held)] if held else []
-        versions |= {d.cgroup_version for d in devices} | ({held.cgroup_version} if held else set())
+        memory += [_memory_row(cell, cell_memory)] if cell_memory else []
+        versions |= {d.cgroup_version for d in devices} | ({cell_memory.cgroup_version} if cell_memory else set())
     if not capped and not memory:
         return None
     covers = [caps.covers(v) for v in sorted(versions)]
@@ -470,7 +471,7 @@ def summary(cells: list[KeptCell]) -> Limits | None:
                         ("credit buckets, per run (each run starts with its declared credits):", buckets),
                         ("server memory, per run (the control group's limit, the page cache included):", memory)):
         lines += [title] + [f"  {row.label} ({row.cell}): {row.said}" for row in rows] if rows else []
-    return Limits(covers=covers, caps=capped, memory=memory, lines=lines, buckets=buckets, in_force=held_caps)
+    return Limits(covers=covers, caps=capped, memory=memory, lines=lines, buckets=buckets, in_force=caps_in_force)
 
 
 PROBE = Probe(

@@ -145,9 +145,9 @@ class Limits(Part):
         return Section("IO caps, credit buckets and the server's memory", tables, "; ".join(self.covers))
 
 
-def _caps(held: dict[str, float]) -> str:
+def _caps(caps: dict[str, float]) -> str:
     """'write 300 IOPS, read 125 MiB/s': each cap set."""
-    return ", ".join(f"{key.split('_')[0]} {value:,g} {UNITS[key.split('_', 1)[1]]}" for key, value in held.items())
+    return ", ".join(f"{key.split('_')[0]} {value:,g} {UNITS[key.split('_', 1)[1]]}" for key, value in caps.items())
 
 
 def _share(fraction: float | None) -> str:

@@ -32,10 +32,10 @@ def chart(found: model.RateCurves, title: str, png: Path) -> str:
     labelled: set = set()
     for i, curve in enumerate(found.layouts):
         colour = PALETTE[i % len(PALETTE)]
-        kept = [p for p in curve.points if p.kept_up]
+        on_curve = [p for p in curve.points if p.kept_up]
         behind = [p for p in curve.points if not p.kept_up]
         for figure, style in (("p99", "-"), ("p50", "--")):
-            drawn = [p for p in kept if figure in p.latency_ms]
+            drawn = [p for p in on_curve if figure in p.latency_ms]
             if drawn:
                 ax.plot([p.achieved for p in drawn], [p.latency_ms[figure] for p in drawn], style, marker="o",
                         color=colour, label=f"{curve.label} {figure}", linewidth=1.4, markersize=4)

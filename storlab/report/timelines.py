@@ -42,33 +42,33 @@ class Marks:
 
 
 def marks(answer: model.Answer, run: model.DrawnRun) -> Marks:
-    held = next((r for c in (answer.steadiness.cells if answer.steadiness else []) if c.cell == run.cell
-                 for r in c.runs if r.repetition == run.repetition), None)
+    steadiness = next((r for c in (answer.steadiness.cells if answer.steadiness else []) if c.cell == run.cell
+                       for r in c.runs if r.repetition == run.repetition), None)
     dry = [d.at_s for b in (answer.limits.buckets if answer.limits else []) if b.cell == run.cell
            for d in b.dry if d.round == run.repetition]
     # A warm-up found at the run's first second is none: nothing to mark.
-    warmup = None if held is None or not held.found_warmup_s else held.found_warmup_s
-    return Marks(warmup, [] if held is None else held.checkpoint_times_s, sorted(dry))
+    warmup = None if steadiness is None or not steadiness.found_warmup_s else steadiness.found_warmup_s
+    return Marks(warmup, [] if steadiness is None else steadiness.checkpoint_times_s, sorted(dry))
 
 
 def caps_in_force(answer: model.Answer, run: model.DrawnRun, unit: str) -> list[tuple[str, list[limits_part.CapStep]]]:
     """The caps of `unit` ("iops" or "mb_s") the answer holds in force over the run, a (label, steps) a
     line: a device's read and write caps one line where their steps are the same (a bucket holds both)."""
     found: dict[tuple[str, tuple], list[str]] = {}
-    for held in answer.limits.in_force if answer.limits else []:
-        way, key_unit = held.key.split("_", 1)
-        if held.cell == run.cell and held.round == run.repetition and key_unit == unit:
-            steps = tuple((s.at_s, s.cap) for s in held.steps)
-            found.setdefault((f"{', '.join(held.placements)} on {held.device}", steps), []).append(way)
+    for cap in answer.limits.in_force if answer.limits else []:
+        way, key_unit = cap.key.split("_", 1)
+        if cap.cell == run.cell and cap.round == run.repetition and key_unit == unit:
+            steps = tuple((s.at_s, s.cap) for s in cap.steps)
+            found.setdefault((f"{', '.join(cap.placements)} on {cap.device}", steps), []).append(way)
     return [(f"{'cap' if len(ways) > 1 else ways[0] + ' cap'} in force ({where})",
              [limits_part.CapStep(at_s=t, cap=c) for t, c in steps]) for (where, steps), ways in found.items()]
 
 
-def _draw_caps(ax, held: list[tuple[str, list[limits_part.CapStep]]], end: float, gid: str) -> None:
+def _draw_caps(ax, caps: list[tuple[str, list[limits_part.CapStep]]], end: float, gid: str) -> None:
     """Each cap in force as steps from its first to the run's end (`end`), dashed, its level written where
     it starts (named at the first); in the SVG its group's id is `gid` and the line's number, so that a
     reader or a test finds the line the answer put there."""
-    for i, (label, steps) in enumerate(held):
+    for i, (label, steps) in enumerate(caps):
         edges = [s.at_s for s in steps] + [max(end, steps[-1].at_s + 1e-3)]
         patch = ax.stairs([s.cap for s in steps], edges, baseline=None, color=CAP_COLOUR, linewidth=1.3,
                           linestyle=(0, (5, 2)))
@@ -198,13 +198,13 @@ def _per_cell(raw: RawSeries, answer: model.Answer, metrics: tuple[Metric, ...],
         found = marks(answer, run)
         _mark(ax, found)
         marked.append(found)
-        held = caps_in_force(answer, run, cap_unit) if cap_unit else []
-        if held:
+        caps = caps_in_force(answer, run, cap_unit) if cap_unit else []
+        if caps:
             end = max((t for points in lines.values() for t, _ in points), default=0.0)
-            _draw_caps(ax, held, end if run.elapsed_s is None else max(end, run.elapsed_s),
+            _draw_caps(ax, caps, end if run.elapsed_s is None else max(end, run.elapsed_s),
                        f"cap-in-force-{cap_unit}-run{run.run}")
             capped = True
-            top = max(top, *(s.cap for _, steps in held for s in steps))
+            top = max(top, *(s.cap for _, steps in caps for s in steps))
         for name, points in sorted(lines.items()):
             xs, ys = zip(*sorted(points))
             if timeline.find(name).steps:

@@ -32,18 +32,18 @@ def check(db: Connection, where: str) -> None:
     """Every table of the store (storlab.results.schema) against what it holds, all of it, before
     anything is read; a probe this storlab does not know has tables it does not read."""
     expected = schema.tables(registry.PROBES)
-    held: dict[str, dict[str, str]] = {}
+    in_store: dict[str, dict[str, str]] = {}
     for table, column, declared in db.execute(db.dialect.columns).fetchall():
-        held.setdefault(table, {})[column] = declared
+        in_store.setdefault(table, {})[column] = declared
     for table in expected.values():
-        if table.name not in held:
+        if table.name not in in_store:
             raise Damaged(where, f"table {table.name} is missing")
         for column in table.columns:
-            if column.name not in held[table.name]:
+            if column.name not in in_store[table.name]:
                 raise Damaged(where, f"table {table.name} has no column {column.name}")
             stored = db.dialect.stored_as(column.kind)
-            if stored is not None and held[table.name][column.name].lower() != stored:
-                raise Damaged(where, f"table {table.name}: column {column.name} is {held[table.name][column.name]}, "
+            if stored is not None and in_store[table.name][column.name].lower() != stored:
+                raise Damaged(where, f"table {table.name}: column {column.name} is {in_store[table.name][column.name]}, "
                                      f"not {stored}")
         _values(db, where, table)
     for table in expected.values():

@@ -165,8 +165,8 @@ def parquet(exported: Exported) -> bytes:
         fields.append(pa.field(name, types[kind]))
         arrays.append(pa.array(values, type=types[kind]))
     for table, found in exported.tables:
-        kept = [c for c in table.columns if c.name != RUN_ID]
-        struct = pa.struct([pa.field(c.name, types[c.kind], nullable=c.nullable) for c in kept])
+        own_columns = [c for c in table.columns if c.name != RUN_ID]
+        struct = pa.struct([pa.field(c.name, types[c.kind], nullable=c.nullable) for c in own_columns])
         values = [[{c.name: v for c, v in zip(table.columns, row) if c.name != RUN_ID} for row in found.get(run[RUN_ID], [])]
                   for run in exported.runs]
         fields.append(pa.field(table.name, pa.list_(struct)))

@@ -84,7 +84,7 @@ _FS_IOC_GETFLAGS = 0x80086601  # the kernel's inode flags (lsattr): 'i' immutabl
 _FLAGS = ((0x10, "immutable", "i"), (0x20, "append-only", "a"))
 
 
-def _held(path: Path) -> int | None:
+def _descriptor(path: Path) -> int | None:
     """A read-only descriptor of the store file, None when it is missing (or a link: what opens it
     next says so)."""
     try:
@@ -118,7 +118,7 @@ class Opened(versions.Migrating, Protocol):
     """What opening a folder's store reads and sets of it (storlab.results.store.Store)."""
 
     folder: Path
-    held: int | None  # a descriptor of the store's file while a writer has it open
+    descriptor: int | None  # a descriptor of the store's file while a writer has it open
     file: tuple[Path, int, int] | None  # (path, device, inode)
 
 
@@ -142,13 +142,13 @@ def opened(kind: Callable[[Connection, Path], S], folder: Path, create: bool) ->
     fresh = not path.exists() or path.stat().st_size == 0
     if not fresh and _header(path) != _SQLITE_MAGIC:
         raise UserError(f"{path}: not a storlab results store (not an SQLite file)")
-    # Held from before SQLite opens the file to after it closes it: closing any descriptor of a file
+    # Open from before SQLite opens the file to after it closes it: closing any descriptor of a file
     # drops every lock the process holds on it (POSIX), SQLite's too, so the file is never opened and
     # closed by its name meanwhile (another process would then think itself the store's last user, and
     # move the write-ahead log away under this one).
-    held = _held(path) if create else None
+    descriptor = _descriptor(path) if create else None
     try:
-        cause = locked(held) if held is not None else None
+        cause = locked(descriptor) if descriptor is not None else None
         if cause:
             raise UserError(f"{path}: cannot write the results store: {cause}")
         try:
@@ -156,13 +156,13 @@ def opened(kind: Callable[[Connection, Path], S], folder: Path, create: bool) ->
                 sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
         except sqlite3.Error as exc:
             raise UserError(f"{path}: cannot open the results store: {unwritable(folder, exc) or exc}") from None
-        if create and held is None:
-            held = _held(path)  # made just now, by SQLite
+        if create and descriptor is None:
+            descriptor = _descriptor(path)  # made just now, by SQLite
         store = None
         try:
             try:
                 store = kind(Connection(db, SQLITE), folder)
-                store.held = held
+                store.descriptor = descriptor
                 _recognise(kind, store, path, create)
                 if create:
                     db.execute("PRAGMA journal_mode=WAL")  # readers while a run writes
@@ -194,8 +194,8 @@ def opened(kind: Callable[[Connection, Path], S], folder: Path, create: bool) ->
             if store is not None and store.db.raw is not db:  # an older store read in memory
                 store.db.close()
     finally:
-        if held is not None:
-            os.close(held)
+        if descriptor is not None:
+            os.close(descriptor)
 
 
 def _recognise(kind: Callable[[Connection, Path], S], store: S, path: Path, create: bool) -> None:

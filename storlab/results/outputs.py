@@ -42,10 +42,10 @@ def _read(path: Path) -> bytes | None:
 
 def _ledger(folder: Path) -> dict[str, str]:
     try:
-        held = json.loads(_read(folder / LEDGER) or b"{}")
+        ledger = json.loads(_read(folder / LEDGER) or b"{}")
     except ValueError:
         return {}
-    return held if isinstance(held, dict) else {}
+    return ledger if isinstance(ledger, dict) else {}
 
 
 def _ours(path: Path, ledger: dict[str, str]) -> bool:

@@ -206,19 +206,19 @@ def experiments(db: Connection) -> list[ExperimentEntry]:
 
 def find(db: Connection, name: str | None, create: bool) -> ExperimentEntry:
     """The experiment called `name` (made when missing, with `create`); without a name, the only one."""
-    held = experiments(db)
-    names = ", ".join(e.name for e in held[:10]) + (" …" if len(held) > 10 else "")
+    stored = experiments(db)
+    names = ", ".join(e.name for e in stored[:10]) + (" …" if len(stored) > 10 else "")
     if name is None:
-        if len(held) == 1:
-            return held[0]
-        if not held:
+        if len(stored) == 1:
+            return stored[0]
+        if not stored:
             raise UserError("--store: no experiment in this store yet (storlab submit puts one there)")
-        raise UserError(f"--store: the store holds {len(held)} experiments ({names}); choose one with --experiment NAME")
-    for entry in held:
+        raise UserError(f"--store: the store holds {len(stored)} experiments ({names}); choose one with --experiment NAME")
+    for entry in stored:
         if entry.name == name:
             return entry
     if not create:
-        raise UserError(f"--experiment {name}: no such experiment in this store" + (f" (experiments: {names})" if held else ""))
+        raise UserError(f"--experiment {name}: no such experiment in this store" + (f" (experiments: {names})" if stored else ""))
     db.execute("BEGIN")
     try:
         db.execute("SELECT pg_advisory_xact_lock(?, 0)", (LOCK,))

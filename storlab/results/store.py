@@ -34,7 +34,7 @@ class Store(ExperimentRecord, RunRecords, IoJobs):
         self.another = "use another --out folder, or restore the file"  # where a different experiment goes
         self.experiment_id: int | None = None  # its id in a shared store's catalogue
         self.file: tuple[Path, int, int] | None = None  # a folder's store file, (path, device, inode)
-        self.held: int | None = None  # a descriptor of that file while a writer has it open (folder_store)
+        self.descriptor: int | None = None  # a descriptor of that file while a writer has it open (folder_store)
         self._depth = 0
 
     @classmethod
@@ -77,7 +77,7 @@ class Store(ExperimentRecord, RunRecords, IoJobs):
         why: the file was deleted or replaced under the run (its writes would go nowhere), or cannot be
         written (read-only, full). `what` carries the run's figures, so they are not lost unsaid."""
         self._still_there(what)
-        cause = folder_store.locked(self.held) if self.held is not None and self.file is not None else None
+        cause = folder_store.locked(self.descriptor) if self.descriptor is not None and self.file is not None else None
         if cause:
             raise UserError(f"{self.file[0]}: could not record {what}: {cause}; stopped (the runs recorded "
                             "before it are kept)")

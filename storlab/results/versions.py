@@ -64,13 +64,13 @@ def migrate(store: Migrating) -> None:
     for probe in registry.PROBES:
         with store.transaction():
             store.versioning.lock(store.db)
-            held = probe_versions(store).get(probe.name, 0)
-            if held > len(probe.migrations):
-                raise newer_probe(store.where, probe.name, held, len(probe.migrations))
-            for migration in probe.migrations[held:]:
+            probe_version = probe_versions(store).get(probe.name, 0)
+            if probe_version > len(probe.migrations):
+                raise newer_probe(store.where, probe.name, probe_version, len(probe.migrations))
+            for migration in probe.migrations[probe_version:]:
                 for statement in store.db.dialect.statements(migration):
                     store.db.execute(statement)
-            if held < len(probe.migrations):
+            if probe_version < len(probe.migrations):
                 store.db.execute("INSERT INTO probe_versions (probe, version) VALUES (?, ?) ON CONFLICT (probe) "
                                  "DO UPDATE SET version = excluded.version", (probe.name, len(probe.migrations)))
 
@@ -93,19 +93,19 @@ def behind(store: Migrating) -> bool:
     """The schema, or a probe's tables, older than this storlab's."""
     if store.versioning.get(store.db) < len(MIGRATIONS):
         return True
-    held = probe_versions(store)
-    return any(held.get(p.name, 0) < len(p.migrations) for p in registry.PROBES)
+    versions = probe_versions(store)
+    return any(versions.get(p.name, 0) < len(p.migrations) for p in registry.PROBES)
 
 
 def check_probes(store: Migrating) -> None:
     """Refuse a store whose probe's tables are at a version this storlab does not know (a probe this
     storlab does not know is left alone: its tables are simply not read)."""
     known = {p.name: len(p.migrations) for p in registry.PROBES}
-    for name, held in probe_versions(store).items():
-        if name in known and held > known[name]:
-            raise newer_probe(store.where, name, held, known[name])
+    for name, version in probe_versions(store).items():
+        if name in known and version > known[name]:
+            raise newer_probe(store.where, name, version, known[name])
 
 
-def newer_probe(where: str, name: str, held: int, known: int) -> UserError:
-    return UserError(f"{where}: table probe_versions: probe {name} at version {held}, where this storlab knows its "
+def newer_probe(where: str, name: str, version: int, known: int) -> UserError:
+    return UserError(f"{where}: table probe_versions: probe {name} at version {version}, where this storlab knows its "
                      f"tables up to version {known}: written by a newer storlab (upgrade storlab to read it), or damaged")

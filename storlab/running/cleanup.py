@@ -191,8 +191,8 @@ def clean(live: bool = False, kept: bool = True, unreadable: bool = False) -> li
                 refused.append(f"{d} (not storlab's folder now; nothing there was touched)")
                 manifest.dirs.remove(d)
             else:
-                held = os.strerror(why) if why is not None else "something still uses it"
-                refused.append(f"{d} (could not be removed: {held}; the next clean tries again)")
+                cause = os.strerror(why) if why is not None else "something still uses it"
+                refused.append(f"{d} (could not be removed: {cause}; the next clean tries again)")
         if manifest.devices or manifest.dirs or manifest.cgroup or manifest.client_cgroup or manifest.layers:
             manifest.save()
         else:

@@ -226,7 +226,7 @@ class Worker:
         self.name = f"{options.host} ({platform.node()} pid {os.getpid()})"
         self.db = Connection(shared_store.connect(dsn, f"worker {options.host}"), POSTGRESQL)
         self.runnable: dict[int, Runnable] = {}
-        self.kept = ExitStack()  # what the worker keeps while it works: its device pool
+        self.resources = ExitStack()  # what the worker has open while it works: its device pool
         self.pool: devices.DevicePool | None = None
         self.under_way: Claim | None = None  # the claim of the run under way
         self.refused: dict[int, str] = {}
@@ -236,7 +236,7 @@ class Worker:
 
     def close(self) -> None:
         try:
-            self.kept.close()
+            self.resources.close()
         finally:
             self.db.close()
 
@@ -308,7 +308,7 @@ class Worker:
         if not exp.device_sizes:
             return None
         if self.pool is None:
-            self.pool = self.kept.enter_context(devices.DevicePool())
+            self.pool = self.resources.enter_context(devices.DevicePool())
         return self.pool
 
     def _run(self, claim: Claim) -> None:
@@ -340,14 +340,14 @@ class Worker:
             slots.close()  # ends the lease of a claim that was not recorded
 
     def _claims(self, target: Runnable, cell: matrix.Cell, claim: Claim | None) -> Iterator["ClaimedRun"]:
-        kept = None  # the repetition that made the instance this one runs on
+        made_by = None  # the repetition that made the instance this one runs on
         while claim is not None:
             interrupts.interruption_point()
             run = ClaimedRun(self, target, cell, claim)
             again = f" (attempt {claim.attempts})" if claim.attempts > 1 else ""
-            on = f" on the instance of #{kept}" if kept is not None else ""
+            on = f" on the instance of #{made_by}" if made_by is not None else ""
             self.say(f"{self.options.host}: {run.what}: running{again}{on}")
-            kept = claim.repetition if kept is None else kept
+            made_by = claim.repetition if made_by is None else made_by
             with queue.Lease(self._connect, claim, self.options.lease_s) as run.lease:
                 self.under_way = claim
                 try:
@@ -419,7 +419,7 @@ def work(dsn: str, options: WorkerOptions, say: Say, loaded: dict[str, Experimen
     worker = Worker(dsn, options, say, loaded)
     try:
         # One trace per server binary for the worker's runs; each instance ends while the next sets up.
-        with bpftrace.kept_across_runs(), \
+        with bpftrace.attached_across_runs(), \
                 instances.ending_in_background(lambda why: say(f"{options.host}: warning: {why}")):
             return worker.work()
     except psycopg.OperationalError as exc:  # the run under way goes back to the queue with its lease

@@ -180,7 +180,7 @@ class Lease:
             raise LeaseLost(f"run {self.claim.cell_id} #{self.claim.repetition}: the lease was lost")
 
     def _keep(self) -> None:
-        kept_at = time.monotonic()
+        renewed_at = time.monotonic()
         while not self._stop.wait(self.lease_s / 3):
             try:
                 if self._db is None:
@@ -188,11 +188,11 @@ class Lease:
                 if not renew(self._db, self.claim, self.lease_s):
                     self.lost.set()
                     return
-                kept_at = time.monotonic()
+                renewed_at = time.monotonic()
             except Exception:  # psycopg's errors, or the store refusing a new connection: out of reach
                 if self._db is not None:
                     self._db.close()
                     self._db = None
-                if time.monotonic() - kept_at > self.lease_s:
+                if time.monotonic() - renewed_at > self.lease_s:
                     self.lost.set()
                     return

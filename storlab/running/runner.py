@@ -63,9 +63,9 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         comparable = system.comparable(facts)
         earlier = store.facts()
         facts_id = store.record_facts(facts, comparable)
-        for fid, held in earlier.items():
+        for fid, recorded in earlier.items():
             if fid != facts_id:
-                for line in system.differences(held["comparable"], comparable):
+                for line in system.differences(recorded["comparable"], comparable):
                     console.print(Text.assemble(("warning:", "yellow"), f" this machine differs from earlier runs: {line}"))
         outcome.skipped = len(store.done())
         tried: set[tuple[str, int]] = set()
@@ -80,7 +80,7 @@ def run(experiment: Experiment, folder: Path, keep: bool, console: Console, trac
         with Progress(
             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.kept_across_runs(), \
+        ) as progress, (devices.DevicePool() if has_devices else nullcontext()) as pool, bpftrace.attached_across_runs(), \
                 instances.ending_in_background(lambda why: _warn(console, why)):
             bar = Bar(progress, progress.add_task("runs", total=plan.most_left(experiment, cells, store)),
                       progress.add_task("", total=1, visible=False))

@@ -113,11 +113,11 @@ class AddedLatency(Property):
         # held (its baseline once dry, its burst until then), the bucket bound the job for some of its
         # time, and its flag says what it allowed.
         free_iops = job.iodepth / ((held_latency.mean_ms(added) + own.lat_ms["50"]) / 1000)
-        held_at = [(u.bucket.baseline if u.dry_at_s is not None else u.bucket.burst) *
-                   (1 if u.bucket.unit == "iops" else 2**20 / job.block_size) for u in calibrated.spent]
-        if held_at and free_iops > min(held_at):
+        bucket_iops = [(u.bucket.baseline if u.dry_at_s is not None else u.bucket.burst) *
+                      (1 if u.bucket.unit == "iops" else 2**20 / job.block_size) for u in calibrated.spent]
+        if bucket_iops and free_iops > min(bucket_iops):
             return [f"latency: {job.direction} {added.text()} declared, at depth {job.iodepth} not judged: the latency "
-                    f"alone allows {free_iops:,.0f} IOPS, above the {min(held_at):,.0f} the bucket held"]
+                    f"alone allows {free_iops:,.0f} IOPS, above the {min(bucket_iops):,.0f} the bucket held"]
         bound = io_caps.binding(job.rw, job.block_size, io_caps.of(declared)) if not calibrated.spent else None
         # The job alone, faster, may have run its bucket dry: its tail is then the bucket's queue.
         own_tail = not any(u.dry_at_s is not None for u in calibrated.alone_spent)

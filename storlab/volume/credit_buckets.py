@@ -98,13 +98,13 @@ class CreditBuckets(Property):
         if not given:
             return None
         said = "; ".join(b.text() for b in buckets(given))
-        runs = observed.held.get("bucket_runs")
+        runs = observed.limits.get("bucket_runs")
         if runs is None:
             return self.made(observed, declared, said)
-        dry = observed.held["dry_at_s"]
+        dry = observed.limits["dry_at_s"]
         said += (f"; dry in {len(dry)} of {runs} runs, at " + ", ".join(f"{s:.1f}" for s in dry) + " s"
                  if dry else f"; never dry in {runs} run{'s' if runs > 1 else ''}")
-        return self.made(observed, declared, said, {k: observed.held[k] for k in ("dry_at_s", "baseline_share")}
+        return self.made(observed, declared, said, {k: observed.limits[k] for k in ("dry_at_s", "baseline_share")}
                          | {"runs": runs})
 
 

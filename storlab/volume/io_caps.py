@@ -130,7 +130,7 @@ class IoCaps(Property):
         given = self.given(declared)
         if not given:
             return None
-        share = observed.held.get("at_cap_share")
+        share = observed.limits.get("at_cap_share")
         said = of(given).text() + ("" if share is None else f"; at its cap {100 * share:.0f} % of the runs' time")
         return self.made(observed, declared, said, {} if share is None else {"at_cap_share": share})
 

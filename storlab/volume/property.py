@@ -89,15 +89,15 @@ class Part(Typed):
 @dataclass(frozen=True)
 class Observed:
     """What a cell's runs recorded of one placement's volume: each run's conditions (lab.quiesce and
-    running.cell_runs: the device as the run found it, the layer's CPU and mode), and what its control
-    group held on the placement's device (the limits probe's rows, as plain values: its caps' time at
-    the cap, its bucket's dry runs)."""
+    running.cell_runs: the device as the run found it, the layer's CPU and mode), and `limits`: what the
+    limits probe recorded of its control group on the placement's device (its rows as plain values: its
+    caps' time at the cap, its bucket's dry runs)."""
 
     placement: str
     cell: str
     conditions: list[Mapping[str, Any]] = field(default_factory=list)
     load_s: float = 0.0  # the runs' load time, summed: what the layer's CPU is a share of
-    held: Mapping[str, Any] = field(default_factory=dict)
+    limits: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Property:

@@ -116,7 +116,7 @@ class WorkloadParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # The run's deadlines (storlab.stall): seconds without an answer from the server, and seconds from
+    # The run's deadlines (storlab.running.stall): seconds without an answer from the server, and seconds from
     # the workload's prepare to the end of its load, before the run fails and its instance is stopped.
     # One number each for the experiment, not factors.
     stall_after_s: float | None = None

@@ -446,8 +446,8 @@ def read(text: str, database: str | None = None) -> MariadbLog:
         found.append((at, sessions[thread], what, argument, number))
     databases = tuple(dict.fromkeys(in_database.values()))
     if database is not None:
-        kept = {sessions[t] for t, d in in_database.items() if d == database}
-        found = [f for f in found if f[1] in kept]
+        of_database = {sessions[t] for t, d in in_database.items() if d == database}
+        found = [f for f in found if f[1] in of_database]
     if not any(f[2] == "query" for f in found):
         raise LogProblem(1, "no statement to replay: capture with general_log = ON (Query and Execute events)")
     first = min(f[0] for f in found)

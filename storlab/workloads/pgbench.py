@@ -242,12 +242,12 @@ def _as_printed(text: str, params: PgbenchParams, log: pgbench_log.Summary) -> t
 def _after_warmup(log: pgbench_log.Summary, params: PgbenchParams, seconds: float) -> dict[str, float]:
     """The log's figures of the transactions scheduled after the warm-up: txn/s over the measured
     `seconds`, the average latency and lag, and the counts (pgbench's report covers the whole run)."""
-    if not log.kept:
+    if not log.counted:
         raise RunFailed(f"warmup_s = {params.warmup_s}: pgbench completed no transaction after it")
-    figures = {rates.TPS.name: log.kept / seconds, rates.AVERAGE.name: log.latency_sum_ms / log.kept,
+    figures = {rates.TPS.name: log.counted / seconds, rates.AVERAGE.name: log.latency_sum_ms / log.counted,
                SKIPPED.name: float(log.skipped), rates.ERRORS.name: float(log.failed)}
     if params.target is not None:
-        figures.update({SCHEDULE_LAG.name: log.lag_sum_ms / log.kept, SCHEDULE_LAG_MAX.name: log.lag_max_ms})
+        figures.update({SCHEDULE_LAG.name: log.lag_sum_ms / log.counted, SCHEDULE_LAG_MAX.name: log.lag_max_ms})
     if params.latency_limit_ms is not None:
         figures[LATE.name] = float(log.late)
     return figures
@@ -339,7 +339,7 @@ def measurement_of(ended: Ended, folder: ClientFolder, params: PgbenchParams, se
     figures.update({
         rates.TPS.name: tps, **{metric.name: log.latency.percentile(p) for p, metric in
                                 ((50, rates.P50), (95, rates.P95), (99, rates.P99))},
-        rates.ELAPSED.name: elapsed, rates.TRANSACTIONS.name: float(log.kept),
+        rates.ELAPSED.name: elapsed, rates.TRANSACTIONS.name: float(log.counted),
         **rates.rate_figures(params.target, tps, elapsed),
         **rates.cpu_figures(ended.cpu_s, server_cpu_s, ended.wall_s, params.threads),
     })

@@ -304,9 +304,9 @@ def rate_figures(rate: float | None, achieved_tps: float, duration_s: float, sus
     `sustained_run`: the tool's own word that it fell behind (sysbench's full queue), else the count decides."""
     if rate is None:
         return {}
-    kept = sustained(rate, achieved_tps, duration_s) if sustained_run is None else sustained_run and sustained(
+    on_schedule = sustained(rate, achieved_tps, duration_s) if sustained_run is None else sustained_run and sustained(
         rate, achieved_tps, duration_s)
-    return {TARGET.name: rate, ACHIEVED.name: 100 * achieved_tps / rate, SUSTAINED.name: 100.0 if kept else 0.0}
+    return {TARGET.name: rate, ACHIEVED.name: 100 * achieved_tps / rate, SUSTAINED.name: 100.0 if on_schedule else 0.0}
 
 
 def cores() -> int:

@@ -105,7 +105,7 @@ COPY_MARK = "storlab_copy {n}"  # in the setup's place, a statement of its own (
 class PgreplayOn:
     """What pgreplay needs of an engine (a PostgreSQL server's socket: it reaches any version through
     libpq), and how a replay stuck in its captured order is seen there: `stuck` finds a replayed session
-    waiting, longer than `held_s`, for a lock that another replayed session holds while idle in its
+    waiting, longer than `waited_s`, for a lock that another replayed session holds while idle in its
     transaction (pgreplay sends that one's next statement only after the waiting one's)."""
 
     stuck: str
@@ -117,7 +117,7 @@ PGREPLAY = PgreplayOn("""
     FROM pg_stat_activity w, unnest(pg_blocking_pids(w.pid)) AS blocker(pid), pg_stat_activity b
     WHERE b.pid = blocker.pid AND w.application_name = %(tag)s AND b.application_name = %(tag)s
       AND w.wait_event_type = 'Lock' AND b.state = 'idle in transaction'
-      AND w.query_start < clock_timestamp() - make_interval(secs => %(held_s)s)
+      AND w.query_start < clock_timestamp() - make_interval(secs => %(waited_s)s)
     LIMIT 1""")
 ENGINES = {"postgres": PGREPLAY, "mariadb": mariadb_replay.ReplayerOn()}
 LOG_OF = {"postgres": "a PostgreSQL statement log (a csvlog, or a stderr log)", "mariadb": "a MariaDB general or slow log"}
@@ -360,11 +360,11 @@ class ReplayLoad(ToolLoad):
             return super().run(watched)
 
     def _check_stuck(self, conn: Session) -> None:
-        row = conn.execute(PGREPLAY.stuck, {"tag": self.tag, "held_s": STUCK_S}).fetchone()
+        row = conn.execute(PGREPLAY.stuck, {"tag": self.tag, "waited_s": STUCK_S}).fetchone()
         if row is not None:
-            waiter, waiting, holder, held = row
+            waiter, waiting, holder, holding = row
             raise RunFailed(f"the replay is stuck: session {waiter} has waited over {STUCK_S:g} s for a lock session "
-                            f"{holder} holds, idle in its transaction after {held!r}, and pgreplay sends that one's next "
+                            f"{holder} holds, idle in its transaction after {holding!r}, and pgreplay sends that one's next "
                             f"statement only after {waiting!r}: the log's statements do not take the rows they took "
                             "when captured (random values in them, or two transactions that raced for a row)")
 

@@ -71,7 +71,7 @@ class SteadyWatch:
     stopped: dict | None = None
     stopped_at: float | None = None
 
-    def throughput_kept(self) -> np.ndarray:
+    def measured_throughput(self) -> np.ndarray:
         """The throughput of the seconds its figures would keep if it ended now."""
         t, x = np.array([p[0] for p in self.points]), np.array([p[1] for p in self.points])
         begins = steady_state.warmup_to_cut(t, x) if self.finds else self.warmup_s
@@ -88,9 +88,9 @@ class SteadyWatch:
                 self.points.append((found[0] - 1, found[1]))
         if at is None:
             return False
-        kept = self.throughput_kept()
+        measured = self.measured_throughput()
         # One second more than least: the answer leaves out a run's last second, cut short where it ended.
-        if len(kept) <= self.until.least or not steady_state.snia_holds(kept):
+        if len(measured) <= self.until.least or not steady_state.snia_holds(measured):
             return False
         self.stopped_at = time.time()
         self.stopped = {**self._said, "by": "steady", "at_s": at}
@@ -278,7 +278,7 @@ class ToolLoad:
         self.client: Client | None = None
         self.popen: dict = {}  # more of subprocess.Popen's arguments for the client (Client.popen)
         self.server_cpu_before = 0.0
-        self._kept = ExitStack()
+        self._resources = ExitStack()
 
     def open(self) -> list[int]:
         self.start()
@@ -301,7 +301,7 @@ class ToolLoad:
 
     def start(self) -> None:
         """The client started in its private folder (what it reads written there first)."""
-        self.folder = self._kept.enter_context(self.instance.clients.folder())
+        self.folder = self._resources.enter_context(self.instance.clients.folder())
         if self.prepare_folder is not None:
             self.prepare_folder(self.folder)
         self.client = Client(self.argv(self.folder), self.env, self.instance.clients, self.folder, self.errors,
@@ -336,7 +336,7 @@ class ToolLoad:
                 self.client.stop()
         finally:
             self.folder = None
-            self._kept.close()
+            self._resources.close()
 
 
 def run_to_end(instance: Instance, argv: Callable[[ClientFolder], list[str]], env: dict[str, str], timeout_s: float,

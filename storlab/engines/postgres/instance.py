@@ -300,17 +300,17 @@ class PostgresInstance:
         if self.log_position() - position > STATEMENT_LOG_BYTES:
             raise RunFailed(f"the server logged more than {STATEMENT_LOG_BYTES // 2**20} MB of statements: capture a "
                             "shorter load (fewer transactions, a shorter duration)")
-        kept, keeping = [], False
+        workload_lines, in_workload = [], False
         for line in self.logged_since(position, STATEMENT_LOG_BYTES).splitlines():
             if line.startswith("\t"):
-                if keeping:
-                    kept.append(line)
+                if in_workload:
+                    workload_lines.append(line)
                 continue
             parts = line.split("|", 4)
-            keeping = len(parts) == 5 and parts[1] == WORKLOAD_ROLE
-            if keeping:
-                kept.append(line)
-        return "".join(line + "\n" for line in kept)
+            in_workload = len(parts) == 5 and parts[1] == WORKLOAD_ROLE
+            if in_workload:
+                workload_lines.append(line)
+        return "".join(line + "\n" for line in workload_lines)
 
     def temporary_files(self) -> dict[str, float]:
         with self.admin() as conn:

@@ -1,7 +1,7 @@
 """Exact waits and per-file IO of one PostgreSQL instance, from the server's static trace points (the
 Debian build has them: `bpftrace -l 'usdt:/usr/lib/postgresql/15/bin/postgres:*'`), through one
 bpftrace program per server binary, the same for every run: inside one storlab invocation it is
-attached once and kept (bpftrace.kept_across_runs), each run putting its processes in the program's
+attached once and left attached (bpftrace.attached_across_runs), each run putting its processes in the program's
 filter maps. Everything is counted in BPF maps, printed and cleared at the end of each run.
 
 - Lock waits (`lock__wait__start/done`): the workload's sessions only, as pg_wait_sampling's profile
