@@ -1,6 +1,7 @@
 """Experiment files several test modules start from: the bad-input tests' two-cell file (BASE, on
-either engine, changed one line at a time) and the fleet's. Plain text and functions; the fixtures
-the modules share are in conftest.py."""
+either engine, changed one line at a time), the fleet's, the rate kinds' one cell (PGBENCH, SYSBENCH)
+with a script that warms up (RAMP_SQL), and the replay's. Plain text and functions; the fixtures the
+modules share are in conftest.py."""
 
 from __future__ import annotations
 
@@ -96,3 +97,35 @@ def write_capped(lab_root: Path, placements: str, layout: str = "", workload: st
     path = lab_root / name
     path.write_text(CAPPED.format(placements=placements, layout=layout, workload=workload, settings=settings))
     return path
+
+
+# The rate kinds' one-cell file (pgbench; sysbench with its kind's name), run by duration.
+PGBENCH = BASE.replace("data_files = [1, 2]", "data_files = 1").replace(
+    'kind = "random-insert"\nconnections = 2\nrows_per_connection = 1000\nbatch = 100\n',
+    'kind = "pgbench"\nscale = 1\nduration_s = 20\n')
+SYSBENCH = PGBENCH.replace('kind = "pgbench"\nscale = 1', 'kind = "sysbench"')
+
+
+# A pgbench script slow for each session's first 4 s (each transaction sleeps 5 ms), then fast: a warm-up to find.
+RAMP_SQL = """SELECT pg_sleep(CASE WHEN now() - (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
+                     < interval '4 s' THEN 0.005 ELSE 0 END);
+"""
+
+
+# A replay of `day.log` after `setup.sql`, both beside the file, on either engine.
+REPLAY = """
+name = "replayed"
+engine = "{engine}"
+repetitions = 1
+[placements]
+disk = "./disk"
+ram = "tmpfs"
+[layout]
+data_on = "disk"
+{layout}
+[workload]
+kind = "replay"
+log = "day.log"
+setup = "setup.sql"
+{keys}
+"""

@@ -28,7 +28,7 @@ from tests.commands import invoke, start, storlab
 from tests.experiments import CAPPED, write_capped as write
 from tests.conftest import instances_up, recorded, start_worker, stop_storlab, storlab_processes
 from tests.devicetools import attached, mounted, needs_root, wait_gone
-from tests.test_report_tables import tables
+from tests.page_tables import tables
 
 can_cap = pytest.mark.skipif(cgroups.limits_unavailable(True, True) is not None,
                              reason=f"IO caps and memory limits cannot be set here: {cgroups.limits_unavailable(True, True)}")

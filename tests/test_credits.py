@@ -20,7 +20,7 @@ from storlab.lab.caps import Bucket, DeviceCap, IoCaps, IoCount
 from tests.commands import invoke, storlab
 from tests.devicetools import attached, needs_root
 from tests.experiments import write_capped as write
-from tests.test_report_tables import tables
+from tests.page_tables import tables
 
 BUCKET = Bucket("iops", baseline=20, burst=200, size=900, start=900)
 

@@ -22,7 +22,7 @@ from storlab.probes import kept, limits_part, registry
 from storlab.probes.part import Part, PartTable, Section
 from tests.commands import invoke, run_here
 from tests.experiments import random_insert
-from tests.test_report_tables import tables
+from tests.page_tables import tables
 
 ROOT = Path(__file__).resolve().parents[1]
 TITLE = "The toy's sessions"

@@ -25,6 +25,7 @@ from storlab.workloads import captured_log
 from storlab.workloads.replay import setup_statements
 from tests.commands import invoke, storlab
 from tests.conftest import prepared
+from tests.experiments import REPLAY
 from tests.store_edits import edit, single_cell, submit, worker_refuses
 
 START = datetime(2026, 1, 5, 9, 0, 0)
@@ -53,22 +54,6 @@ def known_log(sessions: int = 3, each: int = 20, duplicate: bool = False) -> str
     return "\n".join(lines) + "\n"
 
 
-REPLAY = """
-name = "replayed"
-engine = "{engine}"
-repetitions = 1
-[placements]
-disk = "./disk"
-ram = "tmpfs"
-[layout]
-data_on = "disk"
-{layout}
-[workload]
-kind = "replay"
-log = "day.log"
-setup = "setup.sql"
-{keys}
-"""
 
 
 def refused(write_experiment, lab_root: Path, keys: str = "", layout: str = "", engine: str = "postgres",

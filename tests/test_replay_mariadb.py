@@ -23,8 +23,8 @@ from storlab.lab.layout import CellLayout, spec_for
 from storlab.workloads import mariadb_log, mariadb_replay
 from tests.commands import invoke, start, storlab
 from tests.conftest import prepared, stop_storlab
+from tests.experiments import REPLAY
 from tests.store_edits import edit, single_cell, submit, worker_refuses
-from tests.test_replay import REPLAY
 
 START = datetime(2026, 1, 5, 9, 0, 0)
 SETUP = "CREATE TABLE known (id int PRIMARY KEY, session int NOT NULL);\n"

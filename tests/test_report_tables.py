@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import sqlite3
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -29,48 +28,12 @@ from storlab.results.runs import RunRecord
 from storlab.results.store import Store
 from storlab.timeline import CHECKPOINT_SEEN
 from tests.commands import invoke
+from tests.page_tables import tables
 
 RECORDED = Path(__file__).parent / "data" / "explain"
 CAPPED, BUCKETED, CHECKPOINTED = "84c14c9a", "0e002ca6", "85accf38"
 MIB = 2**20
 DRY_AT_S = 0.6
-
-
-class Tables(HTMLParser):
-    """Each table of a page under the title (h2) it follows: its rows of cells, as text."""
-
-    def __init__(self):
-        super().__init__()
-        self.tables: dict[str, list[list[str]]] = {}
-        self.title, self.text, self.row, self.inside = "", "", None, None
-
-    def handle_starttag(self, tag, attrs):
-        if tag in ("h2", "td", "th"):
-            self.text = ""
-        elif tag == "tr":
-            self.row = []
-        elif tag == "table":
-            self.inside = self.tables.setdefault(self.title, [])
-        elif tag == "svg":
-            self.inside = None
-
-    def handle_endtag(self, tag):
-        if tag == "h2":
-            self.title = self.text.strip()
-        elif tag in ("td", "th") and self.row is not None:
-            self.row.append(self.text.strip())
-        elif tag == "tr" and self.row is not None and self.inside is not None:
-            self.inside.append(self.row)
-            self.row = None
-
-    def handle_data(self, data):
-        self.text += data
-
-
-def tables(page: str) -> dict[str, list[list[str]]]:
-    parser = Tables()
-    parser.feed(page)
-    return parser.tables
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from storlab.running import fleet
 from storlab.labels import format_value
 from tests.commands import invoke, storlab
 from tests.experiments import random_insert
-from tests.test_report_tables import tables
+from tests.page_tables import tables
 
 DATA = Path(__file__).parent / "data"
 SCHEMA = json.loads(invoke("schema", "--answer").stdout)  # made from the answer's types

@@ -17,8 +17,7 @@ from storlab.workloads.sysbench import _per_second as sysbench_per_second
 from storlab.workloads.rates import Until
 from storlab.workloads.tool import SteadyWatch
 from tests.commands import invoke, storlab
-from tests.experiments import BASE, changed
-from tests.test_warmup_cut import PGBENCH, RAMP_SQL, SYSBENCH
+from tests.experiments import BASE, PGBENCH, RAMP_SQL, SYSBENCH, changed
 
 UNTIL = 'duration_s = { max = 60, until = "steady", least = 10 }'
 

@@ -20,12 +20,8 @@ from storlab.workloads.pgbench import _Before
 from tests import simulate
 from tests.commands import invoke
 from tests.conftest import prepared
-from tests.experiments import BASE, changed
+from tests.experiments import BASE, PGBENCH, RAMP_SQL, SYSBENCH, changed
 
-PGBENCH = BASE.replace("data_files = [1, 2]", "data_files = 1").replace(
-    'kind = "random-insert"\nconnections = 2\nrows_per_connection = 1000\nbatch = 100\n',
-    'kind = "pgbench"\nscale = 1\nduration_s = 20\n')
-SYSBENCH = PGBENCH.replace('kind = "pgbench"\nscale = 1', 'kind = "sysbench"')
 
 
 @pytest.mark.parametrize("base, old, new, line, why", [
@@ -117,9 +113,6 @@ def table() -> list[str]:
     return lines
 
 
-RAMP_SQL = """SELECT pg_sleep(CASE WHEN now() - (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
-                     < interval '4 s' THEN 0.005 ELSE 0 END);
-"""
 
 
 @pytest.mark.engine
