@@ -93,9 +93,14 @@ kind = "pgbench"
 
 
 def write_capped(lab_root: Path, placements: str, layout: str = "", workload: str = "scale = 1\nduration_s = 5",
-          settings: str = "", name: str = "caps.toml") -> Path:
+                 settings: str = "", name: str = "caps.toml", repetitions: int | None = None) -> Path:
+    """CAPPED filled in, as `name` in `lab_root`; `repetitions` the runs of each cell (None: storlab's
+    default, and the file's lines as CAPPED numbers them)."""
+    text = CAPPED.format(placements=placements, layout=layout, workload=workload, settings=settings)
+    if repetitions is not None:
+        text = text.replace('engine = "postgres"\n', f'engine = "postgres"\nrepetitions = {repetitions}\n', 1)
     path = lab_root / name
-    path.write_text(CAPPED.format(placements=placements, layout=layout, workload=workload, settings=settings))
+    path.write_text(text)
     return path
 
 

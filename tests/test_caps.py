@@ -320,8 +320,7 @@ def _integral(points: list[tuple[float, float]]) -> float:
 @can_cap
 def test_a_write_iops_cap_slows_pgbench_and_show_says_how_long_it_held(lab_root, images, tmp_path):
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", write_iops = [100, "max"] }}',
-                 workload="scale = 1\nclients = 2\ntransactions = 150", settings="")
-    path.write_text(path.read_text().replace('engine = "postgres"', 'engine = "postgres"\nrepetitions = 1'))
+                 workload="scale = 1\nclients = 2\ntransactions = 150", settings="", repetitions=1)
     done = storlab("run", path, "--out", tmp_path / "r", "--no-trace")
     assert done.returncode == 0, done.stderr
     shown = storlab("show", tmp_path / "r", "--json")
@@ -361,8 +360,7 @@ def test_a_memory_limit_makes_a_select_only_load_read_its_device(lab_root, image
     unlimited one reads each page once (the same transactions in both)."""
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}" }}', 'server_memory = ["64MB", "max"]',
                  workload='script = "select-only"\nscale = 4\nclients = 2\ntransactions = 16000',
-                 settings='shared_buffers = "8MB"\nmaintenance_work_mem = "8MB"')
-    path.write_text(path.read_text().replace('engine = "postgres"', 'engine = "postgres"\nrepetitions = 1'))
+                 settings='shared_buffers = "8MB"\nmaintenance_work_mem = "8MB"', repetitions=1)
     done = storlab("run", path, "--out", tmp_path / "r", "--no-trace")
     assert done.returncode == 0, done.stderr
     with sqlite3.connect(tmp_path / "r" / "storlab.sqlite") as db:
@@ -392,9 +390,8 @@ def test_a_memory_limit_makes_a_select_only_load_read_its_device(lab_root, image
 def test_a_server_the_memory_limit_s_oom_killer_ends_is_named_in_the_failure_and_in_show(lab_root, images, tmp_path):
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}" }}', 'server_memory = "96MB"',
                  workload='transaction = "hog.sql"\nconnections = 1\ntransactions_per_connection = 1',
-                 settings='shared_buffers = "16MB"\nmaintenance_work_mem = "16MB"')
-    path.write_text(path.read_text().replace('kind = "pgbench"', 'kind = "custom"')
-                    .replace('engine = "postgres"', 'engine = "postgres"\nrepetitions = 1'))
+                 settings='shared_buffers = "16MB"\nmaintenance_work_mem = "16MB"', repetitions=1)
+    path.write_text(path.read_text().replace('kind = "pgbench"', 'kind = "custom"'))
     # Some 400 MB of one session's own memory, far past the limit: the kernel must kill a process.
     (path.parent / "hog.sql").write_text("SELECT length(array_to_string(array_agg(repeat(md5(i::text), 64)), ',')) "
                                          "FROM generate_series(1, 200000) i;\n")

@@ -165,8 +165,7 @@ def test_a_bucket_that_empties_after_5_s_is_a_cliff_on_the_timeline_and_show_say
     # pgbench's commits at 300 IOPS spend 270 credits a second more than the bucket earns: 1,350 last 5 s.
     path = write(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", '
                            'iops_bucket = { baseline = 30, burst = 300, size = 1350 } }',
-                 workload="scale = 1\nclients = 4\nduration_s = 24")
-    path.write_text(path.read_text().replace('engine = "postgres"', 'engine = "postgres"\nrepetitions = 1'))
+                 workload="scale = 1\nclients = 4\nduration_s = 24", repetitions=1)
     done = storlab("run", path, "--out", tmp_path / "r", "--no-trace")
     assert done.returncode == 0, done.stderr
     answer = json.loads(storlab("show", tmp_path / "r", "--json").stdout)

@@ -146,8 +146,7 @@ def test_the_cap_in_force_is_drawn_on_the_device_s_timelines_at_the_level_the_an
     bucket ran dry."""
     path = write_capped(lab_root, f'vol = {{ loop = "256MB", image_dir = "{images}", write_mb_s = 20, '
                                   'iops_bucket = { baseline = 30, burst = 300, size = 600 } }',
-                        workload="scale = 1\nclients = 4\nduration_s = 8")
-    path.write_text(path.read_text().replace('engine = "postgres"', 'engine = "postgres"\nrepetitions = 1'))
+                        workload="scale = 1\nclients = 4\nduration_s = 8", repetitions=1)
     done = storlab("run", path, "--out", tmp_path / "r", "--no-trace")
     assert done.returncode == 0, done.stderr
     answer = json.loads(storlab("show", tmp_path / "r", "--json").stdout)
