@@ -117,9 +117,10 @@ RAMP_SQL = """SELECT pg_sleep(CASE WHEN now() - (SELECT backend_start FROM pg_st
 """
 
 
-# A replay of `day.log` after `setup.sql`, both beside the file, on either engine.
-REPLAY = """
-name = "replayed"
+# One run of each cell, its data on `./disk` beside the file (a RAM disk too): the layout's other lines
+# and the workload's are the test's ({layout}, {workload}).
+ONE_RUN = """
+name = "{name}"
 engine = "{engine}"
 repetitions = 1
 [placements]
@@ -129,8 +130,8 @@ ram = "tmpfs"
 data_on = "disk"
 {layout}
 [workload]
-kind = "replay"
-log = "day.log"
-setup = "setup.sql"
-{keys}
+{workload}
 """
+
+# A replay of `day.log` after `setup.sql`, both beside the file, on either engine.
+REPLAY = ONE_RUN.replace("{name}", "replayed").replace("{workload}", 'kind = "replay"\nlog = "day.log"\nsetup = "setup.sql"\n{keys}')

@@ -23,22 +23,11 @@ from storlab.engines import provision
 from storlab.lab.layout import CellLayout, spec_for
 from tests.commands import start, storlab
 from tests.conftest import instances_up, prepared, stop_instance, stop_storlab, stopped_processes, storlab_processes
+from tests.experiments import ONE_RUN
 
 pytestmark = pytest.mark.engine
 
-EXPERIMENT = """
-name = "{name}"
-engine = "{engine}"
-repetitions = 1
-[placements]
-disk = "./disk"
-ram = "tmpfs"
-[layout]
-data_on = "disk"
-log_on = {log_on}
-[workload]
-{workload}
-"""
+EXPERIMENT = ONE_RUN.replace("{layout}", "log_on = {log_on}")
 
 
 def figures(out: Path) -> dict[str, dict[str, float]]:
